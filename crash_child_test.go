@@ -1,0 +1,5 @@
+package durable_test
+
+import "os"
+
+func runChildIfAsked() bool { return os.Getenv("DURABLE_CHILD") != "" && false }

@@ -1,0 +1,415 @@
+package durable
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/internal/notify"
+	"github.com/durable-go/durable/internal/sysdb"
+)
+
+// Defaults of [Config].
+const (
+	SchemaDefault              = "durable"
+	AppVersionDefault          = "unversioned"
+	LeaseTTLDefault            = 15 * time.Second
+	LeaseTTLMin                = 200 * time.Millisecond
+	PollIntervalDefault        = 5 * time.Second
+	MaxRecoveryAttemptsDefault = 20
+	MaxPayloadBytesDefault     = 8 << 20
+	RecoveryBatchDefault       = 1000
+)
+
+// Config configures an [Engine]. The zero value works.
+type Config struct {
+	// Schema is the Postgres schema holding the engine's tables. It is one
+	// identifier, quoted when used, so any name is safe.
+	// Defaults to SchemaDefault ("durable").
+	Schema string
+
+	// AppVersion names the version of the workflow code in this binary. An
+	// executor only recovers runs started under the same AppVersion, so set
+	// it explicitly (a release tag) and change it when workflow code changes
+	// in a way that would break recorded runs. Defaults to AppVersionDefault.
+	AppVersion string
+
+	// ExecutorID identifies this process among the executors sharing the
+	// database. Give each replica a stable ID (a pod or host name) so that a
+	// restarted process resumes its own runs at once in Launch; with a
+	// generated ID they are taken over by a live executor once the old
+	// lease expires. Defaults to the host name plus a random suffix.
+	ExecutorID string
+
+	// LeaseTTL is how long an executor's lease lasts without a heartbeat.
+	// Runs of an executor whose lease expired are taken over by a live one.
+	// Heartbeats happen every LeaseTTL/3. Defaults to LeaseTTLDefault; at
+	// least LeaseTTLMin.
+	LeaseTTL time.Duration
+
+	// PollInterval is the safety-net period of waits that are normally woken
+	// by LISTEN/NOTIFY (results, takeover of unowned runs).
+	// Defaults to PollIntervalDefault.
+	PollInterval time.Duration
+
+	// MaxRecoveryAttempts is how many times a run may be recovered (its
+	// executor died while running it) before it moves to the dead-letter
+	// status. A workflow can override it. Defaults to MaxRecoveryAttemptsDefault.
+	MaxRecoveryAttempts int
+
+	// MaxPayloadBytes limits the encoded size of each input and output.
+	// Defaults to MaxPayloadBytesDefault (8 MiB).
+	MaxPayloadBytes int
+
+	// StepRetry is the retry policy of steps that set none.
+	// Defaults to the zero RetryPolicy's defaults (see [RetryPolicy]).
+	StepRetry RetryPolicy
+
+	// SkipMigrate makes Launch check the schema version instead of applying
+	// migrations; Launch then fails with ErrSchemaOutdated on an old schema.
+	// Use it when a DBA applies [MigrationSQL] by hand. Defaults to false.
+	SkipMigrate bool
+
+	// Logger receives the engine's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+var schemaNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	out.Schema = cmp.Or(out.Schema, SchemaDefault)
+	out.AppVersion = cmp.Or(out.AppVersion, AppVersionDefault)
+	if out.ExecutorID == "" {
+		host, _ := os.Hostname()
+		out.ExecutorID = cmp.Or(host, "executor") + "-" + randomHex(4)
+	}
+	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
+	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
+	out.MaxRecoveryAttempts = cmp.Or(out.MaxRecoveryAttempts, MaxRecoveryAttemptsDefault)
+	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
+	out.StepRetry = out.StepRetry.withDefaults()
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: Config.%s %s", ErrInvalidArgument, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !schemaNameRE.MatchString(c.Schema):
+		return bad("Schema", "%q must be a plain identifier (letters, digits, _ and $, at most 63 bytes, not starting with a digit)", c.Schema)
+	case len(c.AppVersion) > maxNameLen:
+		return bad("AppVersion", "is longer than %d bytes", maxNameLen)
+	case len(c.ExecutorID) > maxNameLen:
+		return bad("ExecutorID", "is longer than %d bytes", maxNameLen)
+	case c.LeaseTTL < LeaseTTLMin:
+		return bad("LeaseTTL", "%v is below the minimum %v", c.LeaseTTL, LeaseTTLMin)
+	case c.PollInterval < 0:
+		return bad("PollInterval", "must not be negative")
+	case c.MaxRecoveryAttempts < 0:
+		return bad("MaxRecoveryAttempts", "must not be negative")
+	case c.MaxPayloadBytes < 0:
+		return bad("MaxPayloadBytes", "must not be negative")
+	}
+	return c.StepRetry.validate("Config.StepRetry")
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+//go:embed schema.sql
+var baselineSQL string
+
+//go:embed migrations
+var migrationFS embed.FS
+
+func migrations() []sysdb.Migration {
+	migs, err := sysdb.LoadMigrations(baselineSQL, migrationFS, "migrations")
+	if err != nil {
+		panic("durable: embedded migrations are broken: " + err.Error())
+	}
+	return migs
+}
+
+// SchemaVersion is the schema version this library needs.
+func SchemaVersion() int {
+	migs := migrations()
+	return migs[len(migs)-1].Version
+}
+
+// MigrationSQL returns the whole migration script for schema (SchemaDefault
+// when empty), for a DBA to review and apply by hand. It is idempotent.
+func MigrationSQL(schema string) (string, error) {
+	schema = cmp.Or(schema, SchemaDefault)
+	if !schemaNameRE.MatchString(schema) {
+		return "", fmt.Errorf("%w: schema %q must be a plain identifier", ErrInvalidArgument, schema)
+	}
+	return sysdb.Script(migrations(), schema), nil
+}
+
+// Migrate applies the pending migrations to schema (SchemaDefault when
+// empty) through pool. Concurrent calls, from any number of processes, are
+// serialised by an advisory lock. Launch calls it unless Config.SkipMigrate.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	schema = cmp.Or(schema, SchemaDefault)
+	if !schemaNameRE.MatchString(schema) {
+		return fmt.Errorf("%w: schema %q must be a plain identifier", ErrInvalidArgument, schema)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("durable: migrate: %w", err)
+	}
+	defer conn.Release()
+	if _, err := sysdb.Migrate(ctx, conn.Conn(), migrations(), schema); err != nil {
+		return fmt.Errorf("durable: migrate schema %q: %w", schema, err)
+	}
+	return nil
+}
+
+// Engine runs workflows. Make one with [New], register workflows with
+// [Register], then call [Engine.Launch]. It is safe for concurrent use.
+type Engine struct {
+	pool        *pgxpool.Pool
+	cfg         Config
+	q           *sysdb.Queries
+	log         *slog.Logger
+	incarnation string
+
+	mu       sync.Mutex
+	defs     map[string]*wfDef
+	names    []string // registered names, sorted; fixed at Launch
+	state    engineState
+	stopping chan struct{} // closed when Shutdown begins
+
+	hardCtx    context.Context // parent of every run's context
+	hardCancel context.CancelCauseFunc
+	runs       sync.WaitGroup
+
+	hub   *hub
+	kick  chan struct{} // wakes the sweeper
+	bg    *services
+	ready chan struct{}
+}
+
+type engineState int
+
+const (
+	stateNew engineState = iota
+	stateLaunched
+	stateStopping
+	stateStopped
+)
+
+// New returns an engine that uses pool for all its work. The caller owns the
+// pool: the engine never closes it. cfg may be nil.
+func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: New needs a *pgxpool.Pool", ErrInvalidArgument)
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	hardCtx, hardCancel := context.WithCancelCause(context.Background())
+	return &Engine{
+		pool:        pool,
+		cfg:         c,
+		q:           sysdb.New(c.Schema),
+		log:         c.Logger.With("durable.executor", c.ExecutorID),
+		incarnation: randomHex(8),
+		defs:        map[string]*wfDef{},
+		stopping:    make(chan struct{}),
+		hardCtx:     hardCtx,
+		hardCancel:  hardCancel,
+		hub:         newHub(),
+		kick:        make(chan struct{}, 1),
+	}, nil
+}
+
+// ExecutorID returns this engine's executor ID.
+func (e *Engine) ExecutorID() string { return e.cfg.ExecutorID }
+
+// AppVersion returns the configured application version.
+func (e *Engine) AppVersion() string { return e.cfg.AppVersion }
+
+// Launch checks the database (reachable, schema migrated), registers this
+// executor's lease, resumes this executor's pending runs and starts the
+// background services (notifications, heartbeats, takeover of runs whose
+// executor died). Register every workflow before Launch.
+func (e *Engine) Launch(ctx context.Context) error {
+	e.mu.Lock()
+	if e.state != stateNew {
+		e.mu.Unlock()
+		return errors.New("durable: Launch called twice")
+	}
+	e.names = make([]string, 0, len(e.defs))
+	for name := range e.defs {
+		e.names = append(e.names, name)
+	}
+	sort.Strings(e.names)
+	e.mu.Unlock()
+
+	if err := e.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("durable: launch: database unreachable: %w", err)
+	}
+	if e.cfg.SkipMigrate {
+		v, err := sysdb.Version(ctx, e.pool, e.cfg.Schema)
+		if err != nil {
+			return fmt.Errorf("durable: launch: %w", err)
+		}
+		if want := SchemaVersion(); v < want {
+			return fmt.Errorf("%w: schema %q is at version %d, this library needs %d: apply MigrationSQL or unset Config.SkipMigrate",
+				ErrSchemaOutdated, e.cfg.Schema, v, want)
+		}
+	} else if err := Migrate(ctx, e.pool, e.cfg.Schema); err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	if _, err := e.pool.Exec(ctx, e.q.RegisterExecutor, e.cfg.ExecutorID, e.incarnation, e.cfg.AppVersion,
+		host, os.Getpid(), e.cfg.LeaseTTL.Milliseconds()); err != nil {
+		return fmt.Errorf("durable: launch: register executor %q: %w", e.cfg.ExecutorID, err)
+	}
+
+	e.bg = newServices()
+	listener := notify.New()
+	listener.Connect = func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	}
+	listener.ListenSQL = e.q.ListenStmt
+	listener.OnNotify = e.onNotify
+	listener.OnConnected = func() { e.hub.wakeAll(); e.wakeSweeper() }
+	listener.Logger = e.log
+	e.bg.start("listener", listener.Run)
+	select {
+	case <-listener.Ready():
+	case <-ctx.Done():
+		e.bg.stopAll()
+		return fmt.Errorf("durable: launch: listen for notifications: %w", ctx.Err())
+	}
+
+	e.mu.Lock()
+	e.state = stateLaunched
+	e.mu.Unlock()
+
+	if err := e.recoverOwn(ctx); err != nil {
+		e.bg.stopAll()
+		e.mu.Lock()
+		e.state = stateNew
+		e.mu.Unlock()
+		return fmt.Errorf("durable: launch: recovery: %w", err)
+	}
+	e.bg.start("heartbeat", e.heartbeatLoop)
+	e.bg.start("sweeper", e.sweepLoop)
+	e.log.Info("durable: engine launched", "app_version", e.cfg.AppVersion, "schema", e.cfg.Schema, "workflows", len(e.names))
+	return nil
+}
+
+// Shutdown stops the engine. New starts fail with [ErrShutdown]; running
+// workflows finish the step they are in and stop at the next step boundary,
+// staying pending for the next executor. When every run has stopped, the
+// lease is released so live executors take the runs over at once. If ctx
+// ends first, step contexts are cancelled and Shutdown returns ctx's error;
+// the lease then expires on its own. Shutdown never closes the pool.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	switch e.state {
+	case stateNew:
+		e.state = stateStopped
+		e.mu.Unlock()
+		return nil
+	case stateStopping, stateStopped:
+		e.mu.Unlock()
+		return nil
+	}
+	e.state = stateStopping
+	close(e.stopping)
+	e.mu.Unlock()
+
+	e.bg.stop("sweeper")
+	drained := make(chan struct{})
+	go func() { e.runs.Wait(); close(drained) }()
+	var err error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		e.hardCancel(ErrShutdown)
+		err = fmt.Errorf("durable: shutdown: runs still in flight: %w", ctx.Err())
+	}
+	e.bg.stop("heartbeat")
+	if err == nil {
+		// Every run stopped: let peers take over our pending runs now.
+		if _, rerr := e.pool.Exec(ctx, e.q.ReleaseLease, e.cfg.ExecutorID, e.incarnation); rerr != nil {
+			e.log.Warn("durable: shutdown: release lease", "err", rerr)
+		}
+	}
+	e.bg.stopAll()
+	e.hardCancel(ErrShutdown)
+	e.mu.Lock()
+	e.state = stateStopped
+	e.mu.Unlock()
+	return err
+}
+
+func (e *Engine) isStopping() bool {
+	select {
+	case <-e.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// canStart reports whether new runs may start.
+func (e *Engine) canStart() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch e.state {
+	case stateNew:
+		return ErrNotLaunched
+	case stateLaunched:
+		return nil
+	}
+	return ErrShutdown
+}
+
+func (e *Engine) onNotify(payload string) {
+	if len(payload) < 2 || payload[1] != ':' {
+		return
+	}
+	switch payload[0] {
+	case 'd': // a run finished
+		e.hub.wake(payload[2:], nil)
+	case 'n': // an unowned run was committed
+		e.wakeSweeper()
+	}
+}
+
+func (e *Engine) wakeSweeper() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}

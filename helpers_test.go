@@ -1,0 +1,99 @@
+package durable_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if maybeRunChild() {
+		return
+	}
+	pgtest.Main(m)
+}
+
+// bundle is what most tests need: a pool, a fresh schema, and a config
+// pointing at it.
+type bundle struct {
+	pool   *pgxpool.Pool
+	schema string
+	cfg    *durable.Config
+	logs   *syncBuffer
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	logs := &syncBuffer{}
+	return &bundle{
+		pool:   pool,
+		schema: schema,
+		logs:   logs,
+		cfg: &durable.Config{
+			Schema:       schema,
+			AppVersion:   "test",
+			LeaseTTL:     time.Second,
+			PollInterval: time.Second,
+			StepRetry:    durable.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond},
+			Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		},
+	}
+}
+
+// engine makes an engine on the bundle's schema; register is called
+// before Launch. The engine is shut down at cleanup.
+func (b *bundle) engine(t *testing.T, mutate func(*durable.Config), register func(*durable.Engine)) *durable.Engine {
+	t.Helper()
+	cfg := *b.cfg
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	e, err := durable.New(b.pool, &cfg)
+	require.NoError(t, err)
+	if register != nil {
+		register(e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, e.Launch(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Shutdown(ctx)
+	})
+	return e
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

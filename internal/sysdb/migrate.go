@@ -1,0 +1,140 @@
+package sysdb
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Migration is one numbered schema change.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string // with the schema marker
+}
+
+// LoadMigrations returns the baseline (version 1) followed by the numbered
+// files NNN_name.sql found in dir of fsys, in version order.
+func LoadMigrations(baseline string, fsys fs.FS, dir string) ([]Migration, error) {
+	migs := []Migration{{Version: 1, Name: "baseline", SQL: baseline}}
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[int]string{1: "schema.sql"}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		num, rest, ok := strings.Cut(strings.TrimSuffix(e.Name(), ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v < 2 {
+			return nil, fmt.Errorf("migration file %q: want NNN_name.sql with NNN >= 2", e.Name())
+		}
+		if prev, dup := seen[v]; dup {
+			return nil, fmt.Errorf("migration version %d used by %q and %q", v, prev, e.Name())
+		}
+		seen[v] = e.Name()
+		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		migs = append(migs, Migration{Version: v, Name: rest, SQL: string(b)})
+	}
+	sort.Slice(migs, func(i, j int) bool { return migs[i].Version < migs[j].Version })
+	return migs, nil
+}
+
+const versionTable = `CREATE TABLE IF NOT EXISTS {{schema}}.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+`
+
+// Script renders the whole migration script for schema, as a DBA would run
+// it by hand: schema, version table, then each migration and its version row.
+func Script(migs []Migration, schema string) string {
+	var b strings.Builder
+	b.WriteString(Render("CREATE SCHEMA IF NOT EXISTS {{schema}};\n", schema))
+	b.WriteString(Render(versionTable, schema))
+	for _, m := range migs {
+		fmt.Fprintf(&b, "\n-- migration %03d %s\nBEGIN;\n", m.Version, m.Name)
+		b.WriteString(Render(m.SQL, schema))
+		fmt.Fprintf(&b, "\nINSERT INTO %s.schema_migrations (version, name) VALUES (%d, %s) ON CONFLICT DO NOTHING;\nCOMMIT;\n",
+			pgx.Identifier{schema}.Sanitize(), m.Version, quoteLiteral(m.Name))
+	}
+	return b.String()
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// LockKey is the advisory lock key that serialises migrations of one schema.
+func LockKey(schema string) string { return "durable.migrate:" + schema }
+
+// Migrate applies every migration newer than the schema's version, each in
+// its own transaction, under a session advisory lock so concurrent boots wait
+// for each other instead of racing. It returns the versions it applied.
+func Migrate(ctx context.Context, conn *pgx.Conn, migs []Migration, schema string) ([]int, error) {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", LockKey(schema)); err != nil {
+		return nil, fmt.Errorf("take migration lock: %w", err)
+	}
+	defer func() {
+		// A fresh context: the lock must be released even if ctx ended.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", LockKey(schema))
+	}()
+	if _, err := conn.Exec(ctx, Render("CREATE SCHEMA IF NOT EXISTS {{schema}}", schema)); err != nil {
+		return nil, fmt.Errorf("create schema: %w", err)
+	}
+	if _, err := conn.Exec(ctx, Render(versionTable, schema)); err != nil {
+		return nil, fmt.Errorf("create version table: %w", err)
+	}
+	current, err := Version(ctx, conn, schema)
+	if err != nil {
+		return nil, err
+	}
+	var applied []int
+	for _, m := range migs {
+		if m.Version <= current {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, Render(m.SQL, schema)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, Render("INSERT INTO {{schema}}.schema_migrations (version, name) VALUES ($1, $2)", schema), m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return applied, fmt.Errorf("apply migration %03d %s: %w", m.Version, m.Name, err)
+		}
+		applied = append(applied, m.Version)
+	}
+	return applied, nil
+}
+
+// Version returns the highest applied migration version of schema, 0 when
+// the schema or its version table does not exist.
+func Version(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema string) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, `SELECT CASE WHEN to_regclass($1) IS NULL THEN 0 ELSE -1 END`,
+		pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if v == 0 {
+		return 0, nil
+	}
+	if err := q.QueryRow(ctx, Render("SELECT coalesce(max(version), 0) FROM {{schema}}.schema_migrations", schema)).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}

@@ -1,0 +1,178 @@
+package sysdb
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Marker is the placeholder for the schema name in SQL text.
+const Marker = "{{schema}}"
+
+// Render replaces the schema marker in sql with the sanitised identifier of
+// schema.
+func Render(sql, schema string) string {
+	return strings.ReplaceAll(sql, Marker, pgx.Identifier{schema}.Sanitize())
+}
+
+// Queries is the set of statements for one schema.
+type Queries struct {
+	Schema  string
+	Channel string // LISTEN/NOTIFY channel for this schema
+
+	InsertWorkflow      string
+	WorkflowByID        string
+	FinishWorkflow      string
+	LoadSteps           string
+	LoadStepsMany       string
+	InsertStep          string
+	CompleteIntent      string
+	StepRow             string
+	OwnershipCheck      string
+	RegisterExecutor    string
+	Heartbeat           string
+	ReleaseLease        string
+	ClaimOwn            string
+	ClaimOrphans        string
+	ReleaseUnrunnable   string
+	CountOtherVersions  string
+	DeleteDeadExecutors string
+	DeadLetter          string
+	ListenStmt          string
+}
+
+// New renders all statements for schema.
+func New(schema string) *Queries {
+	r := func(s string) string { return Render(s, schema) }
+	channel := "durable:" + schema
+	return &Queries{
+		Schema:  schema,
+		Channel: channel,
+
+		// $1 id, $2 name, $3 app_version, $4 executor_id (NULL: unowned),
+		// $5 epoch, $6 input, $7 parent_id, $8 notify payload (NULL: none).
+		// The notification of an unowned run is only delivered when the
+		// inserting transaction commits, which is what StartTx relies on.
+		InsertWorkflow: r(`WITH ins AS (
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id)
+	VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7)
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id)
+SELECT CASE WHEN $8::text IS NULL THEN '' ELSE pg_notify('` + channel + `', $8::text)::text END FROM ins`),
+
+		WorkflowByID: r(`SELECT id, name, status, app_version, executor_id, epoch, recovery_attempts,
+	parent_id, input, output, error, created_at, updated_at
+FROM {{schema}}.workflows WHERE id = $1`),
+
+		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
+		FinishWorkflow: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
+	WHERE id = $1 AND epoch = $2 AND status = 'pending'
+	RETURNING id)
+SELECT pg_notify('` + channel + `', 'd:' || id) FROM u`),
+
+		LoadSteps: r(`SELECT workflow_id, pos, name, status, output, error, attempts
+FROM {{schema}}.steps WHERE workflow_id = $1 ORDER BY pos`),
+
+		LoadStepsMany: r(`SELECT workflow_id, pos, name, status, output, error, attempts
+FROM {{schema}}.steps WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, pos`),
+
+		// The single statement of a step: it records the outcome only while
+		// the run is pending and owned at epoch $9. FOR SHARE makes a
+		// concurrent change of owner wait for this write (or this write see
+		// the new owner), so a fenced executor can never slip a checkpoint in.
+		// $1 workflow_id, $2 pos, $3 name, $4 status, $5 output, $6 error,
+		// $7 attempts, $8 started_at, $9 epoch.
+		InsertStep: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8
+FROM {{schema}}.workflows w
+WHERE w.id = $1 AND w.epoch = $9 AND w.status = 'pending'
+FOR SHARE OF w
+ON CONFLICT (workflow_id, pos) DO NOTHING`),
+
+		// $1 workflow_id, $2 pos, $3 status, $4 output, $5 error, $6 attempts, $7 epoch.
+		CompleteIntent: r(`UPDATE {{schema}}.steps s SET status = $3, output = $4, error = $5, attempts = $6, finished_at = now()
+FROM (SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $7 AND status = 'pending' FOR SHARE) w
+WHERE s.workflow_id = w.id AND s.pos = $2 AND s.status = 'intent'`),
+
+		StepRow: r(`SELECT workflow_id, pos, name, status, output, error, attempts
+FROM {{schema}}.steps WHERE workflow_id = $1 AND pos = $2`),
+
+		// $1 workflow_id, $2 pos.
+		OwnershipCheck: r(`SELECT w.status, w.epoch, s.status FROM {{schema}}.workflows w
+LEFT JOIN {{schema}}.steps s ON s.workflow_id = w.id AND s.pos = $2
+WHERE w.id = $1`),
+
+		// $1 id, $2 incarnation, $3 app_version, $4 hostname, $5 pid, $6 lease (interval ms).
+		RegisterExecutor: r(`INSERT INTO {{schema}}.executors (id, incarnation, app_version, hostname, pid, lease_expires_at)
+VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond')
+ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, app_version = EXCLUDED.app_version,
+	hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = now(), heartbeat_at = now(),
+	lease_expires_at = EXCLUDED.lease_expires_at`),
+
+		// $1 id, $2 incarnation, $3 lease ms.
+		Heartbeat: r(`UPDATE {{schema}}.executors SET heartbeat_at = now(), lease_expires_at = now() + $3 * interval '1 millisecond'
+WHERE id = $1 AND incarnation = $2`),
+
+		ReleaseLease: r(`UPDATE {{schema}}.executors SET lease_expires_at = now() - interval '1 second'
+WHERE id = $1 AND incarnation = $2`),
+
+		// Boot recovery: take every pending run of this executor ID (left by a
+		// previous incarnation) that this binary can run. The epoch bump fences
+		// any zombie of the old incarnation.
+		// $1 executor_id, $2 app_version, $3 names, $4 limit.
+		ClaimOwn: r(`UPDATE {{schema}}.workflows w
+SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
+FROM (SELECT id FROM {{schema}}.workflows
+	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
+	ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED) c
+WHERE w.id = c.id
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts`),
+
+		// Takeover: pending runs whose owner has no live lease, or no owner.
+		// A run that was never claimed (epoch 0, started by StartTx) does not
+		// count as a recovery.
+		// $1 executor_id, $2 app_version, $3 names, $4 limit.
+		ClaimOrphans: r(`UPDATE {{schema}}.workflows w
+SET executor_id = $1, epoch = w.epoch + 1,
+	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 THEN 0 ELSE 1 END,
+	updated_at = now()
+FROM (SELECT o.id FROM {{schema}}.workflows o
+	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[])
+	AND (o.executor_id IS NULL OR NOT EXISTS (
+		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
+	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) c
+WHERE w.id = c.id
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts`),
+
+		// Pending runs of this executor that this binary cannot run are
+		// handed back (owner NULL) so a compatible executor claims them.
+		// $1 executor_id, $2 app_version, $3 names.
+		ReleaseUnrunnable: r(`UPDATE {{schema}}.workflows
+SET executor_id = NULL, epoch = epoch + 1, updated_at = now()
+WHERE status = 'pending' AND executor_id = $1 AND (app_version <> $2 OR NOT (name = ANY($3::text[])))
+RETURNING id, name, app_version`),
+
+		// Pending unowned or orphaned runs this executor will not claim.
+		// $1 app_version, $2 names.
+		CountOtherVersions: r(`SELECT name, app_version, count(*) FROM {{schema}}.workflows o
+WHERE o.status = 'pending' AND (o.app_version <> $1 OR NOT (o.name = ANY($2::text[])))
+	AND (o.executor_id IS NULL OR NOT EXISTS (
+		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
+GROUP BY name, app_version ORDER BY name, app_version`),
+
+		// Executors whose lease expired long ago and who own nothing.
+		DeleteDeadExecutors: r(`DELETE FROM {{schema}}.executors e
+WHERE e.lease_expires_at < now() - interval '1 hour'
+AND NOT EXISTS (SELECT 1 FROM {{schema}}.workflows w WHERE w.status = 'pending' AND w.executor_id = e.id)`),
+
+		// $1 id, $2 epoch, $3 error.
+		DeadLetter: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET status = 'dead', error = $3, updated_at = now()
+	WHERE id = $1 AND epoch = $2 AND status = 'pending'
+	RETURNING id)
+SELECT pg_notify('` + channel + `', 'd:' || id) FROM u`),
+
+		ListenStmt: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
+	}
+}

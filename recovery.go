@@ -1,0 +1,205 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// claimed is a run this executor just took ownership of.
+type claimed struct {
+	id, name string
+	input    []byte
+	epoch    int64
+	attempts int
+}
+
+// recoverOwn runs at Launch: it hands back pending runs of this executor
+// ID that this binary cannot run, then resumes all the others.
+func (e *Engine) recoverOwn(ctx context.Context) error {
+	rows, err := e.pool.Query(ctx, e.q.ReleaseUnrunnable, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id, name, version string
+		if err := rows.Scan(&id, &name, &version); err != nil {
+			rows.Close()
+			return err
+		}
+		e.reportUnrunnable(id, name, version)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for {
+		n, err := e.claim(ctx, e.q.ClaimOwn)
+		if err != nil {
+			return err
+		}
+		if n < RecoveryBatchDefault {
+			break
+		}
+	}
+	e.reportOrphansElsewhere(ctx)
+	return nil
+}
+
+func (e *Engine) reportUnrunnable(id, name, version string) {
+	switch {
+	case version != e.cfg.AppVersion:
+		e.log.Warn("durable: pending run belongs to another application version; left for an executor of that version",
+			"workflow_id", id, "workflow", name, "run_app_version", version, "app_version", e.cfg.AppVersion)
+	default:
+		e.log.Error("durable: pending run of a workflow not registered in this binary; left for an executor that registers it",
+			"workflow_id", id, "workflow", name, "err", ErrNotRegistered)
+	}
+}
+
+// reportOrphansElsewhere logs pending runs without a live owner that this
+// executor will not take: another application version, or a workflow name
+// this binary does not register.
+func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
+	rows, err := e.pool.Query(ctx, e.q.CountOtherVersions, e.cfg.AppVersion, e.names)
+	if err != nil {
+		e.log.Warn("durable: count runs of other versions", "err", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, version string
+		var n int64
+		if rows.Scan(&name, &version, &n) != nil {
+			return
+		}
+		if version != e.cfg.AppVersion {
+			e.log.Warn("durable: pending runs wait for an executor of their application version",
+				"workflow", name, "run_app_version", version, "count", n)
+		} else {
+			e.log.Error("durable: pending runs of a workflow not registered in this binary",
+				"workflow", name, "count", n, "err", ErrNotRegistered)
+		}
+	}
+}
+
+// claim takes up to one batch of runs with query (ClaimOwn or
+// ClaimOrphans), loads their recorded steps in one query, and executes them.
+func (e *Engine) claim(ctx context.Context, query string) (int, error) {
+	rows, err := e.pool.Query(ctx, query, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault)
+	if err != nil {
+		return 0, err
+	}
+	var got []claimed
+	for rows.Next() {
+		var c claimed
+		if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		got = append(got, c)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(got) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(got))
+	for i, c := range got {
+		ids[i] = c.id
+	}
+	steps, err := e.loadSteps(ctx, ids)
+	if err != nil {
+		// Claimed but not started: the runs stay owned by us and pending;
+		// the next boot of this executor or a takeover resumes them.
+		return 0, fmt.Errorf("load steps of %d claimed runs: %w", len(ids), err)
+	}
+	for _, c := range got {
+		def := e.defs[c.name]
+		if c.attempts > def.maxRecovery {
+			e.deadLetter(ctx, c, def.maxRecovery)
+			continue
+		}
+		e.log.Info("durable: resuming run", "workflow_id", c.id, "workflow", c.name, "recovery_attempt", c.attempts, "recorded_steps", len(steps[c.id]))
+		e.launch(e.newRun(c.id, c.name, c.epoch, steps[c.id]), def, c.input)
+	}
+	return len(got), nil
+}
+
+func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
+	errb := encodeError(&DeadLetterError{WorkflowID: c.id, Attempts: c.attempts - 1, Limit: limit})
+	rows, err := e.pool.Query(ctx, e.q.DeadLetter, c.id, c.epoch, errb)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		e.log.Warn("durable: dead-letter run", "workflow_id", c.id, "err", err)
+		return
+	}
+	e.log.Error("durable: run dead-lettered: its executor kept dying while running it", "workflow_id", c.id,
+		"workflow", c.name, "recovery_attempts", c.attempts-1, "limit", limit)
+	e.hub.wake(c.id, &outcome{status: StatusDead, err: errb})
+}
+
+// heartbeatLoop renews this executor's lease every LeaseTTL/3.
+func (e *Engine) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(e.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hctx, cancel := context.WithTimeout(ctx, e.cfg.LeaseTTL/3)
+		tag, err := e.pool.Exec(hctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds())
+		cancel()
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				e.log.Warn("durable: heartbeat failed", "err", err)
+			}
+		case tag.RowsAffected() == 0:
+			// The row is gone or another process took this executor ID.
+			e.log.Error("durable: executor lease lost: another process uses this ExecutorID, or the row was deleted; runs in flight here will be fenced",
+				"executor_id", e.cfg.ExecutorID)
+		}
+	}
+}
+
+// sweepLoop takes over runs without a live owner: those of executors whose
+// lease expired, and unowned runs committed by StartTx. It wakes on
+// notifications and polls every LeaseTTL/3 as a safety net.
+func (e *Engine) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(min(e.cfg.LeaseTTL/3, e.cfg.PollInterval))
+	defer t.Stop()
+	lastCleanup := time.Now()
+	for {
+		for {
+			n, err := e.claim(ctx, e.q.ClaimOrphans)
+			if err != nil {
+				if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+					e.log.Warn("durable: takeover sweep failed", "err", err)
+				}
+				break
+			}
+			if n < RecoveryBatchDefault {
+				break
+			}
+		}
+		if time.Since(lastCleanup) > 10*time.Minute {
+			lastCleanup = time.Now()
+			if _, err := e.pool.Exec(ctx, e.q.DeleteDeadExecutors); err != nil && ctx.Err() == nil {
+				e.log.Warn("durable: delete dead executors", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-e.kick:
+		}
+	}
+}

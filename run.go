@@ -1,0 +1,311 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Context is the context of workflow code. It is a [context.Context] that
+// also carries the run; pass it to [Step], [TxStep] and the other durable
+// calls. Workflow code must be deterministic: see the package doc.
+type Context interface {
+	context.Context
+	// WorkflowID returns the ID of the running workflow.
+	WorkflowID() string
+	workflowRun() *run
+}
+
+type wfContext struct {
+	context.Context
+	r *run
+}
+
+func (c *wfContext) WorkflowID() string { return c.r.id }
+func (c *wfContext) workflowRun() *run  { return c.r }
+
+// run is one execution of a workflow in this process, from start or
+// resume until it finishes or stops.
+type run struct {
+	e     *Engine
+	id    string
+	name  string
+	epoch int64
+	ctx   context.Context // cancelled on hard shutdown
+	local *waiter         // set when a Start in this process waits for it
+
+	steps map[int]*stepRecord // recorded before this execution; read-only
+	next  atomic.Int32        // next step position
+
+	mu   sync.Mutex
+	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)
+}
+
+type stepRecord struct {
+	pos      int
+	name     string
+	status   string
+	output   []byte
+	err      []byte
+	attempts int
+}
+
+const (
+	stepDone   = "done"
+	stepError  = "error"
+	stepIntent = "intent"
+)
+
+// halt records why the run must stop; the first reason wins.
+func (r *run) halt(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stop == nil {
+		r.stop = err
+	}
+	return r.stop
+}
+
+func (r *run) halted() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stop
+}
+
+// begin assigns the next step position to a call named name and returns
+// the recorded step at that position, if any.
+func (r *run) begin(name string) (int, *stepRecord, error) {
+	if err := r.halted(); err != nil {
+		return 0, nil, err
+	}
+	pos := int(r.next.Add(1)) - 1
+	if rec, ok := r.steps[pos]; ok {
+		if rec.name != name {
+			return pos, nil, r.halt(&NonDeterminismError{WorkflowID: r.id, Pos: pos, Recorded: rec.name, Called: name})
+		}
+		return pos, rec, nil
+	}
+	if r.e.isStopping() || r.ctx.Err() != nil {
+		return pos, nil, r.halt(fmt.Errorf("workflow %q stopped before step %d %q: %w", r.id, pos, name, ErrShutdown))
+	}
+	return pos, nil, nil
+}
+
+// sleep waits d unless the engine begins to stop.
+func (r *run) sleep(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-r.e.stopping:
+		return r.halt(fmt.Errorf("workflow %q: %w", r.id, ErrShutdown))
+	case <-r.ctx.Done():
+		return r.halt(fmt.Errorf("workflow %q: %w", r.id, ErrShutdown))
+	}
+}
+
+// retryDB runs op until it succeeds, fails with a non-transient error, or
+// the run's context ends. It is how checkpoint writes ride out a database
+// outage instead of failing the run.
+func (r *run) retryDB(what string, op func(ctx context.Context) error) error {
+	delay := 20 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := op(r.ctx)
+		if err == nil || !isTransient(err) {
+			return err
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			r.e.log.Warn("durable: database write failed, retrying", "workflow_id", r.id, "op", what, "attempt", attempt, "err", err)
+		}
+		t := time.NewTimer(jitter(delay, 0.2))
+		select {
+		case <-t.C:
+		case <-r.ctx.Done():
+			t.Stop()
+			return r.halt(fmt.Errorf("workflow %q: %s: %w", r.id, what, ErrShutdown))
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+func jitter(d time.Duration, frac float64) time.Duration {
+	if frac <= 0 || d <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) * (1 + frac*(2*rand.Float64()-1)))
+}
+
+// checkpoint writes the outcome of a step: the one statement of the live
+// path. It returns nil when the outcome is recorded (by this call or by an
+// earlier try whose acknowledgement was lost).
+func (r *run) checkpoint(pos int, name, status string, output, errb []byte, attempts int, started time.Time) error {
+	var n int64
+	err := r.retryDB("record step", func(ctx context.Context) error {
+		tag, err := r.e.pool.Exec(ctx, r.e.q.InsertStep, r.id, pos, name, status, output, errb, attempts, started, r.epoch)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		if h := r.halted(); h != nil {
+			return h
+		}
+		return r.halt(fmt.Errorf("durable: workflow %q: record step %d %q: %w", r.id, pos, name, err))
+	}
+	if n == 1 {
+		return nil
+	}
+	return r.diagnose(pos, name, status == stepIntent)
+}
+
+// diagnose explains a fenced write that touched no row: the run changed
+// owner or ended, or the step was already recorded by this same owner.
+func (r *run) diagnose(pos int, name string, intentOK bool) error {
+	var status string
+	var epoch int64
+	var stepStatus *string
+	err := r.retryDB("check ownership", func(ctx context.Context) error {
+		return r.e.pool.QueryRow(ctx, r.e.q.OwnershipCheck, r.id, pos).Scan(&status, &epoch, &stepStatus)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return r.halt(fmt.Errorf("durable: workflow %q was deleted while running: %w", r.id, ErrFenced))
+	case err != nil:
+		if h := r.halted(); h != nil {
+			return h
+		}
+		return r.halt(fmt.Errorf("durable: workflow %q: check ownership: %w", r.id, err))
+	case epoch != r.epoch:
+		return r.halt(fmt.Errorf("durable: workflow %q step %d %q: owner epoch is %d, this executor had %d: %w",
+			r.id, pos, name, epoch, r.epoch, ErrFenced))
+	case status == string(StatusCancelled):
+		return r.halt(fmt.Errorf("durable: workflow %q: %w", r.id, ErrCancelled))
+	case status != string(StatusPending):
+		return r.halt(fmt.Errorf("durable: workflow %q already finished with status %s: %w", r.id, status, ErrFenced))
+	case stepStatus != nil && (*stepStatus != stepIntent || intentOK):
+		return nil // recorded by an earlier try of ours
+	}
+	return r.halt(fmt.Errorf("durable: workflow %q step %d %q: checkpoint not written for an unknown reason: %w", r.id, pos, name, ErrFenced))
+}
+
+// wfDef is a registered workflow with its types erased.
+type wfDef struct {
+	name        string
+	call        func(wctx Context, input []byte) ([]byte, error)
+	maxRecovery int
+}
+
+// launch starts executing r in a new goroutine.
+func (e *Engine) launch(r *run, def *wfDef, input []byte) {
+	e.runs.Add(1)
+	go func() {
+		defer e.runs.Done()
+		e.execute(r, def, input)
+	}()
+}
+
+func (e *Engine) newRun(id, name string, epoch int64, steps map[int]*stepRecord) *run {
+	return &run{e: e, id: id, name: name, epoch: epoch, ctx: e.hardCtx, steps: steps}
+}
+
+func (e *Engine) execute(r *run, def *wfDef, input []byte) {
+	wctx := &wfContext{Context: r.ctx, r: r}
+	out, err := callWorkflow(def, wctx, input)
+	if h := r.halted(); h != nil {
+		if !errors.Is(h, ErrNonDeterministic) && !errors.Is(h, ErrDecode) {
+			// Fenced, cancelled or shutting down: not ours to finish.
+			if !errors.Is(h, ErrShutdown) {
+				e.log.Warn("durable: run stopped", "workflow_id", r.id, "workflow", r.name, "reason", h)
+			}
+			e.hub.wake(r.id, nil)
+			return
+		}
+		out, err = nil, h
+	}
+	if err == nil && len(out) > e.cfg.MaxPayloadBytes {
+		err = &PayloadTooLargeError{What: fmt.Sprintf("output of workflow %q", r.name), Size: len(out), Limit: e.cfg.MaxPayloadBytes}
+		out = nil
+	}
+	o := &outcome{status: StatusSuccess, output: out}
+	if err != nil {
+		o = &outcome{status: StatusError, err: encodeError(err)}
+	}
+	e.finish(r, o)
+}
+
+// finish records the final outcome of r and wakes its waiters.
+func (e *Engine) finish(r *run, o *outcome) {
+	var n int
+	err := r.retryDB("finish workflow", func(ctx context.Context) error {
+		rows, err := e.pool.Query(ctx, e.q.FinishWorkflow, r.id, r.epoch, string(o.status), o.output, o.err)
+		if err != nil {
+			return err
+		}
+		n = 0
+		for rows.Next() {
+			n++
+		}
+		return rows.Err()
+	})
+	switch {
+	case err != nil:
+		e.log.Warn("durable: run not finished", "workflow_id", r.id, "err", err)
+		o = nil
+	case n == 0:
+		e.log.Warn("durable: run finished elsewhere or lost ownership; result discarded", "workflow_id", r.id)
+		o = nil
+	}
+	e.hub.wake(r.id, o)
+}
+
+// callWorkflow runs workflow code and turns a panic into a PanicError.
+func callWorkflow(def *wfDef, wctx Context, input []byte) (out []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, &PanicError{Value: fmt.Sprint(p), Stack: string(debug.Stack())}
+		}
+	}()
+	return def.call(wctx, input)
+}
+
+// loadSteps reads the recorded steps of the given runs in one query.
+func (e *Engine) loadSteps(ctx context.Context, ids []string) (map[string]map[int]*stepRecord, error) {
+	rows, err := e.pool.Query(ctx, e.q.LoadStepsMany, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]map[int]*stepRecord, len(ids))
+	for rows.Next() {
+		var id string
+		rec := &stepRecord{}
+		if err := rows.Scan(&id, &rec.pos, &rec.name, &rec.status, &rec.output, &rec.err, &rec.attempts); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if out[id] == nil {
+			out[id] = map[int]*stepRecord{}
+		}
+		out[id][rec.pos] = rec
+	}
+	return out, rows.Err()
+}
+
+// encodePayload encodes v as JSON within the size limit.
+func (e *Engine) encodePayload(v any, what string) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("durable: encode %s: %w", what, err))
+	}
+	if len(b) > e.cfg.MaxPayloadBytes {
+		return nil, &PayloadTooLargeError{What: what, Size: len(b), Limit: e.cfg.MaxPayloadBytes}
+	}
+	return b, nil
+}

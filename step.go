@@ -1,0 +1,475 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Defaults of [RetryPolicy].
+const (
+	RetryMaxAttemptsDefault  = 3
+	RetryBaseDelayDefault    = 100 * time.Millisecond
+	RetryMaxDelayDefault     = 30 * time.Second
+	RetryFactorDefault       = 2.0
+	RetryJitterDefault       = 0.2
+	TxConflictRetriesDefault = 10
+)
+
+// RetryPolicy says how a failing step is retried. Attempt n waits
+// BaseDelay * Factor^(n-1), capped at MaxDelay, spread by ±Jitter. Retries
+// happen in memory: after a crash a step starts again at attempt 1.
+type RetryPolicy struct {
+	// MaxAttempts counts the first try. 1 means no retry.
+	// Defaults to RetryMaxAttemptsDefault.
+	MaxAttempts int
+	// BaseDelay is the wait before the second attempt.
+	// Defaults to RetryBaseDelayDefault.
+	BaseDelay time.Duration
+	// MaxDelay caps any single wait. Defaults to RetryMaxDelayDefault.
+	MaxDelay time.Duration
+	// Factor multiplies the wait after each attempt; at least 1.
+	// Defaults to RetryFactorDefault.
+	Factor float64
+	// Jitter spreads each wait by ±Jitter of itself, between 0 and 1; a
+	// negative value turns jitter off. Defaults to RetryJitterDefault.
+	Jitter float64
+}
+
+var noRetry = &RetryPolicy{MaxAttempts: 1}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = RetryMaxAttemptsDefault
+	}
+	if p.BaseDelay == 0 {
+		p.BaseDelay = RetryBaseDelayDefault
+	}
+	if p.MaxDelay == 0 {
+		p.MaxDelay = RetryMaxDelayDefault
+	}
+	if p.Factor == 0 {
+		p.Factor = RetryFactorDefault
+	}
+	if p.Jitter == 0 {
+		p.Jitter = RetryJitterDefault
+	}
+	return p
+}
+
+func (p RetryPolicy) validate(field string) error {
+	bad := func(f, msg string) error { return fmt.Errorf("%w: %s.%s %s", ErrInvalidArgument, field, f, msg) }
+	switch {
+	case p.MaxAttempts < 0:
+		return bad("MaxAttempts", "must not be negative")
+	case p.BaseDelay < 0:
+		return bad("BaseDelay", "must not be negative")
+	case p.MaxDelay < 0:
+		return bad("MaxDelay", "must not be negative")
+	case p.Factor != 0 && p.Factor < 1:
+		return bad("Factor", "must be at least 1")
+	case p.Jitter > 1:
+		return bad("Jitter", "must be at most 1")
+	}
+	return nil
+}
+
+// Delay returns the wait after failed attempt n (1-based), without jitter.
+func (p RetryPolicy) Delay(n int) time.Duration {
+	p = p.withDefaults()
+	d := float64(p.BaseDelay) * math.Pow(p.Factor, float64(n-1))
+	if d > float64(p.MaxDelay) || math.IsInf(d, 0) || math.IsNaN(d) {
+		return p.MaxDelay
+	}
+	return time.Duration(d)
+}
+
+// StepOpts are options of one step call.
+type StepOpts struct {
+	// Retry overrides the engine's Config.StepRetry for this step.
+	Retry *RetryPolicy
+	// Timeout bounds each attempt through its context. Defaults to none.
+	Timeout time.Duration
+}
+
+// TxStepOpts are options of one transaction step.
+type TxStepOpts struct {
+	// IsoLevel is the transaction's isolation level. Defaults to the
+	// server's default (normally read committed).
+	IsoLevel pgx.TxIsoLevel
+	// Retry is the policy for errors returned by the function (not for
+	// serialization failures). Defaults to Config.StepRetry.
+	Retry *RetryPolicy
+	// ConflictRetries bounds how many times a serialization failure or a
+	// deadlock (SQLSTATE 40001, 40P01) re-runs the whole transaction.
+	// Defaults to TxConflictRetriesDefault.
+	ConflictRetries int
+	// Timeout bounds each attempt through its context. Defaults to none.
+	Timeout time.Duration
+}
+
+// StepInfo describes the step a context belongs to.
+type StepInfo struct {
+	WorkflowID string
+	Name       string
+	Pos        int // position of the step in its run, from 0
+	Attempt    int // 1 for the first try
+}
+
+// IdempotencyKey is the step's stable key, workflow ID + "/" + position: the
+// same on every retry and every recovery. Hand it to providers that dedupe.
+func (s StepInfo) IdempotencyKey() string { return s.WorkflowID + "/" + strconv.Itoa(s.Pos) }
+
+type stepInfoKey struct{}
+
+// StepInfoFrom returns the step info carried by the context of a step
+// function; ok is false outside a step.
+func StepInfoFrom(ctx context.Context) (info StepInfo, ok bool) {
+	info, ok = ctx.Value(stepInfoKey{}).(StepInfo)
+	return info, ok
+}
+
+// IdempotencyKey returns the idempotency key of the step whose context ctx
+// is, or "" outside a step. See [StepInfo.IdempotencyKey].
+func IdempotencyKey(ctx context.Context) string {
+	if info, ok := StepInfoFrom(ctx); ok {
+		return info.IdempotencyKey()
+	}
+	return ""
+}
+
+// Step runs fn as the named step of the calling workflow and records its
+// result. On replay the recorded result is returned without running fn. A
+// failing fn is retried by the policy; an error wrapped by [Permanent] stops
+// retries. A step that failed for good returns a [*StepError]; its recorded
+// error is returned again on replay. fn's result must survive a JSON round
+// trip: the value returned, live or on replay, is the decoded record.
+func Step[R any](wctx Context, name string, fn func(ctx context.Context) (R, error), opts *StepOpts) (R, error) {
+	var zero R
+	r := wctx.workflowRun()
+	if err := checkName("step name", name); err != nil {
+		return zero, err
+	}
+	pos, rec, err := r.begin(name)
+	if err != nil {
+		return zero, err
+	}
+	if rec != nil {
+		return replay[R](r, rec)
+	}
+	var policy RetryPolicy
+	var timeout time.Duration
+	if opts != nil {
+		timeout = opts.Timeout
+		if opts.Retry != nil {
+			policy = opts.Retry.withDefaults()
+		}
+	}
+	if policy.MaxAttempts == 0 {
+		policy = r.e.cfg.StepRetry
+	}
+	started := time.Now()
+	out, attempts, err := attempt(r, pos, name, policy, timeout, fn)
+	if h := r.halted(); h != nil {
+		return zero, h
+	}
+	return record(r, pos, name, out, attempts, err, started)
+}
+
+// attempt runs fn under the retry policy.
+func attempt[R any](r *run, pos int, name string, policy RetryPolicy, timeout time.Duration, fn func(context.Context) (R, error)) (R, int, error) {
+	var out R
+	var err error
+	for n := 1; ; n++ {
+		out, err = callStep(r, pos, name, n, timeout, fn)
+		if err == nil || errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
+			return out, n, err
+		}
+		if r.e.isStopping() || r.ctx.Err() != nil {
+			return out, n, r.halt(fmt.Errorf("workflow %q step %d %q interrupted: %w", r.id, pos, name, ErrShutdown))
+		}
+		r.e.log.Debug("durable: step failed, retrying", "workflow_id", r.id, "step", name, "attempt", n, "err", err)
+		if serr := r.sleep(jitter(policy.Delay(n), max(policy.Jitter, 0))); serr != nil {
+			return out, n, serr
+		}
+	}
+}
+
+func stepContext(r *run, pos int, name string, n int, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx := context.WithValue(r.ctx, stepInfoKey{}, StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n})
+	if timeout > 0 {
+		return context.WithTimeout(ctx, timeout)
+	}
+	return ctx, func() {}
+}
+
+// callStep runs one attempt of fn, turning a panic into a [*PanicError].
+func callStep[R any](r *run, pos int, name string, n int, timeout time.Duration, fn func(context.Context) (R, error)) (out R, err error) {
+	ctx, cancel := stepContext(r, pos, name, n, timeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: fmt.Sprint(p), Stack: string(debug.Stack())}
+		}
+	}()
+	out, err = fn(ctx)
+	if err != nil && r.ctx.Err() != nil {
+		// The engine cut the step short: its outcome is not the step's.
+		return out, r.halt(fmt.Errorf("workflow %q step %d %q interrupted: %w", r.id, pos, name, ErrShutdown))
+	}
+	return out, err
+}
+
+// record checkpoints the outcome of a step and returns what replay would.
+func record[R any](r *run, pos int, name string, out R, attempts int, runErr error, started time.Time) (R, error) {
+	var zero R
+	var output, errb []byte
+	status := stepDone
+	if runErr == nil {
+		var err error
+		output, err = r.e.encodePayload(out, fmt.Sprintf("output of step %q", name))
+		if err != nil {
+			runErr = err
+		}
+	}
+	if runErr != nil {
+		status, output, errb = stepError, nil, encodeError(runErr)
+	}
+	if err := r.checkpoint(pos, name, status, output, errb, attempts, started); err != nil {
+		return zero, err
+	}
+	return replay[R](r, &stepRecord{pos: pos, name: name, status: status, output: output, err: errb, attempts: attempts})
+}
+
+// replay returns a recorded step's outcome.
+func replay[R any](r *run, rec *stepRecord) (R, error) {
+	var out R
+	switch rec.status {
+	case stepDone:
+		if err := json.Unmarshal(rec.output, &out); err != nil {
+			return out, r.halt(&DecodeError{WorkflowID: r.id, What: fmt.Sprintf("output of step %d %q", rec.pos, rec.name), Err: err})
+		}
+		return out, nil
+	case stepError:
+		return out, &StepError{WorkflowID: r.id, Step: rec.name, Pos: rec.pos, Attempts: rec.attempts, Err: decodeError(rec.err)}
+	}
+	return out, r.halt(&NonDeterminismError{WorkflowID: r.id, Pos: rec.pos, Recorded: rec.name + " (intent step)", Called: rec.name + " (plain step)"})
+}
+
+// TxStep runs fn inside a database transaction and records the step's
+// output in that same transaction, so the application's writes and the
+// checkpoint commit together or not at all. A serialization failure or
+// deadlock re-runs the whole transaction (TxStepOpts.ConflictRetries
+// times); other errors follow the retry policy. fn must not commit or roll
+// back tx. On replay the recorded output is returned without running fn.
+func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pgx.Tx) (R, error), opts *TxStepOpts) (R, error) {
+	var zero R
+	r := wctx.workflowRun()
+	if err := checkName("step name", name); err != nil {
+		return zero, err
+	}
+	pos, rec, err := r.begin(name)
+	if err != nil {
+		return zero, err
+	}
+	if rec != nil {
+		return replay[R](r, rec)
+	}
+	o := TxStepOpts{}
+	if opts != nil {
+		o = *opts
+	}
+	policy := r.e.cfg.StepRetry
+	if o.Retry != nil {
+		policy = o.Retry.withDefaults()
+	}
+	if o.ConflictRetries == 0 {
+		o.ConflictRetries = TxConflictRetriesDefault
+	}
+	started := time.Now()
+	conflicts := 0
+	for n := 1; ; {
+		out, output, done, err := txAttempt(r, pos, name, n, started, &o, fn)
+		if done {
+			if err != nil {
+				return zero, err
+			}
+			return replay[R](r, &stepRecord{pos: pos, name: name, status: stepDone, output: output, attempts: n})
+		}
+		_ = out
+		if h := r.halted(); h != nil {
+			return zero, h
+		}
+		switch {
+		case isConflict(err) && conflicts < o.ConflictRetries:
+			conflicts++
+			if serr := r.sleep(jitter(time.Duration(conflicts)*2*time.Millisecond, 0.5)); serr != nil {
+				return zero, serr
+			}
+			continue
+		case isTransient(err) && !isConflict(err):
+			// Connection trouble: the database decides, retry until it is back.
+			if serr := r.sleep(jitter(min(time.Duration(1<<min(conflicts, 7))*20*time.Millisecond, 2*time.Second), 0.2)); serr != nil {
+				return zero, serr
+			}
+			conflicts++
+			continue
+		}
+		if errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
+			return record[R](r, pos, name, zero, n, err, started)
+		}
+		if serr := r.sleep(jitter(policy.Delay(n), max(policy.Jitter, 0))); serr != nil {
+			return zero, serr
+		}
+		n++
+	}
+}
+
+// txAttempt runs one transaction of a TxStep. done reports that the step is
+// settled: recorded (output holds the record) or the run halted (err).
+func txAttempt[R any](r *run, pos int, name string, n int, started time.Time, o *TxStepOpts,
+	fn func(context.Context, pgx.Tx) (R, error)) (out R, output []byte, done bool, err error) {
+	ctx, cancel := stepContext(r, pos, name, n, o.Timeout)
+	defer cancel()
+	tx, err := r.e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: o.IsoLevel})
+	if err != nil {
+		return out, nil, false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	out, err = callTx(r, pos, name, ctx, tx, fn)
+	if err != nil {
+		return out, nil, false, err
+	}
+	output, err = r.e.encodePayload(out, fmt.Sprintf("output of step %q", name))
+	if err != nil {
+		return out, nil, false, err
+	}
+	tag, err := tx.Exec(ctx, r.e.q.InsertStep, r.id, pos, name, stepDone, output, nil, n, started, r.epoch)
+	if err != nil {
+		return out, nil, false, err
+	}
+	if tag.RowsAffected() == 0 {
+		_ = tx.Rollback(ctx)
+		if derr := r.diagnose(pos, name, false); derr != nil {
+			return out, nil, true, derr
+		}
+		// Recorded by an earlier attempt whose commit acknowledgement was lost.
+		output, err := recordedOutput(r, pos)
+		return out, output, true, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return out, nil, false, err
+	}
+	return out, output, true, nil
+}
+
+func callTx[R any](r *run, pos int, name string, ctx context.Context, tx pgx.Tx, fn func(context.Context, pgx.Tx) (R, error)) (out R, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: fmt.Sprint(p), Stack: string(debug.Stack())}
+		}
+	}()
+	out, err = fn(ctx, tx)
+	if err != nil && r.ctx.Err() != nil {
+		return out, r.halt(fmt.Errorf("workflow %q step %d %q interrupted: %w", r.id, pos, name, ErrShutdown))
+	}
+	return out, err
+}
+
+func recordedOutput(r *run, pos int) ([]byte, error) {
+	var rec stepRecord
+	var wf string
+	err := r.retryDB("read step", func(ctx context.Context) error {
+		return r.e.pool.QueryRow(ctx, r.e.q.StepRow, r.id, pos).Scan(&wf, &rec.pos, &rec.name, &rec.status, &rec.output, &rec.err, &rec.attempts)
+	})
+	if err != nil {
+		return nil, r.halt(fmt.Errorf("durable: workflow %q: read step %d: %w", r.id, pos, err))
+	}
+	return rec.output, nil
+}
+
+// IntentStep runs an external effect whose provider cannot deduplicate. It
+// records an intent before calling fn and the outcome after. If a replay
+// finds the intent without an outcome (the process died during the call),
+// it does not guess: it calls resolve, which must find out what happened
+// (ask the provider, check a side table) and return the outcome, or
+// [ErrRunAgain] to call fn again. resolve may be nil, which means run again.
+func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (R, error),
+	resolve func(ctx context.Context) (R, error), opts *StepOpts) (R, error) {
+	var zero R
+	r := wctx.workflowRun()
+	if err := checkName("step name", name); err != nil {
+		return zero, err
+	}
+	pos, rec, err := r.begin(name)
+	if err != nil {
+		return zero, err
+	}
+	if rec != nil && rec.status != stepIntent {
+		return replay[R](r, rec)
+	}
+	policy := r.e.cfg.StepRetry
+	var timeout time.Duration
+	if opts != nil {
+		timeout = opts.Timeout
+		if opts.Retry != nil {
+			policy = opts.Retry.withDefaults()
+		}
+	}
+	started := time.Now()
+	var out R
+	attempts := 0
+	runErr := ErrRunAgain
+	if rec != nil && resolve != nil {
+		out, runErr = callStep(r, pos, name, 0, timeout, resolve)
+		if h := r.halted(); h != nil {
+			return zero, h
+		}
+	}
+	if errors.Is(runErr, ErrRunAgain) {
+		if rec == nil {
+			if err := r.checkpoint(pos, name, stepIntent, nil, nil, 0, started); err != nil {
+				return zero, err
+			}
+		} else if r.e.isStopping() {
+			return zero, r.halt(fmt.Errorf("workflow %q: %w", r.id, ErrShutdown))
+		}
+		out, attempts, runErr = attempt(r, pos, name, policy, timeout, fn)
+		if h := r.halted(); h != nil {
+			return zero, h
+		}
+	}
+	var output, errb []byte
+	status := stepDone
+	if runErr == nil {
+		output, runErr = r.e.encodePayload(out, fmt.Sprintf("output of step %q", name))
+	}
+	if runErr != nil {
+		status, output, errb = stepError, nil, encodeError(runErr)
+	}
+	var n int64
+	err = r.retryDB("complete intent", func(ctx context.Context) error {
+		tag, err := r.e.pool.Exec(ctx, r.e.q.CompleteIntent, r.id, pos, status, output, errb, attempts, r.epoch)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		if h := r.halted(); h != nil {
+			return zero, h
+		}
+		return zero, r.halt(fmt.Errorf("durable: workflow %q: complete step %d %q: %w", r.id, pos, name, err))
+	}
+	if n == 0 {
+		if err := r.diagnose(pos, name, false); err != nil {
+			return zero, err
+		}
+	}
+	return replay[R](r, &stepRecord{pos: pos, name: name, status: status, output: output, err: errb, attempts: attempts})
+}

@@ -1,0 +1,395 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// maxNameLen bounds workflow IDs, workflow and step names, versions and
+// executor IDs, in bytes.
+const maxNameLen = 255
+
+// Status is the state of a workflow run.
+type Status string
+
+// Run statuses.
+const (
+	StatusPending   Status = "pending"   // running, or waiting to be resumed
+	StatusSuccess   Status = "success"   // finished with a result
+	StatusError     Status = "error"     // finished with an error
+	StatusCancelled Status = "cancelled" // cancelled before it finished
+	StatusDead      Status = "dead"      // dead-lettered: recovery attempts exhausted
+)
+
+// Finished reports whether s is a final status.
+func (s Status) Finished() bool { return s != StatusPending && s != "" }
+
+// WorkflowOpts are registration-time options of a workflow.
+type WorkflowOpts struct {
+	// MaxRecoveryAttempts overrides Config.MaxRecoveryAttempts for this
+	// workflow. Defaults to the engine's value.
+	MaxRecoveryAttempts int
+}
+
+// Workflow is a registered workflow taking P and returning R. It is the
+// typed way to start runs and to find them again.
+type Workflow[P, R any] struct {
+	e   *Engine
+	def *wfDef
+}
+
+// Name returns the workflow's registered name.
+func (w *Workflow[P, R]) Name() string { return w.def.name }
+
+// Register registers fn under name, a stable string recorded with every
+// run: keep it when the function is renamed or moved. It panics on a
+// programmer error (empty, overlong or duplicate name, registration after
+// Launch); [TryRegister] returns the error instead.
+func Register[P, R any](e *Engine, name string, fn func(wctx Context, in P) (R, error), opts *WorkflowOpts) *Workflow[P, R] {
+	w, err := TryRegister(e, name, fn, opts)
+	if err != nil {
+		panic(err)
+	}
+	return w
+}
+
+// TryRegister is [Register] returning an error instead of panicking.
+func TryRegister[P, R any](e *Engine, name string, fn func(wctx Context, in P) (R, error), opts *WorkflowOpts) (*Workflow[P, R], error) {
+	if err := checkName("workflow name", name); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("%w: workflow %q has a nil function", ErrInvalidArgument, name)
+	}
+	def := &wfDef{name: name, maxRecovery: e.cfg.MaxRecoveryAttempts}
+	if opts != nil && opts.MaxRecoveryAttempts > 0 {
+		def.maxRecovery = opts.MaxRecoveryAttempts
+	}
+	def.call = func(wctx Context, input []byte) ([]byte, error) {
+		var in P
+		if err := json.Unmarshal(input, &in); err != nil {
+			return nil, &DecodeError{WorkflowID: wctx.WorkflowID(), What: "input", Err: err}
+		}
+		out, err := fn(wctx, in)
+		if err != nil {
+			return nil, err
+		}
+		return e.encodePayload(out, fmt.Sprintf("output of workflow %q", name))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state != stateNew {
+		return nil, fmt.Errorf("%w: register workflow %q before Launch", ErrInvalidArgument, name)
+	}
+	if _, dup := e.defs[name]; dup {
+		return nil, fmt.Errorf("%w: workflow %q is already registered", ErrInvalidArgument, name)
+	}
+	e.defs[name] = def
+	return &Workflow[P, R]{e: e, def: def}, nil
+}
+
+func checkName(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: %s is empty", ErrInvalidArgument, what)
+	case len(s) > maxNameLen:
+		return fmt.Errorf("%w: %s is %d bytes, over the limit of %d", ErrInvalidArgument, what, len(s), maxNameLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidArgument, what)
+	}
+	for _, c := range s {
+		if c == 0 {
+			return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalidArgument, what)
+		}
+	}
+	return nil
+}
+
+// StartOpts are options of a single start.
+type StartOpts struct {
+	// ID is the workflow ID: the run's idempotency key. Starting an ID that
+	// exists returns the existing run instead of running again.
+	// Defaults to a new UUIDv7 (for a child: parent ID + "/" + position).
+	ID string
+}
+
+// Start starts a run of w with input in, executed by this process, and
+// returns its handle. If a run with the same ID exists, Start returns a
+// handle to it without running anything; if that run belongs to another
+// workflow, the error is a [*ConflictError].
+func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (*Handle[R], error) {
+	e := w.e
+	if err := e.canStart(); err != nil {
+		return nil, err
+	}
+	id, input, err := w.prepare(in, opts, "")
+	if err != nil {
+		return nil, err
+	}
+	return w.insertAndRun(ctx, id, input, "")
+}
+
+func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (string, []byte, error) {
+	id := defaultID
+	if opts != nil && opts.ID != "" {
+		id = opts.ID
+	}
+	if id == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return "", nil, err
+		}
+		id = u.String()
+	}
+	if err := checkName("workflow ID", id); err != nil {
+		return "", nil, err
+	}
+	input, err := w.e.encodePayload(in, fmt.Sprintf("input of workflow %q", w.def.name))
+	return id, input, err
+}
+
+// insertAndRun inserts a run owned by this executor and, when the insert
+// created it, executes it here.
+func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []byte, parent string) (*Handle[R], error) {
+	e := w.e
+	local := e.hub.subscribe(id)
+	var parentArg any
+	if parent != "" {
+		parentArg = parent
+	}
+	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, id, w.def.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, input, parentArg, nil)
+	inserted := false
+	if err == nil {
+		inserted = rows.Next()
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		e.hub.unsubscribe(id, local)
+		return nil, fmt.Errorf("durable: start workflow %q id %q: %w", w.def.name, id, err)
+	}
+	if !inserted {
+		e.hub.unsubscribe(id, local)
+		return w.existing(ctx, e.pool, id)
+	}
+	r := e.newRun(id, w.def.name, 1, nil)
+	e.launch(r, w.def, input)
+	return &Handle[R]{e: e, id: id, local: local}, nil
+}
+
+type queryer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// existing returns a handle to the stored run id, checking it belongs to w.
+func (w *Workflow[P, R]) existing(ctx context.Context, q queryer, id string) (*Handle[R], error) {
+	info, err := w.e.readRun(ctx, q, id)
+	if err != nil {
+		return nil, err
+	}
+	if info.name != w.def.name {
+		return nil, &ConflictError{WorkflowID: id, Existing: info.name, Requested: w.def.name}
+	}
+	return &Handle[R]{e: w.e, id: id}, nil
+}
+
+// StartTx inserts a run of w inside the caller's transaction tx: the run
+// exists if and only if tx commits. After the commit, a live executor with
+// w registered claims and runs it within milliseconds (woken by a
+// notification sent on commit). The returned handle waits for that run.
+func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *StartOpts) (*Handle[R], error) {
+	if tx == nil {
+		return nil, fmt.Errorf("%w: StartTx needs a transaction", ErrInvalidArgument)
+	}
+	id, input, err := w.prepare(in, opts, "")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, input, nil, "n:"+id)
+	inserted := false
+	if err == nil {
+		inserted = rows.Next()
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("durable: start workflow %q id %q in transaction: %w", w.def.name, id, err)
+	}
+	if !inserted {
+		return w.existing(ctx, tx, id)
+	}
+	return &Handle[R]{e: w.e, id: id}, nil
+}
+
+// StartChild starts a run of w as a child of the calling workflow. The
+// start is recorded as a step of the parent, so a resumed parent gets the
+// same child back instead of starting another; the child's ID defaults to
+// the parent's ID plus "/" plus the step position.
+func (w *Workflow[P, R]) StartChild(wctx Context, in P, opts *StartOpts) (*Handle[R], error) {
+	r := wctx.workflowRun()
+	name := "child:" + w.def.name
+	pos, rec, err := r.begin(name)
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		var id string
+		if rec.status != stepDone || json.Unmarshal(rec.output, &id) != nil {
+			return nil, r.halt(&DecodeError{WorkflowID: r.id, What: fmt.Sprintf("step %d (child start)", pos), Err: errors.New("no child ID recorded")})
+		}
+		return &Handle[R]{e: w.e, id: id}, nil
+	}
+	started := time.Now()
+	id, input, err := w.prepare(in, opts, r.id+"/"+strconv.Itoa(pos))
+	if err != nil {
+		return nil, err
+	}
+	var h *Handle[R]
+	err = r.retryDB("start child", func(ctx context.Context) error {
+		var err error
+		h, err = w.insertAndRun(ctx, id, input, r.id)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrWorkflowConflict) {
+			return nil, err
+		}
+		if h := r.halted(); h != nil {
+			return nil, h
+		}
+		return nil, fmt.Errorf("durable: start child workflow %q: %w", id, err)
+	}
+	idJSON, _ := json.Marshal(id)
+	if err := r.checkpoint(pos, name, stepDone, idJSON, nil, 1, started); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Handle retrieves the handle of run id of w from any process. It fails
+// with [ErrWorkflowNotFound] or a [*ConflictError] when id is not a run of w.
+func (w *Workflow[P, R]) Handle(ctx context.Context, id string) (*Handle[R], error) {
+	return w.existing(ctx, w.e.pool, id)
+}
+
+// Handle follows one run.
+type Handle[R any] struct {
+	e     *Engine
+	id    string
+	local *waiter // the run executes in this process
+}
+
+// ID returns the workflow ID.
+func (h *Handle[R]) ID() string { return h.id }
+
+// Status returns the run's current status.
+func (h *Handle[R]) Status(ctx context.Context) (Status, error) {
+	info, err := h.e.readRun(ctx, h.e.pool, h.id)
+	if err != nil {
+		return "", err
+	}
+	return info.status, nil
+}
+
+// Result waits until the run finishes and returns its result, or its error
+// as recorded (so errors.Is matches the recorded cause). It waits on a
+// notification, not a polling loop; ctx bounds the wait. It may be called
+// any number of times.
+func (h *Handle[R]) Result(ctx context.Context) (R, error) {
+	var zero R
+	if h.local != nil {
+		select {
+		case <-h.local.ch:
+			if o := h.local.out; o != nil {
+				return decodeOutcome[R](h.id, o)
+			}
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		}
+	}
+	e := h.e
+	for {
+		w := e.hub.subscribe(h.id)
+		info, err := e.readRun(ctx, e.pool, h.id)
+		if err != nil {
+			e.hub.unsubscribe(h.id, w)
+			return zero, err
+		}
+		if info.status.Finished() {
+			e.hub.unsubscribe(h.id, w)
+			return decodeOutcome[R](h.id, &outcome{status: info.status, output: info.output, err: info.err})
+		}
+		t := time.NewTimer(e.cfg.PollInterval)
+		select {
+		case <-w.ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			e.hub.unsubscribe(h.id, w)
+			return zero, ctx.Err()
+		}
+		t.Stop()
+		e.hub.unsubscribe(h.id, w)
+		if o := w.out; o != nil {
+			return decodeOutcome[R](h.id, o)
+		}
+	}
+}
+
+func decodeOutcome[R any](id string, o *outcome) (R, error) {
+	var out R
+	if o.status != StatusSuccess {
+		return out, decodeError(o.err)
+	}
+	if err := json.Unmarshal(o.output, &out); err != nil {
+		return out, &DecodeError{WorkflowID: id, What: "output", Err: err}
+	}
+	return out, nil
+}
+
+// runInfo is a stored run.
+type runInfo struct {
+	id, name, appVersion string
+	status               Status
+	executor, parent     *string
+	epoch                int64
+	recoveryAttempts     int
+	input, output, err   []byte
+	createdAt, updatedAt time.Time
+}
+
+func (e *Engine) readRun(ctx context.Context, q queryer, id string) (*runInfo, error) {
+	var ri runInfo
+	var status string
+	err := q.QueryRow(ctx, e.q.WorkflowByID, id).Scan(&ri.id, &ri.name, &status, &ri.appVersion, &ri.executor, &ri.epoch,
+		&ri.recoveryAttempts, &ri.parent, &ri.input, &ri.output, &ri.err, &ri.createdAt, &ri.updatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("durable: read workflow %q: %w", id, err)
+	}
+	ri.status = Status(status)
+	return &ri, nil
+}
+
+// Now returns the current time, recorded as a step so a replay sees the
+// same value. Use it instead of time.Now in workflow code.
+func Now(wctx Context) (time.Time, error) {
+	return Step(wctx, "durable.now", func(context.Context) (time.Time, error) { return time.Now(), nil }, &StepOpts{Retry: noRetry})
+}
+
+// NewID returns a random UUID, recorded as a step so a replay sees the same
+// value. Use it instead of generating random IDs in workflow code.
+func NewID(wctx Context) (string, error) {
+	return Step(wctx, "durable.id", func(context.Context) (string, error) { return uuid.NewString(), nil }, &StepOpts{Retry: noRetry})
+}

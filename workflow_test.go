@@ -1,0 +1,171 @@
+package durable_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+)
+
+type signup struct {
+	Email string `json:"email"`
+	Seats int    `json:"seats"`
+}
+
+type receipt struct {
+	Workspace string `json:"workspace"`
+	Seats     int    `json:"seats"`
+}
+
+func TestWorkflowStepsAndResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var provisions atomic.Int32
+	var onboard *durable.Workflow[signup, receipt]
+	e := b.engine(t, nil, func(e *durable.Engine) {
+		_, err := b.pool.Exec(ctxT(t), fmt.Sprintf("CREATE TABLE %s.seats (workspace text, n int)", b.schema))
+		require.NoError(t, err)
+		onboard = durable.Register(e, "onboard", func(wctx durable.Context, in signup) (receipt, error) {
+			ws, err := durable.Step(wctx, "provision", func(ctx context.Context) (string, error) {
+				provisions.Add(1)
+				require.Equal(t, wctx.WorkflowID()+"/0", durable.IdempotencyKey(ctx))
+				return "ws-" + in.Email, nil
+			}, nil)
+			if err != nil {
+				return receipt{}, err
+			}
+			n, err := durable.TxStep(wctx, "record-seats", func(ctx context.Context, tx pgx.Tx) (int, error) {
+				_, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO %s.seats VALUES ($1, $2)", b.schema), ws, in.Seats)
+				return in.Seats, err
+			}, nil)
+			if err != nil {
+				return receipt{}, err
+			}
+			return receipt{Workspace: ws, Seats: n}, nil
+		}, nil)
+	})
+	ctx := ctxT(t)
+	h, err := onboard.Start(ctx, signup{Email: "a@example.com", Seats: 3}, &durable.StartOpts{ID: "signup-42"})
+	require.NoError(t, err)
+	got, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, receipt{Workspace: "ws-a@example.com", Seats: 3}, got)
+	st, err := h.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, durable.StatusSuccess, st)
+
+	// Same ID again: the existing run, not a second execution.
+	h2, err := onboard.Start(ctx, signup{Email: "a@example.com", Seats: 3}, &durable.StartOpts{ID: "signup-42"})
+	require.NoError(t, err)
+	got2, err := h2.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, got, got2)
+	require.EqualValues(t, 1, provisions.Load())
+
+	var seats int
+	require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s.seats", b.schema)).Scan(&seats))
+	require.Equal(t, 1, seats)
+
+	// A handle by ID from the typed workflow.
+	h3, err := onboard.Handle(ctx, "signup-42")
+	require.NoError(t, err)
+	got3, err := h3.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, got, got3)
+	_, err = onboard.Handle(ctx, "nope")
+	require.ErrorIs(t, err, durable.ErrWorkflowNotFound)
+	_ = e
+}
+
+func TestWorkflowIDConflict(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var a, c *durable.Workflow[int, int]
+	b.engine(t, nil, func(e *durable.Engine) {
+		a = durable.Register(e, "a", func(wctx durable.Context, in int) (int, error) { return in + 1, nil }, nil)
+		c = durable.Register(e, "c", func(wctx durable.Context, in int) (int, error) { return in + 2, nil }, nil)
+	})
+	ctx := ctxT(t)
+	h, err := a.Start(ctx, 1, &durable.StartOpts{ID: "x"})
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+	_, err = c.Start(ctx, 1, &durable.StartOpts{ID: "x"})
+	var ce *durable.ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.ErrorIs(t, err, durable.ErrWorkflowConflict)
+	require.Equal(t, "a", ce.Existing)
+	require.Equal(t, "c", ce.Requested)
+}
+
+func TestStepRetriesAndPermanentErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls, permCalls atomic.Int32
+	var wf *durable.Workflow[string, string]
+	b.engine(t, nil, func(e *durable.Engine) {
+		wf = durable.Register(e, "retry", func(wctx durable.Context, in string) (string, error) {
+			out, err := durable.Step(wctx, "flaky", func(ctx context.Context) (string, error) {
+				info, _ := durable.StepInfoFrom(ctx)
+				if calls.Add(1) < 3 {
+					return "", fmt.Errorf("attempt %d failed", info.Attempt)
+				}
+				return fmt.Sprintf("ok on attempt %d", info.Attempt), nil
+			}, &durable.StepOpts{Retry: &durable.RetryPolicy{MaxAttempts: 5, BaseDelay: 1}})
+			if err != nil {
+				return "", err
+			}
+			_, err = durable.Step(wctx, "doomed", func(ctx context.Context) (int, error) {
+				permCalls.Add(1)
+				return 0, durable.Permanent(errors.New("card declined"))
+			}, nil)
+			return out, err
+		}, nil)
+	})
+	ctx := ctxT(t)
+	h, err := wf.Start(ctx, "x", nil)
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.ErrorIs(t, err, durable.ErrPermanent)
+	require.Contains(t, err.Error(), "card declined")
+	require.EqualValues(t, 3, calls.Load())
+	require.EqualValues(t, 1, permCalls.Load())
+	st, err := h.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, durable.StatusError, st)
+}
+
+func TestPanicsAreRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var stepPanic, wfPanic *durable.Workflow[int, int]
+	b.engine(t, nil, func(e *durable.Engine) {
+		stepPanic = durable.Register(e, "step-panic", func(wctx durable.Context, in int) (int, error) {
+			return durable.Step(wctx, "boom", func(ctx context.Context) (int, error) {
+				var m map[string]int
+				m["x"] = 1 // nil map write
+				return 0, nil
+			}, nil)
+		}, nil)
+		wfPanic = durable.Register(e, "wf-panic", func(wctx durable.Context, in int) (int, error) {
+			panic("workflow exploded")
+		}, nil)
+	})
+	ctx := ctxT(t)
+	for _, wf := range []*durable.Workflow[int, int]{stepPanic, wfPanic} {
+		h, err := wf.Start(ctx, 1, nil)
+		require.NoError(t, err)
+		_, err = h.Result(ctx)
+		require.ErrorIs(t, err, durable.ErrPanic, wf.Name())
+		var rec *durable.RecordedError
+		require.ErrorAs(t, err, &rec)
+		require.True(t, strings.Contains(rec.Stack, "goroutine"), "stack recorded: %q", rec.Stack)
+	}
+}
