@@ -1,5 +1,272 @@
 package durable_test
 
-import "os"
+// Child processes of the crash tests. The test binary re-executes itself
+// with DURABLE_CHILD set; the child runs one engine and may SIGKILL itself
+// at a chosen boundary, which is as abrupt as an OOM kill or a power cut.
 
-func runChildIfAsked() bool { return os.Getenv("DURABLE_CHILD") != "" && false }
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+)
+
+// crashSteps is the workflow of the crash matrix: plain steps call an
+// external provider keyed by the idempotency key; tx steps write app rows.
+var crashSteps = []string{"plain", "tx", "plain", "tx", "plain"}
+
+func runChildIfAsked() bool {
+	mode := os.Getenv("DURABLE_CHILD")
+	if mode == "" {
+		return false
+	}
+	if err := runChild(mode); err != nil {
+		fmt.Fprintln(os.Stderr, "child error:", err)
+		os.Exit(3)
+	}
+	os.Exit(0)
+	return true
+}
+
+func killSelf() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // never reached
+}
+
+func runChild(mode string) error {
+	ctx := context.Background()
+	schema := os.Getenv("DURABLE_SCHEMA")
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	lease, _ := time.ParseDuration(os.Getenv("DURABLE_LEASE"))
+	maxRec, _ := strconv.Atoi(os.Getenv("DURABLE_MAXREC"))
+	e, err := durable.New(pool, &durable.Config{
+		Schema:              schema,
+		AppVersion:          "crash",
+		ExecutorID:          os.Getenv("DURABLE_EXEC_ID"),
+		LeaseTTL:            lease,
+		PollInterval:        200 * time.Millisecond,
+		MaxRecoveryAttempts: maxRec,
+		StepRetry:           durable.RetryPolicy{BaseDelay: time.Millisecond},
+		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		return err
+	}
+	q := func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
+	logExec := func(ctx context.Context, wf string, pos int) {
+		_, _ = pool.Exec(ctx, q("INSERT INTO @executions (workflow_id, pos, pid) VALUES ($1, $2, $3)"), wf, pos, os.Getpid())
+	}
+	switch mode {
+	case "matrix":
+		crash := os.Getenv("DURABLE_CRASH") // point:pos
+		point, posStr, _ := strings.Cut(crash, ":")
+		crashPos, _ := strconv.Atoi(posStr)
+		at := func(p string, pos int) bool { return crash != "" && p == point && pos == crashPos }
+		wf := durable.Register(e, "matrix", func(wctx durable.Context, in int) (int, error) {
+			sum := in
+			for i, kind := range crashSteps {
+				if at("before", i) {
+					killSelf()
+				}
+				var v int
+				var err error
+				if kind == "plain" {
+					v, err = durable.Step(wctx, fmt.Sprintf("effect-%d", i), func(ctx context.Context) (int, error) {
+						logExec(ctx, wctx.WorkflowID(), i)
+						// The external provider dedupes on the idempotency key.
+						if _, err := pool.Exec(ctx, q(`INSERT INTO @effects (idem_key) VALUES ($1)
+							ON CONFLICT (idem_key) DO UPDATE SET seen = @effects.seen + 1`), durable.IdempotencyKey(ctx)); err != nil {
+							return 0, err
+						}
+						if at("after-effect", i) {
+							killSelf()
+						}
+						return i * 10, nil
+					}, nil)
+				} else {
+					v, err = durable.TxStep(wctx, fmt.Sprintf("write-%d", i), func(ctx context.Context, tx pgx.Tx) (int, error) {
+						logExec(ctx, wctx.WorkflowID(), i)
+						if _, err := tx.Exec(ctx, q("INSERT INTO @orders (workflow_id, pos) VALUES ($1, $2)"), wctx.WorkflowID(), i); err != nil {
+							return 0, err
+						}
+						if at("in-tx", i) {
+							killSelf()
+						}
+						return i * 100, nil
+					}, nil)
+				}
+				if err != nil {
+					return 0, err
+				}
+				sum += v
+				if at("after-checkpoint", i) {
+					killSelf()
+				}
+			}
+			return sum, nil
+		}, nil)
+		if err := e.Launch(ctx); err != nil {
+			return err
+		}
+		h, err := wf.Start(ctx, 1, &durable.StartOpts{ID: "matrix-run"})
+		if err != nil {
+			return err
+		}
+		out, err := h.Result(ctx)
+		if errors.Is(err, durable.ErrDeadLetter) {
+			fmt.Println("dead-lettered:", err)
+			return e.Shutdown(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Println("result", out)
+		return e.Shutdown(ctx)
+
+	case "worker":
+		// Runs "slow" workflows; starts DURABLE_START of them, then serves
+		// until killed. DURABLE_BLOCK makes step 0 block for that long
+		// (the fencing test pauses this process meanwhile).
+		block, _ := time.ParseDuration(os.Getenv("DURABLE_BLOCK"))
+		wf := durable.Register(e, "slow", func(wctx durable.Context, steps int) (string, error) {
+			var last string
+			for i := 0; i < steps; i++ {
+				var err error
+				last, err = durable.Step(wctx, fmt.Sprintf("s%d", i), func(ctx context.Context) (string, error) {
+					logExec(ctx, wctx.WorkflowID(), i)
+					if i == 0 && block > 0 {
+						fmt.Println("blocking")
+						time.Sleep(block)
+					} else {
+						time.Sleep(50 * time.Millisecond)
+					}
+					return fmt.Sprintf("%s by %d", durable.IdempotencyKey(ctx), os.Getpid()), nil
+				}, nil)
+				if err != nil {
+					return "", err
+				}
+			}
+			return last, nil
+		}, nil)
+		if err := e.Launch(ctx); err != nil {
+			return err
+		}
+		n, _ := strconv.Atoi(os.Getenv("DURABLE_START"))
+		steps, _ := strconv.Atoi(cmpOr(os.Getenv("DURABLE_STEPS"), "10"))
+		for i := 0; i < n; i++ {
+			if _, err := wf.Start(ctx, steps, &durable.StartOpts{ID: fmt.Sprintf("%s-%d", e.ExecutorID(), i)}); err != nil {
+				return err
+			}
+		}
+		fmt.Println("ready")
+		// Serve until stdin closes or the process is killed.
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return e.Shutdown(sctx)
+	}
+	return errors.New("unknown child mode " + mode)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// child is a running child process.
+type child struct {
+	cmd    *exec.Cmd
+	stdin  interface{ Close() error }
+	lines  chan string
+	stderr *syncBuffer
+	done   chan error
+}
+
+func startChild(t *testing.T, mode, schema, execID string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DURABLE_CHILD="+mode, "DURABLE_SCHEMA="+schema, "DURABLE_EXEC_ID="+execID)
+	cmd.Env = append(cmd.Env, env...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 100), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stderr = c.stderr
+	require.NoError(t, cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	go func() { c.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("child %s (%s) stderr:\n%s", execID, mode, c.stderr.String())
+		}
+	})
+	return c
+}
+
+// waitLine waits for a stdout line with the given prefix.
+func (c *child) waitLine(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("child exited before printing %q; stderr:\n%s", prefix, c.stderr.String())
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("child did not print %q; stderr:\n%s", prefix, c.stderr.String())
+		}
+	}
+}
+
+// wait waits for the child to exit and returns its exit error.
+func (c *child) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-c.done:
+		return err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("child did not exit; stderr:\n%s", c.stderr.String())
+		return nil
+	}
+}
+
+func killedBySIGKILL(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}

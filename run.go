@@ -230,6 +230,12 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		}
 		out, err = nil, h
 	}
+	if err != nil && (errors.Is(err, ErrShutdown) || r.ctx.Err() != nil) {
+		// The code gave up because the engine is stopping (or passed on the
+		// shutdown error of a step): the run stays pending for the next owner.
+		e.hub.wake(r.id, nil)
+		return
+	}
 	if err == nil && len(out) > e.cfg.MaxPayloadBytes {
 		err = &PayloadTooLargeError{What: fmt.Sprintf("output of workflow %q", r.name), Size: len(out), Limit: e.cfg.MaxPayloadBytes}
 		out = nil

@@ -1,0 +1,246 @@
+package durable_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+func appTables(t *testing.T, pool *pgxpool.Pool, schema string) func(string) string {
+	q := func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
+	_, err := pool.Exec(ctxT(t), q(`
+		CREATE TABLE @executions (workflow_id text, pos int, pid int, at timestamptz DEFAULT clock_timestamp());
+		CREATE TABLE @effects (idem_key text PRIMARY KEY, seen int NOT NULL DEFAULT 1);
+		CREATE TABLE @orders (workflow_id text, pos int)`))
+	require.NoError(t, err)
+	return q
+}
+
+// TestCrashMatrix kills a real child process (SIGKILL) at every boundary of
+// a five-step workflow, restarts it, and checks guarantees 1-3: the run
+// finishes with the right result, no step runs again after its checkpoint,
+// transaction steps' rows exist exactly once, and the provider sees each
+// idempotency key once.
+func TestCrashMatrix(t *testing.T) {
+	t.Parallel()
+	type crashCase struct {
+		point string
+		pos   int
+	}
+	var cases []crashCase
+	for i, kind := range crashSteps {
+		cases = append(cases, crashCase{"before", i}, crashCase{"after-checkpoint", i})
+		if kind == "plain" {
+			cases = append(cases, crashCase{"after-effect", i})
+		} else {
+			cases = append(cases, crashCase{"in-tx", i})
+		}
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s-%d", tc.point, tc.pos), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			schema := pgtest.Schema(t)
+			q := appTables(t, pool, schema)
+			ctx := ctxT(t)
+			env := []string{"DURABLE_LEASE=30s"}
+
+			first := startChild(t, "matrix", schema, "matrix-exec", append(env, fmt.Sprintf("DURABLE_CRASH=%s:%d", tc.point, tc.pos))...)
+			err := first.wait(t)
+			require.True(t, killedBySIGKILL(err), "first child must die by SIGKILL, got %v; stderr:\n%s", err, first.stderr.String())
+
+			second := startChild(t, "matrix", schema, "matrix-exec", env...)
+			require.Equal(t, "result 461", second.waitLine(t, "result"))
+			require.NoError(t, second.wait(t))
+
+			// Every step body ran once, except the one interrupted before
+			// its checkpoint (after its effect, or inside its transaction).
+			rows, err := pool.Query(ctx, q("SELECT pos, count(*) FROM @executions GROUP BY pos ORDER BY pos"))
+			require.NoError(t, err)
+			counts := map[int]int{}
+			for rows.Next() {
+				var pos, n int
+				require.NoError(t, rows.Scan(&pos, &n))
+				counts[pos] = n
+			}
+			require.NoError(t, rows.Err())
+			for i := range crashSteps {
+				want := 1
+				if i == tc.pos && (tc.point == "after-effect" || tc.point == "in-tx") {
+					want = 2
+				}
+				require.Equal(t, want, counts[i], "executions of step %d", i)
+			}
+
+			// The provider saw each idempotency key; a key seen twice was
+			// deduplicated, so each effect happened once.
+			var keys []string
+			var seen []int
+			rows, err = pool.Query(ctx, q("SELECT idem_key, seen FROM @effects ORDER BY idem_key"))
+			require.NoError(t, err)
+			for rows.Next() {
+				var k string
+				var n int
+				require.NoError(t, rows.Scan(&k, &n))
+				keys = append(keys, k)
+				seen = append(seen, n)
+			}
+			require.Equal(t, []string{"matrix-run/0", "matrix-run/2", "matrix-run/4"}, keys)
+			for i, n := range seen {
+				if tc.point == "after-effect" && keys[i] == fmt.Sprintf("matrix-run/%d", tc.pos) {
+					require.Equal(t, 2, n, "the retried effect reached the provider again with the same key")
+				} else {
+					require.Equal(t, 1, n, keys[i])
+				}
+			}
+
+			// Transaction steps' app rows exist exactly once.
+			var orders []string
+			rows, err = pool.Query(ctx, q("SELECT workflow_id || '/' || pos FROM @orders ORDER BY pos"))
+			require.NoError(t, err)
+			for rows.Next() {
+				var s string
+				require.NoError(t, rows.Scan(&s))
+				orders = append(orders, s)
+			}
+			require.Equal(t, []string{"matrix-run/1", "matrix-run/3"}, orders)
+
+			var status string
+			var recovered, steps int
+			require.NoError(t, pool.QueryRow(ctx, q(`SELECT status, recovery_attempts,
+				(SELECT count(*) FROM @steps WHERE workflow_id = 'matrix-run' AND status = 'done')
+				FROM @workflows WHERE id = 'matrix-run'`)).Scan(&status, &recovered, &steps))
+			require.Equal(t, "success", status)
+			require.Equal(t, 1, recovered)
+			require.Equal(t, len(crashSteps), steps)
+		})
+	}
+}
+
+// TestTakeoverAfterExecutorDies runs three executor processes; one is
+// SIGKILLed in the middle of its runs, which the other two take over once
+// its lease expires, finishing each run exactly once.
+func TestTakeoverAfterExecutorDies(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	q := appTables(t, pool, schema)
+	ctx := ctxT(t)
+	const runs = 6
+	lease := "DURABLE_LEASE=1s"
+	b := startChild(t, "worker", schema, "B", lease)
+	b.waitLine(t, "ready")
+	c := startChild(t, "worker", schema, "C", lease)
+	c.waitLine(t, "ready")
+	a := startChild(t, "worker", schema, "A", lease, fmt.Sprintf("DURABLE_START=%d", runs), "DURABLE_STEPS=10")
+	a.waitLine(t, "ready")
+	require.Eventually(t, func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, q("SELECT count(DISTINCT workflow_id) FROM @executions WHERE pos >= 2")).Scan(&n)
+		return n == runs
+	}, 30*time.Second, 5*time.Millisecond)
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
+	killedAt := time.Now()
+	require.True(t, killedBySIGKILL(a.wait(t)))
+
+	require.Eventually(t, func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE status = 'success'")).Scan(&n)
+		return n == runs
+	}, 60*time.Second, 5*time.Millisecond)
+	t.Logf("all %d runs of the killed executor finished %v after the kill (lease 1s)", runs, time.Since(killedAt).Round(time.Millisecond))
+
+	rows, err := pool.Query(ctx, q("SELECT executor_id, (SELECT count(*) FROM @steps s WHERE s.workflow_id = w.id) FROM @workflows w"))
+	require.NoError(t, err)
+	for rows.Next() {
+		var owner string
+		var steps int
+		require.NoError(t, rows.Scan(&owner, &steps))
+		require.Contains(t, []string{"B", "C"}, owner)
+		require.Equal(t, 10, steps)
+	}
+	require.NoError(t, rows.Err())
+	// At most the step in flight at the kill ran twice in each run.
+	var maxPerStep, rerunsPerRun int
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT coalesce(max(n), 0) FROM (SELECT count(*) n FROM @executions GROUP BY workflow_id, pos) x`)).Scan(&maxPerStep))
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT coalesce(max(r), 0) FROM (SELECT workflow_id, count(*) - count(DISTINCT pos) r FROM @executions GROUP BY workflow_id) x`)).Scan(&rerunsPerRun))
+	require.LessOrEqual(t, maxPerStep, 2)
+	require.LessOrEqual(t, rerunsPerRun, 1)
+}
+
+// TestFencingRejectsPausedOwner pauses an executor (SIGSTOP) in the middle
+// of a step until its lease expires and another executor finishes the run,
+// then resumes it (SIGCONT): the old owner's late checkpoint is rejected.
+func TestFencingRejectsPausedOwner(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	q := appTables(t, pool, schema)
+	ctx := ctxT(t)
+	lease := "DURABLE_LEASE=1s"
+	b := startChild(t, "worker", schema, "B", lease)
+	b.waitLine(t, "ready")
+	a := startChild(t, "worker", schema, "A", lease, "DURABLE_START=1", "DURABLE_STEPS=3", "DURABLE_BLOCK=2s")
+	a.waitLine(t, "ready")
+	a.waitLine(t, "blocking")
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+
+	var status, output string
+	require.Eventually(t, func() bool {
+		_ = pool.QueryRow(ctx, q("SELECT status, coalesce(output::text, '') FROM @workflows WHERE id = 'A-0'")).Scan(&status, &output)
+		return status == "success"
+	}, 30*time.Second, 5*time.Millisecond)
+	require.Contains(t, output, fmt.Sprintf("by %d", b.cmd.Process.Pid))
+
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+	require.Eventually(t, func() bool {
+		return strings.Contains(a.stderr.String(), "no longer owns the workflow")
+	}, 30*time.Second, 10*time.Millisecond, "the resumed old owner must be fenced")
+
+	var step0 string
+	require.NoError(t, pool.QueryRow(ctx, q("SELECT output::text FROM @steps WHERE workflow_id = 'A-0' AND pos = 0")).Scan(&step0))
+	require.Contains(t, step0, fmt.Sprintf("by %d", b.cmd.Process.Pid), "the new owner's checkpoint stands")
+	var pids []int
+	rows, err := pool.Query(ctx, q("SELECT pid FROM @executions WHERE workflow_id = 'A-0' AND pos = 0 ORDER BY at"))
+	require.NoError(t, err)
+	for rows.Next() {
+		var p int
+		require.NoError(t, rows.Scan(&p))
+		pids = append(pids, p)
+	}
+	require.Equal(t, []int{a.cmd.Process.Pid, b.cmd.Process.Pid}, pids)
+	_ = context.Background
+}
+
+// TestDeadLetterAfterRepeatedCrashes: a run that kills its executor every
+// time it is resumed moves to the dead-letter status once it has used its
+// recovery attempts, with an error saying so.
+func TestDeadLetterAfterRepeatedCrashes(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	q := appTables(t, pool, schema)
+	env := []string{"DURABLE_LEASE=30s", "DURABLE_MAXREC=2", "DURABLE_CRASH=before:1"}
+	for i := 0; i < 3; i++ { // first run, then recovery attempts 1 and 2: all crash
+		c := startChild(t, "matrix", schema, "dl-exec", env...)
+		require.True(t, killedBySIGKILL(c.wait(t)), "run %d must crash; stderr:\n%s", i, c.stderr.String())
+	}
+	c := startChild(t, "matrix", schema, "dl-exec", env...)
+	line := c.waitLine(t, "dead-lettered")
+	require.Contains(t, line, "dead-lettered after 2 recovery attempts")
+	require.NoError(t, c.wait(t))
+	var status string
+	var attempts int
+	require.NoError(t, pool.QueryRow(ctxT(t), q("SELECT status, recovery_attempts FROM @workflows WHERE id = 'matrix-run'")).Scan(&status, &attempts))
+	require.Equal(t, "dead", status)
+	require.Equal(t, 3, attempts)
+}
