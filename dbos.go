@@ -208,10 +208,12 @@ type Engine struct {
 	hardCancel context.CancelCauseFunc
 	runs       sync.WaitGroup
 
-	hub   *hub
-	kick  chan struct{} // wakes the sweeper
-	bg    *services
-	ready chan struct{}
+	hub  *hub
+	kick chan struct{} // wakes the sweeper
+
+	lastOrphanReport string // sweeper goroutine only
+	bg               *services
+	ready            chan struct{}
 }
 
 type engineState int

@@ -66,13 +66,30 @@ func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
 		e.log.Warn("durable: count runs of other versions", "err", err)
 		return
 	}
-	defer rows.Close()
+	type group struct {
+		name, version string
+		n             int64
+	}
+	var groups []group
 	for rows.Next() {
-		var name, version string
-		var n int64
-		if rows.Scan(&name, &version, &n) != nil {
+		var g group
+		if rows.Scan(&g.name, &g.version, &g.n) != nil {
+			rows.Close()
 			return
 		}
+		groups = append(groups, g)
+	}
+	if rows.Err() != nil {
+		return
+	}
+	// Log only when the picture changed, not on every sweep.
+	summary := fmt.Sprint(groups)
+	if summary == e.lastOrphanReport {
+		return
+	}
+	e.lastOrphanReport = summary
+	for _, g := range groups {
+		name, version, n := g.name, g.version, g.n
 		if version != e.cfg.AppVersion {
 			e.log.Warn("durable: pending runs wait for an executor of their application version",
 				"workflow", name, "run_app_version", version, "count", n)
@@ -189,6 +206,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 				break
 			}
 		}
+		e.reportOrphansElsewhere(ctx)
 		if time.Since(lastCleanup) > 10*time.Minute {
 			lastCleanup = time.Now()
 			if _, err := e.pool.Exec(ctx, e.q.DeleteDeadExecutors); err != nil && ctx.Err() == nil {
