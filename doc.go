@@ -1,0 +1,78 @@
+// Package durable makes plain Go functions durable workflows, recorded in
+// the application's own Postgres.
+//
+// Every step's output is checkpointed as it completes. When a process dies
+// (SIGKILL, OOM, deploy, lost connection) the run resumes on the next boot of
+// any executor at its first unrecorded step; recorded outputs are replayed,
+// never recomputed, so a model answer is never re-sampled and a side effect
+// guarded by its idempotency key happens once.
+//
+// # Overview
+//
+//	eng, err := durable.New(pool, &durable.Config{AppVersion: "2026-11-29"})
+//	onboard := durable.Register(eng, "onboard", func(wctx durable.Context, in Signup) (Receipt, error) {
+//		ws, err := durable.Step(wctx, "provision", provision, nil)       // plain step, retried by policy
+//		n, err := durable.TxStep(wctx, "record-seat", recordSeat, nil)   // app writes + checkpoint in one transaction
+//		...
+//	})
+//	err = eng.Launch(ctx)                       // migrate, resume pending runs, start services
+//	h, err := onboard.Start(ctx, in, &durable.StartOpts{ID: "signup-42"})
+//	receipt, err := h.Result(ctx)
+//	err = eng.Shutdown(ctx)
+//
+// Cost: one database round trip per step on the live path. A run's recorded
+// steps are loaded once when it resumes and replayed from memory; each new
+// checkpoint is a single INSERT that also checks ownership (fencing).
+//
+// # Ownership and recovery
+//
+// Every executor holds a lease row renewed by heartbeats. Launch resumes
+// the pending runs of its own ExecutorID (give each replica a stable one);
+// a live executor takes over the runs of an executor whose lease expired.
+// Each change of owner bumps the run's epoch, and every checkpoint write
+// checks it, so a paused "zombie" executor can never write into a run it no
+// longer owns. A run whose executor keeps dying is dead-lettered after
+// Config.MaxRecoveryAttempts. Runs are only resumed by executors with the
+// same Config.AppVersion that register their workflow name.
+//
+// # Determinism rules
+//
+// Workflow code is re-executed from the top when a run resumes, with
+// recorded steps answered from the database. So workflow code (not step
+// code) must:
+//   - do all I/O, and anything that may differ between executions, inside
+//     steps: Step, TxStep, IntentStep;
+//   - call steps in the same order with the same names for the same input
+//     (a different name at a recorded position stops the run with a
+//     [*NonDeterminismError]);
+//   - use [Now] and [NewID] instead of time.Now and random IDs;
+//   - start child workflows with [Workflow.StartChild], which records the
+//     start, rather than Start;
+//   - not branch on a step error's concrete Go type: a step error is
+//     returned as recorded ([*StepError] wrapping a [*RecordedError]); use
+//     errors.Is with the package's sentinels instead.
+//
+// Step results must survive a JSON round trip; the value a step returns is
+// the decoded record, live and on replay alike.
+//
+// # Errors
+//
+//	situation                                        error
+//	-----------------------------------------------  ------------------------------------------
+//	Start of an ID used by another workflow          *ConflictError (ErrWorkflowConflict)
+//	handle of an ID that does not exist              ErrWorkflowNotFound
+//	input or output over Config.MaxPayloadBytes      *PayloadTooLargeError (ErrPayloadTooLarge)
+//	bad name, ID, config field or option             ErrInvalidArgument, naming the field
+//	Start before Launch / during Shutdown            ErrNotLaunched / ErrShutdown
+//	step failed for good                             *StepError wrapping the recorded cause
+//	step or workflow panicked                        ErrPanic (with the stack recorded)
+//	replay met another step than recorded            *NonDeterminismError (ErrNonDeterministic)
+//	stored payload no longer decodes                 ErrDecode
+//	run kept crashing its executor                   *DeadLetterError (ErrDeadLetter), status dead
+//	executor lost ownership of a run                 ErrFenced (the run goes on elsewhere)
+//	schema too old with Config.SkipMigrate           ErrSchemaOutdated
+//
+// Errors read back from the database are [*RecordedError] values whose Kind
+// keeps the cause class: errors.Is still matches ErrPermanent, ErrCancelled,
+// context.Canceled, context.DeadlineExceeded and the sentinels above.
+package durable
