@@ -26,6 +26,10 @@ CREATE TABLE IF NOT EXISTS {{schema}}.workflows (
     -- write made on behalf of a run checks it.
     epoch             bigint NOT NULL DEFAULT 0,
     recovery_attempts integer NOT NULL DEFAULT 0,
+    -- notify asks the finishing executor for a NOTIFY: set by a waiter in
+    -- another process. Runs nobody waits for remotely finish without one,
+    -- which keeps commits free of the server-wide notification lock.
+    notify            boolean NOT NULL DEFAULT false,
     parent_id         text,
     input             json,
     output            json,
@@ -38,8 +42,6 @@ CREATE INDEX IF NOT EXISTS workflows_pending_owner_idx
     ON {{schema}}.workflows (executor_id) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS workflows_parent_idx
     ON {{schema}}.workflows (parent_id) WHERE parent_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS workflows_created_idx
-    ON {{schema}}.workflows (created_at);
 
 -- One row per recorded step, keyed by the step's position in its run.
 CREATE TABLE IF NOT EXISTS {{schema}}.steps (

@@ -324,6 +324,19 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			e.hub.unsubscribe(h.id, w)
 			return zero, err
 		}
+		if !info.status.Finished() && !info.notify {
+			// Ask whoever runs it to notify on finish; no row means it
+			// finished in between.
+			tag, err := e.pool.Exec(ctx, e.q.WatchWorkflow, h.id)
+			if err != nil {
+				e.hub.unsubscribe(h.id, w)
+				return zero, fmt.Errorf("durable: watch workflow %q: %w", h.id, err)
+			}
+			if tag.RowsAffected() == 0 {
+				e.hub.unsubscribe(h.id, w)
+				continue
+			}
+		}
 		if info.status.Finished() {
 			e.hub.unsubscribe(h.id, w)
 			return decodeOutcome[R](h.id, &outcome{status: info.status, output: info.output, err: info.err})
@@ -363,6 +376,7 @@ type runInfo struct {
 	executor, parent     *string
 	epoch                int64
 	recoveryAttempts     int
+	notify               bool
 	input, output, err   []byte
 	createdAt, updatedAt time.Time
 }
@@ -371,7 +385,7 @@ func (e *Engine) readRun(ctx context.Context, q queryer, id string) (*runInfo, e
 	var ri runInfo
 	var status string
 	err := q.QueryRow(ctx, e.q.WorkflowByID, id).Scan(&ri.id, &ri.name, &status, &ri.appVersion, &ri.executor, &ri.epoch,
-		&ri.recoveryAttempts, &ri.parent, &ri.input, &ri.output, &ri.err, &ri.createdAt, &ri.updatedAt)
+		&ri.recoveryAttempts, &ri.notify, &ri.parent, &ri.input, &ri.output, &ri.err, &ri.createdAt, &ri.updatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
 	}

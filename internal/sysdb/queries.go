@@ -23,6 +23,7 @@ type Queries struct {
 	InsertWorkflow      string
 	WorkflowByID        string
 	FinishWorkflow      string
+	WatchWorkflow       string
 	LoadSteps           string
 	LoadStepsMany       string
 	InsertStep          string
@@ -61,15 +62,23 @@ func New(schema string) *Queries {
 SELECT CASE WHEN $8::text IS NULL THEN '' ELSE pg_notify('` + channel + `', $8::text)::text END FROM ins`),
 
 		WorkflowByID: r(`SELECT id, name, status, app_version, executor_id, epoch, recovery_attempts,
-	parent_id, input, output, error, created_at, updated_at
+	notify, parent_id, input, output, error, created_at, updated_at
 FROM {{schema}}.workflows WHERE id = $1`),
 
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
+		// The NOTIFY is only sent when a remote waiter asked for it (see
+		// WatchWorkflow). RETURNING sees the latest committed flag: a waiter
+		// either set it before this update (and is notified) or finds the
+		// run finished when it tries to set it.
 		FinishWorkflow: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
 	WHERE id = $1 AND epoch = $2 AND status = 'pending'
-	RETURNING id)
-SELECT pg_notify('` + channel + `', 'd:' || id) FROM u`),
+	RETURNING id, notify)
+SELECT CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END FROM u`),
+
+		// A waiter in another process asks to be notified of the finish.
+		// No row: the run is not pending any more.
+		WatchWorkflow: r(`UPDATE {{schema}}.workflows SET notify = true WHERE id = $1 AND status = 'pending'`),
 
 		LoadSteps: r(`SELECT workflow_id, pos, name, status, output, error, attempts
 FROM {{schema}}.steps WHERE workflow_id = $1 ORDER BY pos`),
@@ -170,8 +179,8 @@ AND NOT EXISTS (SELECT 1 FROM {{schema}}.workflows w WHERE w.status = 'pending' 
 		DeadLetter: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET status = 'dead', error = $3, updated_at = now()
 	WHERE id = $1 AND epoch = $2 AND status = 'pending'
-	RETURNING id)
-SELECT pg_notify('` + channel + `', 'd:' || id) FROM u`),
+	RETURNING id, notify)
+SELECT CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END FROM u`),
 
 		ListenStmt: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 	}
