@@ -1,0 +1,58 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary act as a worker: the demo re-executes its
+// own binary (here, the test binary) with CRASHDEMO_WORKER set.
+func TestMain(m *testing.M) {
+	if os.Getenv(envWorker) != "" {
+		os.Exit(workerMain())
+	}
+	os.Exit(m.Run())
+}
+
+// TestCrashDemo runs the whole demo, with faster steps, in schemas of its
+// own: once killing worker 1 inside charge-card after the charge and before
+// its checkpoint (the step runs again, the provider dedupes it), once after
+// the write-order transaction committed (the run resumes at send-email).
+func TestCrashDemo(t *testing.T) {
+	if os.Getenv("DATABASE_URL") == "" {
+		t.Skip("DATABASE_URL not set; run with scripts/with-postgres")
+	}
+	for _, tc := range []struct {
+		killAfter int
+		want      string
+	}{
+		{3, "OK: resumed at step 3 (charge-card)"},
+		{4, "OK: resumed at step 5 (send-email)"},
+	} {
+		t.Run("kill-after-"+strconv.Itoa(tc.killAfter), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var out bytes.Buffer
+			err := run(ctx, &out, options{
+				AppSchema:    "crashdemo_test",
+				EngineSchema: "crashdemo_test_durable",
+				StepDelay:    150 * time.Millisecond,
+				KillAfter:    tc.killAfter,
+			})
+			t.Log("\n" + out.String())
+			if err != nil {
+				t.Fatalf("demo failed: %v", err)
+			}
+			if !strings.Contains(out.String(), "\n"+tc.want) {
+				t.Fatalf("verdict: want a line starting with %q", tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,28 @@
+// Package pgtest holds test helpers for running tests against a real
+// PostgreSQL server.
+//
+// It is for tests only: import it from _test.go files (and test-support
+// code), never from library code. It must not import the root package
+// github.com/durable-go/durable, so that the root package's own tests can use
+// it without an import cycle.
+//
+// Typical use:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+//	func TestSomething(t *testing.T) {
+//		pool := pgtest.Pool(t)
+//		schema := pgtest.Schema(t)
+//		...
+//	}
+//
+// The server comes from DATABASE_URL. When it is unset, Main starts a private
+// throwaway cluster with scripts/pg for the duration of the test binary.
+// scripts/test and scripts/with-postgres start one cluster shared by all
+// packages and export DATABASE_URL and DURABLE_PG_DIR.
+//
+// Restart, Stop and Start inject server faults; they only work on a cluster
+// started by scripts/pg (DURABLE_PG_DIR set) and skip the test otherwise.
+// Note that under scripts/test every package shares one cluster and packages
+// run in parallel, so a fault injected by one package is seen by the others.
+package pgtest

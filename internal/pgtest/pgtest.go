@@ -1,0 +1,307 @@
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+const (
+	// EnvURL names the environment variable holding the server URL.
+	EnvURL = "DATABASE_URL"
+	// EnvDir names the environment variable holding the scripts/pg cluster
+	// folder, set only when the cluster may be restarted by tests.
+	EnvDir = "DURABLE_PG_DIR"
+)
+
+// owned reports whether Main started the cluster in this process.
+var owned bool
+
+// Main runs the tests of a package against Postgres. Use it as
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// If DATABASE_URL is set, Main just runs the tests. Otherwise it starts a
+// private cluster with scripts/pg in a temporary folder, exports
+// DATABASE_URL and DURABLE_PG_DIR (child processes inherit them), runs the
+// tests, then stops and removes the cluster. The cluster is also removed if
+// the test binary dies abruptly (panic, timeout, signal): a watchdog process
+// cleans up when this process goes away.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Getenv(EnvURL) != "" {
+		return m.Run()
+	}
+	script, err := scriptPath()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "durable-pg-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
+	}
+	release, err := startWatchdog(script, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		fmt.Fprintf(os.Stderr, "pgtest: starting cleanup watchdog: %v\n", err)
+		return 1
+	}
+	defer release()
+
+	url, err := runScript(script, "start", dir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: could not start a private PostgreSQL cluster: %v\n", err)
+		return 1
+	}
+	os.Setenv(EnvURL, url)
+	os.Setenv(EnvDir, dir)
+	defer func() {
+		os.Unsetenv(EnvURL)
+		os.Unsetenv(EnvDir)
+	}()
+	owned = true
+	defer func() { owned = false }()
+	return m.Run()
+}
+
+// startWatchdog starts a process that stops the cluster and removes dir as
+// soon as this process closes its end of a pipe: explicitly through the
+// returned release func, or implicitly when the process dies.
+func startWatchdog(script, dir string) (release func(), err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("bash", "-c",
+		`trap '' INT TERM HUP QUIT PIPE; read -r _ || true; "$0" stop "$1" >/dev/null 2>&1; rm -rf "$1"`,
+		script, dir)
+	cmd.Stdin = r // stdout/stderr: /dev/null, so `go test` never waits on it
+	err = cmd.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return func() {
+		w.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Minute):
+			fmt.Fprintf(os.Stderr, "pgtest: cluster cleanup in %s is taking too long; giving up waiting\n", dir)
+		}
+	}, nil
+}
+
+// scriptPath locates scripts/pg: relative to this source file, or (when
+// built with -trimpath) by walking up from the working directory.
+func scriptPath() (string, error) {
+	rel := filepath.Join("scripts", "pg")
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		p := filepath.Join(filepath.Dir(file), "..", "..", rel)
+		if isFile(p) {
+			return p, nil
+		}
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			if p := filepath.Join(d, rel); isFile(p) {
+				return p, nil
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return "", errors.New("cannot find scripts/pg of the durable repository; set DATABASE_URL to a PostgreSQL server instead")
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// runScript runs scripts/pg and returns its stdout (trimmed). Its stderr is
+// only reported on failure.
+func runScript(script string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, script, args...)
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("scripts/pg %s: %v\n%s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+// URL returns the database URL from DATABASE_URL, failing the test if unset.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	url := os.Getenv(EnvURL)
+	if url == "" {
+		tb.Fatal("pgtest: DATABASE_URL is not set: run the tests with scripts/test or scripts/with-postgres, " +
+			"set DATABASE_URL to a PostgreSQL server, or add `func TestMain(m *testing.M) { pgtest.Main(m) }` to the package")
+	}
+	return url
+}
+
+// Pool returns a new pgx pool (MaxConns 20) on URL, closed when the test ends.
+func Pool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(URL(tb))
+	if err != nil {
+		tb.Fatalf("pgtest: parsing DATABASE_URL: %v", err)
+	}
+	cfg.MaxConns = 20
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("pgtest: creating pool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	if err := pool.Ping(ctx); err != nil {
+		tb.Fatalf("pgtest: cannot reach PostgreSQL at DATABASE_URL: %v", err)
+	}
+	return pool
+}
+
+var schemaSeq atomic.Uint64
+
+// Schema creates a fresh, uniquely named schema (a valid lowercase
+// identifier of at most 40 characters, like t_1234_1_a3f0) and returns its
+// name. The schema and everything in it are dropped when the test ends.
+func Schema(tb testing.TB) string {
+	tb.Helper()
+	var b [2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	name := fmt.Sprintf("t_%d_%d_%s", os.Getpid(), schemaSeq.Add(1), hex.EncodeToString(b[:]))
+	ident := pgx.Identifier{name}.Sanitize()
+	url := URL(tb)
+	if err := execOnce(url, "CREATE SCHEMA IF NOT EXISTS "+ident); err != nil {
+		tb.Fatalf("pgtest: creating schema %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		if err := execOnce(url, "SET lock_timeout = '30s'", "DROP SCHEMA IF EXISTS "+ident+" CASCADE"); err != nil {
+			tb.Errorf("pgtest: dropping schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// execOnce runs statements on a short-lived connection.
+func execOnce(url string, stmts ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Restart stops the server (mode fast, or immediate: a crash without a
+// shutdown checkpoint, so the restart runs crash recovery) and starts it
+// again on the same URL. Existing connections are broken. It skips the test
+// unless the server is a scripts/pg cluster (DURABLE_PG_DIR set).
+func Restart(tb testing.TB, immediate bool) {
+	tb.Helper()
+	dir := clusterDir(tb)
+	pg(tb, withMode([]string{"restart", dir}, immediate)...)
+}
+
+// Stop stops the server (mode fast or immediate) for outage tests; use Start
+// to bring it back. If the test ends with the server still down, it is
+// started again during cleanup. It skips the test unless the server is a
+// scripts/pg cluster (DURABLE_PG_DIR set).
+func Stop(tb testing.TB, immediate bool) {
+	tb.Helper()
+	dir := clusterDir(tb)
+	pg(tb, withMode([]string{"stop", dir}, immediate)...)
+	tb.Cleanup(func() {
+		script, err := scriptPath()
+		if err == nil {
+			_, err = runScript(script, "start", dir)
+		}
+		if err != nil {
+			tb.Errorf("pgtest: restarting the server after the test: %v", err)
+		}
+	})
+}
+
+// Start starts the server after Stop, on the same URL. It is a no-op if the
+// server is running. It skips the test unless the server is a scripts/pg
+// cluster (DURABLE_PG_DIR set).
+func Start(tb testing.TB) {
+	tb.Helper()
+	dir := clusterDir(tb)
+	if got := pg(tb, "start", dir); got != URL(tb) {
+		tb.Fatalf("pgtest: server came back as %s, want %s", got, URL(tb))
+	}
+}
+
+func withMode(args []string, immediate bool) []string {
+	if immediate {
+		return append(args, "immediate")
+	}
+	return args
+}
+
+// clusterDir returns DURABLE_PG_DIR, skipping the test unless it names the
+// scripts/pg cluster that DATABASE_URL points to.
+func clusterDir(tb testing.TB) string {
+	tb.Helper()
+	dir := os.Getenv(EnvDir)
+	if dir == "" {
+		tb.Skip("pgtest: DURABLE_PG_DIR is not set: the PostgreSQL server is not a scripts/pg cluster of ours, so it cannot be stopped or restarted")
+	}
+	recorded, err := os.ReadFile(filepath.Join(dir, "url"))
+	if err != nil || strings.TrimSpace(string(recorded)) != URL(tb) {
+		tb.Skipf("pgtest: DATABASE_URL does not point to the scripts/pg cluster in DURABLE_PG_DIR=%s; not touching it", dir)
+	}
+	return dir
+}
+
+func pg(tb testing.TB, args ...string) string {
+	tb.Helper()
+	script, err := scriptPath()
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	out, err := runScript(script, args...)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	return out
+}
