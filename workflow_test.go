@@ -81,7 +81,18 @@ func TestWorkflowStepsAndResult(t *testing.T) {
 	require.Equal(t, got, got3)
 	_, err = onboard.Handle(ctx, "nope")
 	require.ErrorIs(t, err, durable.ErrWorkflowNotFound)
-	_ = e
+
+	steps, err := e.ListSteps(ctx, "signup-42")
+	require.NoError(t, err)
+	require.Len(t, steps, 2)
+	require.Equal(t, "provision", steps[0].Name)
+	require.Equal(t, "done", steps[0].Status)
+	require.JSONEq(t, `"ws-a@example.com"`, string(steps[0].Output))
+	require.Equal(t, "record-seats", steps[1].Name)
+	require.Equal(t, 1, steps[1].Attempts)
+	require.False(t, steps[1].FinishedAt.Before(steps[1].StartedAt))
+	_, err = e.ListSteps(ctx, "nope")
+	require.ErrorIs(t, err, durable.ErrWorkflowNotFound)
 }
 
 func TestWorkflowIDConflict(t *testing.T) {

@@ -315,27 +315,27 @@ func diedOf(err error, sig syscall.Signal) bool {
 }
 
 // checkpoints returns the names of the steps the engine has recorded as
-// done, by position. It peeks at the engine's steps table: the library has
-// no API listing a run's steps, and the demo wants to show them.
+// done, by position, through the engine's public step listing.
 func checkpoints(ctx context.Context, pool *pgxpool.Pool, o options) ([]string, error) {
-	rows, err := pool.Query(ctx, `SELECT pos, name FROM `+pgx.Identifier{o.EngineSchema}.Sanitize()+`.steps
-WHERE workflow_id = $1 AND status = 'done' ORDER BY pos`, workflowID)
+	eng, err := newEngine(pool, o.EngineSchema, "crashdemo-parent", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, err
+	}
+	steps, err := eng.ListSteps(ctx, workflowID)
 	if err != nil {
 		return nil, err
 	}
 	var names []string
-	for rows.Next() {
-		var pos int
-		var name string
-		if err := rows.Scan(&pos, &name); err != nil {
-			return nil, err
+	for _, st := range steps {
+		if st.Status != "done" {
+			continue
 		}
-		if pos != len(names) {
-			return nil, fmt.Errorf("checkpoints are not contiguous: position %d after %d", pos, len(names))
+		if st.Pos != len(names) {
+			return nil, fmt.Errorf("checkpoints are not contiguous: position %d after %d", st.Pos, len(names))
 		}
-		names = append(names, name)
+		names = append(names, st.Name)
 	}
-	return names, rows.Err()
+	return names, nil
 }
 
 type reportIn struct {

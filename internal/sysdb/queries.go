@@ -29,6 +29,7 @@ type Queries struct {
 	InsertStep          string
 	CompleteIntent      string
 	StepRow             string
+	ListSteps           string
 	OwnershipCheck      string
 	RegisterExecutor    string
 	Heartbeat           string
@@ -103,6 +104,9 @@ ON CONFLICT (workflow_id, pos) DO NOTHING`),
 		CompleteIntent: r(`UPDATE {{schema}}.steps s SET status = $3, output = $4, error = $5, attempts = $6, finished_at = now()
 FROM (SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $7 AND status = 'pending' FOR SHARE) w
 WHERE s.workflow_id = w.id AND s.pos = $2 AND s.status = 'intent'`),
+
+		ListSteps: r(`SELECT pos, name, status, attempts, started_at, finished_at, output, error
+FROM {{schema}}.steps WHERE workflow_id = $1 ORDER BY pos`),
 
 		StepRow: r(`SELECT workflow_id, pos, name, status, output, error, attempts
 FROM {{schema}}.steps WHERE workflow_id = $1 AND pos = $2`),
