@@ -58,3 +58,14 @@ CREATE TABLE IF NOT EXISTS {{schema}}.steps (
     finished_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (workflow_id, pos)
 );
+
+-- Raised by a transaction step's checkpoint when it cannot be written (the
+-- run changed owner or ended, or the step is already recorded): the error
+-- aborts the caller's transaction, so the COMMIT pipelined behind it rolls
+-- back instead of committing app writes without their checkpoint.
+CREATE OR REPLACE FUNCTION {{schema}}.checkpoint_refused() RETURNS integer
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'durable: checkpoint refused' USING ERRCODE = 'DU001';
+END
+$$;

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Defaults of [RetryPolicy].
@@ -334,39 +337,66 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 
 // txAttempt runs one transaction of a TxStep. done reports that the step is
 // settled: recorded (output holds the record) or the run halted (err).
+//
+// The checkpoint and the COMMIT go to the server in one round trip. If the
+// checkpoint is refused, its error aborts the transaction and the COMMIT
+// behind it cannot commit the app's writes.
 func txAttempt[R any](r *run, pos int, name string, n int, started time.Time, o *TxStepOpts,
 	fn func(context.Context, pgx.Tx) (R, error)) (out R, output []byte, done bool, err error) {
 	ctx, cancel := stepContext(r, pos, name, n, o.Timeout)
 	defer cancel()
-	tx, err := r.e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: o.IsoLevel})
+	c, err := r.e.pool.Acquire(ctx)
 	if err != nil {
 		return out, nil, false, err
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer c.Release()
+	tx, err := c.Conn().BeginTx(ctx, pgx.TxOptions{IsoLevel: o.IsoLevel})
+	if err != nil {
+		return out, nil, false, err
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
 	out, err = callTx(r, pos, name, ctx, tx, fn)
 	if err != nil {
 		return out, nil, false, err
+	}
+	if c.Conn().PgConn().TxStatus() != 'T' {
+		return out, nil, false, Permanent(fmt.Errorf("durable: step %q: the function committed, rolled back or broke its transaction; the engine commits it", name))
 	}
 	output, err = r.e.encodePayload(out, fmt.Sprintf("output of step %q", name))
 	if err != nil {
 		return out, nil, false, err
 	}
-	tag, err := tx.Exec(ctx, r.e.q.InsertStep, r.id, pos, name, stepDone, output, nil, n, started, r.epoch)
-	if err != nil {
-		return out, nil, false, err
-	}
-	if tag.RowsAffected() == 0 {
+	batch := &pgx.Batch{}
+	batch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, output, nil, n, started, r.epoch)
+	batch.Queue("COMMIT")
+	br := c.Conn().SendBatch(ctx, batch)
+	_, insErr := br.Exec()
+	_, commitErr := br.Exec()
+	closeErr := br.Close()
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(insErr, &pgErr) && pgErr.Code == sysdb.CheckpointRefused:
 		_ = tx.Rollback(ctx)
+		finished = true
 		if derr := r.diagnose(pos, name, false); derr != nil {
 			return out, nil, true, derr
 		}
 		// Recorded by an earlier attempt whose commit acknowledgement was lost.
 		output, err := recordedOutput(r, pos)
 		return out, output, true, err
+	case insErr != nil:
+		return out, nil, false, insErr
+	case commitErr != nil:
+		return out, nil, false, commitErr
+	case closeErr != nil:
+		return out, nil, false, closeErr
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return out, nil, false, err
-	}
+	finished = true
 	return out, output, true, nil
 }
 

@@ -131,3 +131,24 @@ func TestAppVersionGatesRecovery(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v1", out)
 }
+
+// TestTxStepOwnCommitRefused: a function that commits the engine's
+// transaction itself gets a clear permanent error.
+func TestTxStepOwnCommitRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[int, int]
+	b.engine(t, nil, func(e *durable.Engine) {
+		wf = durable.Register(e, "self-commit", func(wctx durable.Context, in int) (int, error) {
+			return durable.TxStep(wctx, "commits", func(ctx context.Context, tx pgx.Tx) (int, error) {
+				return 1, tx.Commit(ctx)
+			}, nil)
+		}, nil)
+	})
+	ctx := ctxT(t)
+	h, err := wf.Start(ctx, 1, nil)
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.ErrorIs(t, err, durable.ErrPermanent)
+	require.ErrorContains(t, err, "the engine commits it")
+}

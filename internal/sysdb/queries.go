@@ -6,6 +6,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// CheckpointRefused is the SQLSTATE of InsertStepTx when the checkpoint
+// cannot be written.
+const CheckpointRefused = "DU001"
+
 // Marker is the placeholder for the schema name in SQL text.
 const Marker = "{{schema}}"
 
@@ -27,6 +31,7 @@ type Queries struct {
 	LoadSteps           string
 	LoadStepsMany       string
 	InsertStep          string
+	InsertStepTx        string
 	CompleteIntent      string
 	StepRow             string
 	ListSteps           string
@@ -99,6 +104,19 @@ FROM {{schema}}.workflows w
 WHERE w.id = $1 AND w.epoch = $9 AND w.status = 'pending'
 FOR SHARE OF w
 ON CONFLICT (workflow_id, pos) DO NOTHING`),
+
+		// InsertStep for a transaction step: instead of touching no row it
+		// raises SQLSTATE DU001, which aborts the transaction (see
+		// checkpoint_refused in schema.sql).
+		InsertStepTx: r(`WITH ins AS (
+	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8
+	FROM {{schema}}.workflows w
+	WHERE w.id = $1 AND w.epoch = $9 AND w.status = 'pending'
+	FOR SHARE OF w
+	ON CONFLICT (workflow_id, pos) DO NOTHING
+	RETURNING 1)
+SELECT CASE WHEN count(*) = 1 THEN 1 ELSE {{schema}}.checkpoint_refused() END FROM ins`),
 
 		// $1 workflow_id, $2 pos, $3 status, $4 output, $5 error, $6 attempts, $7 epoch.
 		CompleteIntent: r(`UPDATE {{schema}}.steps s SET status = $3, output = $4, error = $5, attempts = $6, finished_at = now()
