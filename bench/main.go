@@ -1,0 +1,81 @@
+// Command bench measures the cost of durable workflows and steps against a
+// raw pgx floor measured in the same run on the same Postgres, and prints
+// the ratios. See README.md.
+//
+//	cd bench && ../scripts/with-postgres go run .
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	o := DefaultOptions()
+	flag.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds; every round measures every scenario once, results are medians over rounds")
+	flag.IntVar(&o.Blocks, "blocks", o.Blocks, "blocks per round in which the sequential scenarios take turns")
+	flag.IntVar(&o.N, "n", o.N, "operations per sequential scenario and round (10-step workflows use n/5)")
+	flag.IntVar(&o.TputTotal, "tput", o.TputTotal, "operations per throughput scenario and round, shared by the goroutines")
+	conc := flag.String("conc", joinInts(o.Concurrency), "comma-separated goroutine counts for the throughput scenarios")
+	flag.IntVar(&o.StatsN, "stats-n", o.StatsN, "workflows per statement-counting batch")
+	flag.IntVar(&o.Warmup, "warmup", o.Warmup, "untimed operations before each scenario in every round")
+	flag.IntVar(&o.MaxConns, "maxconns", o.MaxConns, "max connections of the engine pool and of the raw concurrent-insert pool")
+	flag.StringVar(&o.Database, "db", o.Database, "database to drop, create and benchmark in")
+	flag.StringVar(&o.OutDir, "out", o.OutDir, "folder for latest.json and latest.md (empty: write nothing)")
+	flag.BoolVar(&o.DropAfter, "drop", o.DropAfter, "drop the benchmark database at the end")
+	flag.Parse()
+
+	var err error
+	if o.Concurrency, err = parseInts(*conc); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -conc:", err)
+		os.Exit(2)
+	}
+	o.URL = os.Getenv("DATABASE_URL")
+	if o.URL == "" {
+		fmt.Fprintln(os.Stderr, "bench: DATABASE_URL is not set; run it as: cd bench && ../scripts/with-postgres go run .")
+		os.Exit(2)
+	}
+	o.Progress = os.Stderr
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := Run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Print(res.Markdown())
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("bad goroutine count %q", f)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no goroutine counts")
+	}
+	return out, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}

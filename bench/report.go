@@ -1,0 +1,304 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Result is everything a run measured; it is written to latest.json.
+type Result struct {
+	Format     int                `json:"format"`
+	StartedAt  string             `json:"started_at"`
+	FinishedAt string             `json:"finished_at"`
+	DurationS  float64            `json:"duration_s"`
+	Env        Env                `json:"env"`
+	Params     Params             `json:"params"`
+	Rounds     []Round            `json:"rounds"`
+	Median     map[string]float64 `json:"median"` // per key, the median over rounds (ratios: of the per-round ratios)
+	Counts     Counts             `json:"counts"`
+	Targets    []Target           `json:"targets"`
+	Peer       Peer               `json:"peer_reference"`
+}
+
+// Params are the options that shape the numbers.
+type Params struct {
+	Rounds      int   `json:"rounds"`
+	Blocks      int   `json:"blocks"`
+	N           int   `json:"n"`
+	NK10        int   `json:"n_k10"`
+	TputTotal   int   `json:"tput_total"`
+	Concurrency []int `json:"concurrency"`
+	StatsN      int   `json:"stats_n"`
+	Warmup      int   `json:"warmup"`
+	MaxConns    int   `json:"max_conns"`
+}
+
+func paramsOf(o *Options) Params {
+	return Params{Rounds: o.Rounds, Blocks: o.Blocks, N: o.N, NK10: o.nK10(), TputTotal: o.TputTotal, Concurrency: o.Concurrency,
+		StatsN: o.StatsN, Warmup: o.Warmup, MaxConns: o.MaxConns}
+}
+
+// Round holds every number of one round; keys ending in _us are mean µs
+// per op, _per_s are ops/s, ratio_ are ratios within the round.
+type Round struct {
+	Index  int                `json:"index"`
+	Values map[string]float64 `json:"values"`
+}
+
+// Target is a goal of the cost model checked against this run.
+type Target struct {
+	Name   string   `json:"name"`
+	Metric string   `json:"metric"`
+	Value  *float64 `json:"value"` // null: not measured
+	Limit  float64  `json:"limit"`
+	Pass   *bool    `json:"pass"`
+}
+
+// Peer holds reference figures for DBOS Go that were NOT measured in this
+// run (see /work/shared/research/perf-baseline.md).
+type Peer struct {
+	Note                  string  `json:"note"`
+	DBOSStepOverheadRatio float64 `json:"dbos_step_overhead_x_floor"`
+	DBOSStmtsPerStep      float64 `json:"dbos_statements_per_step"`
+	DBOSWF0Ratio          float64 `json:"dbos_wf0_x_floor"`
+}
+
+func peerReference() Peer {
+	return Peer{
+		Note: "DBOS Go v1.8.0, measured separately on this machine type (shared research, perf-baseline.md); " +
+			"NOT measured in this run",
+		DBOSStepOverheadRatio: 4.5,
+		DBOSStmtsPerStep:      8,
+		DBOSWF0Ratio:          7,
+	}
+}
+
+// derive adds the per-round overheads and ratios.
+func derive(v map[string]float64, conc []int) {
+	a, b := v["floor_insert_us"], v["floor_tx_us"]
+	v["step_overhead_us"] = (v["wf10_us"] - v["wf0_us"]) / 10
+	v["txstep_cost_us"] = v["txwf_us"] - v["wf0_us"]
+	div := func(key string, x, y float64) {
+		if y > 0 {
+			v[key] = x / y
+		}
+	}
+	div("ratio_floor_tx", b, a)
+	div("ratio_floor_select", v["floor_select_us"], a)
+	div("ratio_wf0", v["wf0_us"], a)
+	div("ratio_wf1", v["wf1_us"], a)
+	div("ratio_wf10", v["wf10_us"], a)
+	div("ratio_step_overhead", v["step_overhead_us"], a)
+	div("ratio_txwf", v["txwf_us"], b)
+	div("ratio_txstep_cost", v["txstep_cost_us"], b)
+	for _, c := range conc {
+		div(fmt.Sprintf("ratio_tput_c%d", c), v[fmt.Sprintf("tput_wf1_c%d_per_s", c)], v[fmt.Sprintf("tput_insert_c%d_per_s", c)])
+	}
+}
+
+func medians(rounds []Round) map[string]float64 {
+	all := map[string][]float64{}
+	for _, r := range rounds {
+		for k, x := range r.Values {
+			all[k] = append(all[k], x)
+		}
+	}
+	out := map[string]float64{}
+	for k, xs := range all {
+		out[k] = median(xs)
+	}
+	return out
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Targets of DESIGN.md's cost model.
+const (
+	targetStepRatio  = 1.3
+	targetWF0Ratio   = 2.5
+	targetStmtsStep  = 1.0
+	stmtsBackgroundε = 0.05 // background statements spread over a batch
+)
+
+func targets(r *Result) []Target {
+	le := func(name, metric string, v *float64, limit float64) Target {
+		t := Target{Name: name, Metric: metric, Value: v, Limit: limit}
+		if v != nil {
+			p := *v <= limit
+			t.Pass = &p
+		}
+		return t
+	}
+	m := r.Median
+	step := m["ratio_step_overhead"]
+	wf0 := m["ratio_wf0"]
+	return []Target{
+		le("per-step overhead <= 1.3x floor A", "ratio_step_overhead", &step, targetStepRatio),
+		le("0-step workflow <= 2.5x floor A", "ratio_wf0", &wf0, targetWF0Ratio),
+		le("1 SQL statement per step", "statements_per_step", r.Counts.StmtsPerStep, targetStmtsStep+stmtsBackgroundε),
+	}
+}
+
+func (r *Result) target(metric string) *Target {
+	for i := range r.Targets {
+		if r.Targets[i].Metric == metric {
+			return &r.Targets[i]
+		}
+	}
+	return nil
+}
+
+func (r *Result) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "latest.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "latest.md"), []byte(r.Markdown()), 0o644)
+}
+
+func fmtUS(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f µs", v)
+	}
+	return fmt.Sprintf("%.1f µs", v)
+}
+
+func fmtX(v float64, of string) string { return fmt.Sprintf("%.2fx %s", v, of) }
+
+// Markdown renders the results table.
+func (r *Result) Markdown() string {
+	var sb strings.Builder
+	m := r.Median
+	e := r.Env
+	p := r.Params
+	fmt.Fprintf(&sb, "## durable benchmark, %s\n\n", r.StartedAt)
+	fmt.Fprintf(&sb, "PostgreSQL %s (fsync=%s, synchronous_commit=%s, wal_sync_method=%s, full_page_writes=%s) at %s; "+
+		"%s; %d CPUs (%s), GOMAXPROCS %d; commit %s%s.\n",
+		e.PGVersion, e.Fsync, e.SynchronousCommit, e.WALSyncMethod, e.FullPageWrites, e.PGHost,
+		e.GoVersion, e.NumCPU, e.CPUModel, e.GOMAXPROCS, short(e.GitCommit), dirty(e.GitDirty))
+	fmt.Fprintf(&sb, "%d rounds, medians over rounds; a ratio is the median of the per-round ratios. "+
+		"Sequential scenarios: %d ops per round (10-step workflows: %d), taking turns in %d blocks per round; "+
+		"throughput: %d ops per round and level; counts: batches of %d. "+
+		"Floor A = single-row INSERT in autocommit, floor B = BEGIN; INSERT; COMMIT, both on one pgx connection.\n\n",
+		p.Rounds, p.N, p.NK10, p.Blocks, p.TputTotal, p.StatsN)
+
+	sb.WriteString("| metric | value | ratio | target | result |\n|---|---|---|---|---|\n")
+	row := func(metric, value, ratio, target, result string) {
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", metric, value, ratio, target, result)
+	}
+	res := func(metric string) (string, string) {
+		t := r.target(metric)
+		if t == nil {
+			return "", ""
+		}
+		if t.Pass == nil {
+			return t.Name, "n/a"
+		}
+		if *t.Pass {
+			return t.Name, "**pass**"
+		}
+		return t.Name, "**miss**"
+	}
+	lat := func(label, key, ratioKey, of, metric string) {
+		tn, tr := res(metric)
+		ratio := ""
+		if ratioKey != "" {
+			ratio = fmtX(m[ratioKey], of)
+		}
+		row(label, fmtUS(m[key]), ratio, tn, tr)
+	}
+	lat("floor A: INSERT, autocommit", "floor_insert_us", "", "", "")
+	lat("floor B: BEGIN; INSERT; COMMIT", "floor_tx_us", "ratio_floor_tx", "floor A", "")
+	lat("floor: SELECT 1 round trip", "floor_select_us", "ratio_floor_select", "floor A", "")
+	lat("workflow, 0 steps (Start + Result)", "wf0_us", "ratio_wf0", "floor A", "ratio_wf0")
+	lat("workflow, 1 step", "wf1_us", "ratio_wf1", "floor A", "")
+	lat("workflow, 10 steps", "wf10_us", "ratio_wf10", "floor A", "")
+	lat("per-step overhead = (wf10 - wf0) / 10", "step_overhead_us", "ratio_step_overhead", "floor A", "ratio_step_overhead")
+	lat("workflow with 1 TxStep (one app INSERT)", "txwf_us", "ratio_txwf", "floor B", "")
+	lat("TxStep's own cost = TxStep workflow - 0-step workflow", "txstep_cost_us", "ratio_txstep_cost", "floor B", "")
+	for _, c := range p.Concurrency {
+		row(fmt.Sprintf("1-step workflows, %d goroutine(s)", c),
+			fmt.Sprintf("%.0f wf/s (mean lat %s)", m[fmt.Sprintf("tput_wf1_c%d_per_s", c)], fmtUS(m[fmt.Sprintf("tput_wf1_c%d_lat_us", c)])),
+			fmtX(m[fmt.Sprintf("ratio_tput_c%d", c)], "INSERT/s"), "", "")
+		row(fmt.Sprintf("floor: autocommit INSERTs, %d goroutine(s)", c),
+			fmt.Sprintf("%.0f /s (mean lat %s)", m[fmt.Sprintf("tput_insert_c%d_per_s", c)], fmtUS(m[fmt.Sprintf("tput_insert_c%d_lat_us", c)])),
+			"", "", "")
+	}
+
+	c := r.Counts
+	stmt := func(label string, v *float64, ratio, metric string) {
+		tn, tr := res(metric)
+		val := "n/a"
+		if v != nil {
+			val = fmt.Sprintf("%.2f", *v)
+		}
+		row(label, val, ratio, tn, tr)
+	}
+	stmt("SQL statements per step", c.StmtsPerStep, "", "statements_per_step")
+	stmt("SQL statements per 0-step workflow", c.StmtsPerWF0, "", "")
+	stmt("SQL statements per 10-step workflow", c.StmtsPerWF10, "", "")
+	stmt("SQL statements per 1-TxStep workflow", c.StmtsPerTxWF, "", "")
+	stmt("SQL statements a TxStep adds beyond a hand-written BEGIN/INSERT/COMMIT", c.StmtsTxStepExtra, "", "")
+	floorStmts := "n/a"
+	if c.StmtsPerFloorInsert != nil && c.StmtsPerFloorTx != nil {
+		floorStmts = fmt.Sprintf("%.2f / %.2f", *c.StmtsPerFloorInsert, *c.StmtsPerFloorTx)
+	}
+	row("SQL statements per floor INSERT / per floor BEGIN-INSERT-COMMIT", floorStmts, "", "", "")
+	row("write transactions (commit flushes) per step", fmt.Sprintf("%.2f", c.XIDsPerStep), fmtX(c.XIDsPerStep/nz(c.XIDsPerFloorInsert), "floor A"), "", "")
+	row("write transactions per 0-step workflow / per 1-TxStep workflow", fmt.Sprintf("%.2f / %.2f", c.XIDsPerWF0, c.XIDsPerTxWF), "", "", "")
+	row("WAL bytes per step", fmt.Sprintf("%.0f B", c.WALPerStep), fmtX(c.WALPerStep/nz(c.WALPerFloorInsert), "floor A"), "", "")
+	row("WAL bytes per 0-step workflow", fmt.Sprintf("%.0f B", c.WALPerWF0), fmtX(c.WALPerWF0/nz(c.WALPerFloorInsert), "floor A"), "", "")
+	row("WAL bytes per 1-TxStep workflow", fmt.Sprintf("%.0f B", c.WALPerTxWF), fmtX(c.WALPerTxWF/nz(c.WALPerFloorTx), "floor B"), "", "")
+	row("WAL bytes per floor INSERT / per floor BEGIN-INSERT-COMMIT", fmt.Sprintf("%.0f B / %.0f B", c.WALPerFloorInsert, c.WALPerFloorTx), "", "", "")
+
+	fmt.Fprintf(&sb, "\nStatement counts: %s. Write transactions (XIDs assigned) and WAL are cluster-wide: exact only when nothing else writes to the server.\n", c.StatementsNote)
+	fmt.Fprintf(&sb, "\nReference, NOT measured in this run: DBOS Go (measured separately on this machine type, see shared research): "+
+		"%.1fx floor per step, %.0f statements per step, 0-step workflow %.0fx.\n",
+		r.Peer.DBOSStepOverheadRatio, r.Peer.DBOSStmtsPerStep, r.Peer.DBOSWF0Ratio)
+	return sb.String()
+}
+
+func nz(v float64) float64 {
+	if v == 0 {
+		return 1
+	}
+	return v
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func dirty(d bool) string {
+	if d {
+		return " (+ uncommitted changes)"
+	}
+	return ""
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Options configure one benchmark run.
+type Options struct {
+	URL         string // server to connect to; its database is only used to (re)create Database
+	Database    string // dropped if it exists, then created and used for everything
+	Rounds      int
+	Blocks      int   // sequential scenarios take turns in this many blocks per round
+	N           int   // ops per sequential scenario and round (k=10 workflows: N/5)
+	TputTotal   int   // ops per throughput scenario and round
+	Concurrency []int // goroutine counts of the throughput scenarios
+	StatsN      int   // workflows per statement-counting batch
+	Warmup      int   // untimed ops before each scenario in every round
+	MaxConns    int   // engine pool and raw concurrent pool size
+	OutDir      string
+	DropAfter   bool
+	Progress    io.Writer // nil: silent
+}
+
+// DefaultOptions are the settings of a default run (about 2 minutes on the
+// project's 2-vCPU machine).
+func DefaultOptions() Options {
+	return Options{
+		Database:    "durable_bench",
+		Rounds:      5,
+		Blocks:      10,
+		N:           1000,
+		TputTotal:   1000,
+		Concurrency: []int{1, 8, 32},
+		StatsN:      500,
+		Warmup:      20,
+		MaxConns:    40,
+		OutDir:      "results",
+	}
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.URL == "":
+		return errors.New("no database URL")
+	case o.Database == "" || strings.ContainsAny(o.Database, `"`):
+		return fmt.Errorf("bad database name %q", o.Database)
+	case o.Rounds < 1, o.Blocks < 1, o.N < 1, o.TputTotal < 1, o.StatsN < 1, o.Warmup < 0:
+		return errors.New("rounds, blocks, n, tput and stats-n must be at least 1, warmup at least 0")
+	case len(o.Concurrency) == 0:
+		return errors.New("no concurrency levels")
+	}
+	for _, c := range o.Concurrency {
+		if c > o.MaxConns {
+			return fmt.Errorf("concurrency %d exceeds maxconns %d", c, o.MaxConns)
+		}
+	}
+	return nil
+}
+
+func (o *Options) nK10() int { return max(1, o.N/5) }
+
+func (o *Options) logf(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
+// bench holds the connections and workflows of a run.
+type bench struct {
+	o     *Options
+	conn  *pgx.Conn     // sequential floors and the counting queries
+	raw   *pgxpool.Pool // concurrent floor
+	pool  *pgxpool.Pool // the engine's pool
+	eng   *durable.Engine
+	steps *durable.Workflow[int, int] // k no-op steps
+	txwf  *durable.Workflow[int, int] // k transaction steps of one INSERT each
+}
+
+const (
+	insertFloorSQL = "INSERT INTO bench_floor (v) VALUES ($1)"
+	insertAppSQL   = "INSERT INTO bench_app (v) VALUES ($1)"
+)
+
+// Run performs a whole benchmark run and writes its outputs.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	res := &Result{Format: 1, StartedAt: started.UTC().Format(time.RFC3339), Params: paramsOf(&o)}
+
+	if err := recreateDB(ctx, o.URL, o.Database); err != nil {
+		return nil, err
+	}
+	o.logf("bench: fresh database %q", o.Database)
+	b, err := open(ctx, &o)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close(o.DropAfter)
+
+	if res.Env, err = collectEnv(ctx, b.conn, o.Database); err != nil {
+		return nil, err
+	}
+	o.logf("bench: PostgreSQL %s, fsync=%s, synchronous_commit=%s, wal_sync_method=%s; %s; %d CPUs (%s)",
+		res.Env.PGVersion, res.Env.Fsync, res.Env.SynchronousCommit, res.Env.WALSyncMethod,
+		res.Env.GoVersion, res.Env.NumCPU, res.Env.CPUModel)
+
+	o.logf("bench: warm-up")
+	warm := o
+	warm.N, warm.TputTotal, warm.Blocks, warm.Progress = max(o.Warmup, 10), max(o.Warmup, 64), 1, nil
+	wb := *b
+	wb.o = &warm
+	if err := wb.round(ctx, 0, map[string]float64{}); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+
+	for r := 0; r < o.Rounds; r++ {
+		round := Round{Index: r + 1, Values: map[string]float64{}}
+		if err := b.round(ctx, r, round.Values); err != nil {
+			return nil, fmt.Errorf("round %d: %w", r+1, err)
+		}
+		derive(round.Values, o.Concurrency)
+		o.logf("round %d/%d  per-step overhead %.0f µs = %.2fx floor A; 0-step workflow %.2fx floor A",
+			r+1, o.Rounds, round.Values["step_overhead_us"], round.Values["ratio_step_overhead"], round.Values["ratio_wf0"])
+		res.Rounds = append(res.Rounds, round)
+	}
+	res.Median = medians(res.Rounds)
+
+	o.logf("bench: counting statements, WAL and write transactions (%d workflows per batch)", o.StatsN)
+	if res.Counts, err = b.count(ctx); err != nil {
+		return nil, err
+	}
+
+	res.Targets = targets(res)
+	res.Peer = peerReference()
+	res.FinishedAt = time.Now().UTC().Format(time.RFC3339)
+	res.DurationS = time.Since(started).Seconds()
+	o.logf("bench: done in %.0fs", res.DurationS)
+
+	if o.OutDir != "" {
+		if err := res.write(o.OutDir); err != nil {
+			return nil, err
+		}
+		o.logf("bench: wrote %s and %s", filepath.Join(o.OutDir, "latest.json"), filepath.Join(o.OutDir, "latest.md"))
+	}
+	return res, nil
+}
+
+func recreateDB(ctx context.Context, url, db string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect to DATABASE_URL: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	ident := pgx.Identifier{db}.Sanitize()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %s: %w", db, err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+		return fmt.Errorf("create database %s: %w", db, err)
+	}
+	return nil
+}
+
+func dropDB(url, db string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)")
+}
+
+func poolConfig(o *Options) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	cfg.ConnConfig.Database = o.Database
+	cfg.MaxConns = int32(o.MaxConns)
+	return cfg, nil
+}
+
+func open(ctx context.Context, o *Options) (b *bench, err error) {
+	b = &bench{o: o}
+	defer func() {
+		if err != nil {
+			b.close(o.DropAfter)
+		}
+	}()
+	ccfg, err := pgx.ParseConfig(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	ccfg.Database = o.Database
+	if b.conn, err = pgx.ConnectConfig(ctx, ccfg); err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", o.Database, err)
+	}
+	for _, t := range []string{"bench_floor", "bench_app"} {
+		if _, err := b.conn.Exec(ctx, "CREATE TABLE "+t+" (id bigserial PRIMARY KEY, v text NOT NULL)"); err != nil {
+			return nil, fmt.Errorf("create table %s: %w", t, err)
+		}
+	}
+	pcfg, err := poolConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	if b.raw, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, err
+	}
+	if pcfg, err = poolConfig(o); err != nil {
+		return nil, err
+	}
+	if b.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, err
+	}
+	b.eng, err = durable.New(b.pool, &durable.Config{
+		Schema:     "bench",
+		AppVersion: "bench",
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.steps = durable.Register(b.eng, "steps", func(wctx durable.Context, k int) (int, error) {
+		for i := 0; i < k; i++ {
+			if _, err := durable.Step(wctx, "s", func(ctx context.Context) (string, error) { return "ok", nil }, nil); err != nil {
+				return 0, err
+			}
+		}
+		return k, nil
+	}, nil)
+	b.txwf = durable.Register(b.eng, "txsteps", func(wctx durable.Context, k int) (int, error) {
+		for i := 0; i < k; i++ {
+			_, err := durable.TxStep(wctx, "insert", func(ctx context.Context, tx pgx.Tx) (bool, error) {
+				_, err := tx.Exec(ctx, insertAppSQL, "x")
+				return err == nil, err
+			}, nil)
+			if err != nil {
+				return 0, err
+			}
+		}
+		return k, nil
+	}, nil)
+	if err := b.eng.Launch(ctx); err != nil {
+		b.eng = nil
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bench) close(drop bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if b.eng != nil {
+		if err := b.eng.Shutdown(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: shutdown:", err)
+		}
+	}
+	if b.pool != nil {
+		b.pool.Close()
+	}
+	if b.raw != nil {
+		b.raw.Close()
+	}
+	if b.conn != nil {
+		_ = b.conn.Close(ctx)
+	}
+	if drop {
+		dropDB(b.o.URL, b.o.Database)
+	}
+}

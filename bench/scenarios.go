@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/durable-go/durable"
+)
+
+type opFunc func(ctx context.Context) error
+
+// seqScenario is an op timed back to back on its own, n times per round.
+type seqScenario struct {
+	name string
+	n    int
+	op   opFunc
+}
+
+// concScenario is an op run total times per round by c goroutines.
+type concScenario struct {
+	name string
+	c    int
+	op   opFunc
+}
+
+func (b *bench) seqScenarios() []seqScenario {
+	o := b.o
+	return []seqScenario{
+		{"floor_insert", o.N, b.floorInsert},
+		{"floor_tx", o.N, b.floorTx},
+		{"floor_select", o.N, b.floorSelect},
+		{"wf0", o.N, b.workflow(b.steps, 0)},
+		{"wf1", o.N, b.workflow(b.steps, 1)},
+		{"wf10", o.nK10(), b.workflow(b.steps, 10)},
+		{"txwf", o.N, b.workflow(b.txwf, 1)},
+	}
+}
+
+func (b *bench) concScenarios() []concScenario {
+	var s []concScenario
+	for _, c := range b.o.Concurrency {
+		s = append(s,
+			concScenario{fmt.Sprintf("tput_wf1_c%d", c), c, b.workflow(b.steps, 1)},
+			concScenario{fmt.Sprintf("tput_insert_c%d", c), c, b.rawInsert})
+	}
+	return s
+}
+
+// round measures every scenario once and stores the numbers in out.
+//
+// The sequential scenarios are cut into o.Blocks blocks that take turns
+// (A B C ... A B C ...), with the order rotated from block to block, so a
+// slow second of the machine lands on every scenario alike and the ratios
+// compare numbers taken within the same second or so. Each throughput
+// scenario then runs once, the durable one right next to its raw floor.
+func (b *bench) round(ctx context.Context, r int, out map[string]float64) error {
+	o := b.o
+	seqs := b.seqScenarios()
+	for _, s := range seqs {
+		for i := 0; i < o.Warmup; i++ {
+			if err := s.op(ctx); err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+		}
+	}
+	lat := make([][]time.Duration, len(seqs))
+	blocks := max(o.Blocks, 1)
+	t0 := time.Now()
+	for blk := 0; blk < blocks; blk++ {
+		for j := range seqs {
+			i := (j + blk + r) % len(seqs)
+			s := seqs[i]
+			cnt := s.n / blocks
+			if blk < s.n%blocks {
+				cnt++
+			}
+			for k := 0; k < cnt; k++ {
+				st := time.Now()
+				if err := s.op(ctx); err != nil {
+					return fmt.Errorf("%s: %w", s.name, err)
+				}
+				lat[i] = append(lat[i], time.Since(st))
+			}
+		}
+	}
+	for i, s := range seqs {
+		seqStats(s.name, lat[i], out)
+		o.logf("round %d/%d  %-15s mean %7.1f µs  p50 %7.1f  p99 %7.1f", r+1, o.Rounds, s.name,
+			out[s.name+"_us"], out[s.name+"_p50_us"], out[s.name+"_p99_us"])
+	}
+	o.logf("round %d/%d  (sequential scenarios: %.1fs)", r+1, o.Rounds, time.Since(t0).Seconds())
+	for _, s := range b.concScenarios() {
+		t0 := time.Now()
+		if err := timeConc(ctx, s.name, s.c, o.TputTotal, s.op, out); err != nil {
+			return err
+		}
+		o.logf("round %d/%d  %-15s %7.0f /s  mean latency %7.1f µs  (%.1fs)", r+1, o.Rounds, s.name,
+			out[s.name+"_per_s"], out[s.name+"_lat_us"], time.Since(t0).Seconds())
+	}
+	return nil
+}
+
+func (b *bench) floorInsert(ctx context.Context) error {
+	_, err := b.conn.Exec(ctx, insertFloorSQL, "x")
+	return err
+}
+
+func (b *bench) floorTx(ctx context.Context) error {
+	tx, err := b.conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, insertFloorSQL, "x"); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (b *bench) floorSelect(ctx context.Context) error {
+	var one int
+	return b.conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+}
+
+func (b *bench) rawInsert(ctx context.Context) error {
+	_, err := b.raw.Exec(ctx, insertFloorSQL, "x")
+	return err
+}
+
+// workflow returns an op that starts a run of w with input k and waits for
+// its result.
+func (b *bench) workflow(w *durable.Workflow[int, int], k int) opFunc {
+	return func(ctx context.Context) error {
+		h, err := w.Start(ctx, k, nil)
+		if err != nil {
+			return err
+		}
+		got, err := h.Result(ctx)
+		if err != nil {
+			return err
+		}
+		if got != k {
+			return fmt.Errorf("workflow %s returned %d, want %d", h.ID(), got, k)
+		}
+		return nil
+	}
+}
+
+// seqStats stores the mean, p50 and p99 of lat in µs.
+func seqStats(name string, lat []time.Duration, out map[string]float64) {
+	if len(lat) == 0 {
+		return
+	}
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	slices.Sort(lat)
+	out[name+"_us"] = us(sum) / float64(len(lat))
+	out[name+"_p50_us"] = us(pct(lat, 0.50))
+	out[name+"_p99_us"] = us(pct(lat, 0.99))
+}
+
+// timeConc runs op total times from c goroutines that each take the next
+// op as soon as their previous one is done, and stores ops/s over the wall
+// time and the mean latency of one op.
+func timeConc(ctx context.Context, name string, c, total int, op opFunc, out map[string]float64) error {
+	var next atomic.Int64
+	var latSum atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, c)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t0 := time.Now()
+	for g := 0; g < c; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(total) {
+				s := time.Now()
+				if err := op(ctx); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+				latSum.Add(int64(time.Since(s)))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	out[name+"_per_s"] = float64(total) / elapsed.Seconds()
+	out[name+"_lat_us"] = us(time.Duration(latSum.Load())) / float64(total)
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
