@@ -403,7 +403,7 @@ func (e *Engine) onNotify(payload string) {
 	}
 	switch payload[0] {
 	case 'd': // a run finished
-		e.hub.wake(payload[2:], nil)
+		e.hub.notified(payload[2:])
 	case 'n': // an unowned run was committed
 		e.wakeSweeper()
 	}

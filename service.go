@@ -57,10 +57,12 @@ func (s *services) stopAll() {
 
 // hub wakes callers waiting for a run to finish. A run finishing in this
 // process hands over its outcome directly; a notification from another
-// process only says "look again".
+// process only says "look again". Waiters of a run executing here (local)
+// are only woken by that run, so a notification never costs them a read.
 type hub struct {
-	mu sync.Mutex
-	m  map[string]*waiter
+	mu    sync.Mutex
+	m     map[string]*waiter // woken by notifications and by local finishes
+	local map[string]*waiter // woken only by the local run
 }
 
 type waiter struct {
@@ -76,15 +78,25 @@ type outcome struct {
 	err    []byte
 }
 
-func newHub() *hub { return &hub{m: map[string]*waiter{}} }
+func newHub() *hub { return &hub{m: map[string]*waiter{}, local: map[string]*waiter{}} }
 
-func (h *hub) subscribe(id string) *waiter {
+func (h *hub) subscribe(id string) *waiter { return h.sub(false, id) }
+
+// subscribeLocal is for the handle of a run this process is about to
+// execute.
+func (h *hub) subscribeLocal(id string) *waiter { return h.sub(true, id) }
+
+func (h *hub) sub(local bool, id string) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	w := h.m[id]
+	m := h.m
+	if local {
+		m = h.local
+	}
+	w := m[id]
 	if w == nil {
 		w = &waiter{ch: make(chan struct{})}
-		h.m[id] = w
+		m[id] = w
 	}
 	w.refs++
 	return w
@@ -94,23 +106,47 @@ func (h *hub) unsubscribe(id string, w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w.refs--
-	if w.refs <= 0 && h.m[id] == w {
+	if w.refs > 0 {
+		return
+	}
+	if h.m[id] == w {
 		delete(h.m, id)
+	}
+	if h.local[id] == w {
+		delete(h.local, id)
 	}
 }
 
-// wake wakes the waiters of id; out may be nil.
+// wake wakes every waiter of id: the run finished (or stopped, out nil)
+// in this process.
 func (h *hub) wake(id string, out *outcome) {
+	h.mu.Lock()
+	w, lw := h.m[id], h.local[id]
+	delete(h.m, id)
+	delete(h.local, id)
+	h.mu.Unlock()
+	for _, x := range []*waiter{w, lw} {
+		if x != nil {
+			x.out = out
+			close(x.ch)
+		}
+	}
+}
+
+// notified wakes the non-local waiters of id: another process says it
+// finished.
+func (h *hub) notified(id string) {
 	h.mu.Lock()
 	w := h.m[id]
 	delete(h.m, id)
 	h.mu.Unlock()
 	if w != nil {
-		w.out = out
 		close(w.ch)
 	}
 }
 
+// wakeAll wakes every non-local waiter so it looks again (after the
+// notification connection was re-established and may have missed some).
 func (h *hub) wakeAll() {
 	h.mu.Lock()
 	old := h.m

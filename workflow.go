@@ -160,7 +160,7 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 // created it, executes it here.
 func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []byte, parent string) (*Handle[R], error) {
 	e := w.e
-	local := e.hub.subscribe(id)
+	local := e.hub.subscribeLocal(id)
 	var parentArg any
 	if parent != "" {
 		parentArg = parent
