@@ -85,6 +85,24 @@ type Config struct {
 
 	// Logger receives the engine's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// Test holds knobs for tests. Leave it zero in production.
+	Test TestConfig
+}
+
+// TestConfig holds test-only knobs of [Config].
+type TestConfig struct {
+	// Now replaces time.Now for the engine's schedules, so tests can move
+	// time without waiting. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// now is the engine's clock (Config.Test.Now or time.Now).
+func (e *Engine) now() time.Time {
+	if e.cfg.Test.Now != nil {
+		return e.cfg.Test.Now()
+	}
+	return time.Now()
 }
 
 var schemaNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
@@ -212,6 +230,8 @@ type Engine struct {
 	kick chan struct{} // wakes the sweeper
 
 	lastOrphanReport string // sweeper goroutine only
+
+	sched *scheduler // cron schedules (schedule.go)
 	bg               *services
 	ready            chan struct{}
 }
@@ -325,6 +345,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	}
 	e.bg.start("heartbeat", e.heartbeatLoop)
 	e.bg.start("sweeper", e.sweepLoop)
+	e.startSchedules()
 	e.log.Info("durable: engine launched", "app_version", e.cfg.AppVersion, "schema", e.cfg.Schema, "workflows", len(e.names))
 	return nil
 }
@@ -351,6 +372,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Unlock()
 
 	e.bg.stop("sweeper")
+	e.stopSchedules()
 	drained := make(chan struct{})
 	go func() { e.runs.Wait(); close(drained) }()
 	var err error

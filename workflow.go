@@ -407,3 +407,32 @@ func Now(wctx Context) (time.Time, error) {
 func NewID(wctx Context) (string, error) {
 	return Step(wctx, "durable.id", func(context.Context) (string, error) { return uuid.NewString(), nil }, &StepOpts{Retry: noRetry})
 }
+
+// startDef inserts a run of def with the given ID and encoded input and, if
+// this call created it, executes it in this process. An existing run with
+// that ID is left alone (created reports false); a run of another workflow
+// under that ID is a [*ConflictError]. It is the untyped path used by
+// schedules.
+func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
+	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, id, def.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, input, nil, nil)
+	if err == nil {
+		created = rows.Next()
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		return false, fmt.Errorf("durable: start workflow %q id %q: %w", def.name, id, err)
+	}
+	if !created {
+		info, err := e.readRun(ctx, e.pool, id)
+		if err != nil {
+			return false, err
+		}
+		if info.name != def.name {
+			return false, &ConflictError{WorkflowID: id, Existing: info.name, Requested: def.name}
+		}
+		return false, nil
+	}
+	e.launch(e.newRun(id, def.name, 1, nil), def, input)
+	return true, nil
+}
