@@ -86,6 +86,12 @@ type Config struct {
 	// Logger receives the engine's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
+	// PollOnly turns LISTEN/NOTIFY off, for connection poolers that break
+	// LISTEN (PgBouncer in transaction mode). Waits for results and queue
+	// dispatch then poll every PollInterval, so lower it (e.g. 100ms).
+	// Defaults to false.
+	PollOnly bool
+
 	// Test holds knobs for tests. Leave it zero in production.
 	Test TestConfig
 }
@@ -213,11 +219,13 @@ type Engine struct {
 	pool        *pgxpool.Pool
 	cfg         Config
 	q           *sysdb.Queries
+	qq          *sysdb.QueueQueries
 	log         *slog.Logger
 	incarnation string
 
 	mu       sync.Mutex
 	defs     map[string]*wfDef
+	queues   map[string]*Queue
 	names    []string // registered names, sorted; fixed at Launch
 	state    engineState
 	stopping chan struct{} // closed when Shutdown begins
@@ -232,8 +240,8 @@ type Engine struct {
 	lastOrphanReport string // sweeper goroutine only
 
 	sched *scheduler // cron schedules (schedule.go)
-	bg               *services
-	ready            chan struct{}
+	bg    *services
+	ready chan struct{}
 }
 
 type engineState int
@@ -260,9 +268,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		pool:        pool,
 		cfg:         c,
 		q:           sysdb.New(c.Schema),
+		qq:          sysdb.NewQueueQueries(c.Schema, sysdb.New(c.Schema).Channel),
 		log:         c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation: randomHex(8),
 		defs:        map[string]*wfDef{},
+		queues:      map[string]*Queue{},
 		stopping:    make(chan struct{}),
 		hardCtx:     hardCtx,
 		hardCancel:  hardCancel,
@@ -315,21 +325,12 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return fmt.Errorf("durable: launch: register executor %q: %w", e.cfg.ExecutorID, err)
 	}
 
-	e.bg = newServices()
-	listener := notify.New()
-	listener.Connect = func(ctx context.Context) (*pgx.Conn, error) {
-		return pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err := e.declareQueues(ctx); err != nil {
+		return fmt.Errorf("durable: launch: %w", err)
 	}
-	listener.ListenSQL = e.q.ListenStmt
-	listener.OnNotify = e.onNotify
-	listener.OnConnected = func() { e.hub.wakeAll(); e.wakeSweeper() }
-	listener.Logger = e.log
-	e.bg.start("listener", listener.Run)
-	select {
-	case <-listener.Ready():
-	case <-ctx.Done():
-		e.bg.stopAll()
-		return fmt.Errorf("durable: launch: listen for notifications: %w", ctx.Err())
+	e.bg = newServices()
+	if err := e.startListener(ctx); err != nil {
+		return err
 	}
 
 	e.mu.Lock()
@@ -345,9 +346,42 @@ func (e *Engine) Launch(ctx context.Context) error {
 	}
 	e.bg.start("heartbeat", e.heartbeatLoop)
 	e.bg.start("sweeper", e.sweepLoop)
+	for _, q := range e.queues {
+		e.bg.start("queue:"+q.name, e.dispatchLoop(q))
+	}
 	e.startSchedules()
-	e.log.Info("durable: engine launched", "app_version", e.cfg.AppVersion, "schema", e.cfg.Schema, "workflows", len(e.names))
+	e.log.Info("durable: engine launched", "app_version", e.cfg.AppVersion, "schema", e.cfg.Schema, "workflows", len(e.names), "queues", len(e.queues))
 	return nil
+}
+
+// startListener starts the LISTEN loop and waits for its first LISTEN.
+func (e *Engine) startListener(ctx context.Context) error {
+	if e.cfg.PollOnly {
+		return nil
+	}
+	listener := notify.New()
+	listener.Connect = func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	}
+	listener.ListenSQL = e.q.ListenStmt
+	listener.OnNotify = e.onNotify
+	listener.OnConnected = func() {
+		// Notifications may have been missed while disconnected.
+		e.hub.wakeAll()
+		e.wakeSweeper()
+		for _, q := range e.queues {
+			q.wake()
+		}
+	}
+	listener.Logger = e.log
+	e.bg.start("listener", listener.Run)
+	select {
+	case <-listener.Ready():
+		return nil
+	case <-ctx.Done():
+		e.bg.stopAll()
+		return fmt.Errorf("durable: launch: listen for notifications: %w", ctx.Err())
+	}
 }
 
 // Shutdown stops the engine. New starts fail with [ErrShutdown]; running
@@ -373,6 +407,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 
 	e.bg.stop("sweeper")
 	e.stopSchedules()
+	for _, q := range e.queues {
+		e.bg.stop("queue:" + q.name)
+	}
 	drained := make(chan struct{})
 	go func() { e.runs.Wait(); close(drained) }()
 	var err error
@@ -428,6 +465,10 @@ func (e *Engine) onNotify(payload string) {
 		e.hub.notified(payload[2:])
 	case 'n': // an unowned run was committed
 		e.wakeSweeper()
+	case 'q': // work for a queue
+		if q := e.queues[payload[2:]]; q != nil {
+			q.wake()
+		}
 	}
 }
 

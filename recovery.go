@@ -13,11 +13,16 @@ type claimed struct {
 	input    []byte
 	epoch    int64
 	attempts int
+	deadline *time.Time
+	queue    *string
 }
 
 // recoverOwn runs at Launch: it hands back pending runs of this executor
 // ID that this binary cannot run, then resumes all the others.
 func (e *Engine) recoverOwn(ctx context.Context) error {
+	if err := e.requeue(ctx, true); err != nil {
+		return err
+	}
 	rows, err := e.pool.Query(ctx, e.q.ReleaseUnrunnable, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
 	if err != nil {
 		return err
@@ -110,7 +115,7 @@ func (e *Engine) claim(ctx context.Context, query string) (int, error) {
 	var got []claimed
 	for rows.Next() {
 		var c claimed
-		if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts); err != nil {
+		if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -119,8 +124,15 @@ func (e *Engine) claim(ctx context.Context, query string) (int, error) {
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
+	return len(got), e.startClaimed(ctx, got, nil)
+}
+
+// startClaimed loads the recorded steps of runs this executor just claimed,
+// in one query, and executes them (or dead-letters those over their
+// recovery limit). q is the queue whose slots they take, if any.
+func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) error {
 	if len(got) == 0 {
-		return 0, nil
+		return nil
 	}
 	ids := make([]string, len(got))
 	for i, c := range got {
@@ -130,18 +142,28 @@ func (e *Engine) claim(ctx context.Context, query string) (int, error) {
 	if err != nil {
 		// Claimed but not started: the runs stay owned by us and pending;
 		// the next boot of this executor or a takeover resumes them.
-		return 0, fmt.Errorf("load steps of %d claimed runs: %w", len(ids), err)
+		if q != nil {
+			q.releaseN(len(got))
+		}
+		return fmt.Errorf("load steps of %d claimed runs: %w", len(ids), err)
 	}
 	for _, c := range got {
 		def := e.defs[c.name]
 		if c.attempts > def.maxRecovery {
 			e.deadLetter(ctx, c, def.maxRecovery)
+			if q != nil {
+				q.release()
+			}
 			continue
 		}
-		e.log.Info("durable: resuming run", "workflow_id", c.id, "workflow", c.name, "recovery_attempt", c.attempts, "recorded_steps", len(steps[c.id]))
-		e.launch(e.newRun(c.id, c.name, c.epoch, steps[c.id]), def, c.input)
+		if c.attempts > 0 {
+			e.log.Info("durable: resuming run", "workflow_id", c.id, "workflow", c.name, "recovery_attempt", c.attempts, "recorded_steps", len(steps[c.id]))
+		}
+		r := e.newRun(c.id, c.name, c.epoch, steps[c.id], c.deadline)
+		r.queue = q
+		e.launch(r, def, c.input)
 	}
-	return len(got), nil
+	return nil
 }
 
 func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
@@ -205,6 +227,9 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			if n < RecoveryBatchDefault {
 				break
 			}
+		}
+		if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
+			e.log.Warn("durable: requeue runs of dead executors", "err", err)
 		}
 		e.reportOrphansElsewhere(ctx)
 		if time.Since(lastCleanup) > 10*time.Minute {

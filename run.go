@@ -35,12 +35,14 @@ func (c *wfContext) workflowRun() *run  { return c.r }
 // run is one execution of a workflow in this process, from start or
 // resume until it finishes or stops.
 type run struct {
-	e     *Engine
-	id    string
-	name  string
-	epoch int64
-	ctx   context.Context // cancelled on hard shutdown
-	local *waiter         // set when a Start in this process waits for it
+	e        *Engine
+	id       string
+	name     string
+	epoch    int64
+	ctx      context.Context // workflow and step code's context: hard shutdown, deadline
+	cancel   context.CancelFunc
+	deadline time.Time // zero: none
+	queue    *Queue    // the queue whose slot this run holds here, if any
 
 	steps map[int]*stepRecord // recorded before this execution; read-only
 	next  atomic.Int32        // next step position
@@ -93,10 +95,40 @@ func (r *run) begin(name string) (int, *stepRecord, error) {
 		}
 		return pos, rec, nil
 	}
-	if r.e.isStopping() || r.ctx.Err() != nil {
-		return pos, nil, r.halt(fmt.Errorf("workflow %q stopped before step %d %q: %w", r.id, pos, name, ErrShutdown))
+	if err := r.interrupted(); err != nil {
+		return pos, nil, err
 	}
 	return pos, nil, nil
+}
+
+// interrupted halts the run if it must not start new work: the engine is
+// stopping or the run passed its deadline.
+func (r *run) interrupted() error {
+	if r.pastDeadline() {
+		return r.halt(r.deadlineError())
+	}
+	if r.e.isStopping() || r.e.hardCtx.Err() != nil {
+		return r.halt(fmt.Errorf("workflow %q stopped at a step boundary: %w", r.id, ErrShutdown))
+	}
+	return nil
+}
+
+func (r *run) pastDeadline() bool { return !r.deadline.IsZero() && !time.Now().Before(r.deadline) }
+
+func (r *run) deadlineError() error {
+	return fmt.Errorf("durable: workflow %q passed its deadline %s: %w", r.id, r.deadline.Format(time.RFC3339Nano), context.DeadlineExceeded)
+}
+
+// cutShort turns an error a step returned after the engine cancelled its
+// context (shutdown or deadline) into the run's halt reason.
+func (r *run) cutShort(pos int, name string, err error) error {
+	if err == nil || r.ctx.Err() == nil {
+		return err
+	}
+	if r.e.hardCtx.Err() == nil && r.pastDeadline() {
+		return r.halt(r.deadlineError())
+	}
+	return r.halt(fmt.Errorf("workflow %q step %d %q interrupted: %w", r.id, pos, name, ErrShutdown))
 }
 
 // sleep waits d unless the engine begins to stop.
@@ -109,7 +141,7 @@ func (r *run) sleep(d time.Duration) error {
 	case <-r.e.stopping:
 		return r.halt(fmt.Errorf("workflow %q: %w", r.id, ErrShutdown))
 	case <-r.ctx.Done():
-		return r.halt(fmt.Errorf("workflow %q: %w", r.id, ErrShutdown))
+		return r.interrupted()
 	}
 }
 
@@ -119,7 +151,7 @@ func (r *run) sleep(d time.Duration) error {
 func (r *run) retryDB(what string, op func(ctx context.Context) error) error {
 	delay := 20 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := op(r.ctx)
+		err := op(r.e.hardCtx) // not r.ctx: a run past its deadline still records its end
 		if err == nil || !isTransient(err) {
 			return err
 		}
@@ -129,7 +161,7 @@ func (r *run) retryDB(what string, op func(ctx context.Context) error) error {
 		t := time.NewTimer(jitter(delay, 0.2))
 		select {
 		case <-t.C:
-		case <-r.ctx.Done():
+		case <-r.e.hardCtx.Done():
 			t.Stop()
 			return r.halt(fmt.Errorf("workflow %q: %s: %w", r.id, what, ErrShutdown))
 		}
@@ -212,15 +244,35 @@ func (e *Engine) launch(r *run, def *wfDef, input []byte) {
 	}()
 }
 
-func (e *Engine) newRun(id, name string, epoch int64, steps map[int]*stepRecord) *run {
-	return &run{e: e, id: id, name: name, epoch: epoch, ctx: e.hardCtx, steps: steps}
+func (e *Engine) newRun(id, name string, epoch int64, steps map[int]*stepRecord, deadline *time.Time) *run {
+	r := &run{e: e, id: id, name: name, epoch: epoch, steps: steps}
+	if deadline != nil {
+		r.deadline = *deadline
+		r.ctx, r.cancel = context.WithDeadline(e.hardCtx, *deadline)
+	} else {
+		r.ctx, r.cancel = e.hardCtx, func() {}
+	}
+	return r
 }
 
 func (e *Engine) execute(r *run, def *wfDef, input []byte) {
+	defer r.cancel()
+	if r.queue != nil {
+		defer r.queue.release()
+	}
 	wctx := &wfContext{Context: r.ctx, r: r}
-	out, err := callWorkflow(def, wctx, input)
+	var out []byte
+	var err error
+	if r.pastDeadline() {
+		r.halt(r.deadlineError()) // e.g. queued past its deadline: never starts
+	} else {
+		out, err = callWorkflow(def, wctx, input)
+	}
+	if err != nil && r.halted() == nil && r.ctx.Err() != nil && r.e.hardCtx.Err() == nil && r.pastDeadline() {
+		r.halt(r.deadlineError()) // the code gave up on its context's deadline
+	}
 	if h := r.halted(); h != nil {
-		if !errors.Is(h, ErrNonDeterministic) && !errors.Is(h, ErrDecode) {
+		if !errors.Is(h, ErrNonDeterministic) && !errors.Is(h, ErrDecode) && !errors.Is(h, context.DeadlineExceeded) {
 			// Fenced, cancelled or shutting down: not ours to finish.
 			if !errors.Is(h, ErrShutdown) {
 				e.log.Warn("durable: run stopped", "workflow_id", r.id, "workflow", r.name, "reason", h)
@@ -230,7 +282,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		}
 		out, err = nil, h
 	}
-	if err != nil && (errors.Is(err, ErrShutdown) || r.ctx.Err() != nil) {
+	if err != nil && (errors.Is(err, ErrShutdown) || e.hardCtx.Err() != nil) {
 		// The code gave up because the engine is stopping (or passed on the
 		// shutdown error of a step): the run stays pending for the next owner.
 		e.hub.wake(r.id, nil)

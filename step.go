@@ -195,8 +195,8 @@ func attempt[R any](r *run, pos int, name string, policy RetryPolicy, timeout ti
 		if err == nil || errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
 			return out, n, err
 		}
-		if r.e.isStopping() || r.ctx.Err() != nil {
-			return out, n, r.halt(fmt.Errorf("workflow %q step %d %q interrupted: %w", r.id, pos, name, ErrShutdown))
+		if err := r.interrupted(); err != nil {
+			return out, n, err
 		}
 		r.e.log.Debug("durable: step failed, retrying", "workflow_id", r.id, "step", name, "attempt", n, "err", err)
 		if serr := r.sleep(jitter(policy.Delay(n), max(policy.Jitter, 0))); serr != nil {
@@ -223,11 +223,8 @@ func callStep[R any](r *run, pos int, name string, n int, timeout time.Duration,
 		}
 	}()
 	out, err = fn(ctx)
-	if err != nil && r.ctx.Err() != nil {
-		// The engine cut the step short: its outcome is not the step's.
-		return out, r.halt(fmt.Errorf("workflow %q step %d %q interrupted: %w", r.id, pos, name, ErrShutdown))
-	}
-	return out, err
+	// When the engine cut the step short, its outcome is not the step's.
+	return out, r.cutShort(pos, name, err)
 }
 
 // record checkpoints the outcome of a step and returns what replay would.
@@ -407,10 +404,7 @@ func callTx[R any](r *run, pos int, name string, ctx context.Context, tx pgx.Tx,
 		}
 	}()
 	out, err = fn(ctx, tx)
-	if err != nil && r.ctx.Err() != nil {
-		return out, r.halt(fmt.Errorf("workflow %q step %d %q interrupted: %w", r.id, pos, name, ErrShutdown))
-	}
-	return out, err
+	return out, r.cutShort(pos, name, err)
 }
 
 func recordedOutput(r *run, pos int) ([]byte, error) {
@@ -468,8 +462,8 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 			if err := r.checkpoint(pos, name, stepIntent, nil, nil, 0, started); err != nil {
 				return zero, err
 			}
-		} else if r.e.isStopping() {
-			return zero, r.halt(fmt.Errorf("workflow %q: %w", r.id, ErrShutdown))
+		} else if err := r.interrupted(); err != nil {
+			return zero, err
 		}
 		out, attempts, runErr = attempt(r, pos, name, policy, timeout, fn)
 		if h := r.halted(); h != nil {

@@ -119,6 +119,22 @@ type StartOpts struct {
 	// exists returns the existing run instead of running again.
 	// Defaults to a new UUIDv7 (for a child: parent ID + "/" + position).
 	ID string
+	// Timeout bounds the whole run. The deadline is stored with the run,
+	// so it holds across restarts: once it passes, step contexts are
+	// cancelled, no new step starts, and the run ends with an error that
+	// matches context.DeadlineExceeded. Defaults to none.
+	Timeout time.Duration
+}
+
+func (o *StartOpts) deadline() (*time.Time, error) {
+	if o == nil || o.Timeout == 0 {
+		return nil, nil
+	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("%w: StartOpts.Timeout %v is negative", ErrInvalidArgument, o.Timeout)
+	}
+	d := time.Now().Add(o.Timeout)
+	return &d, nil
 }
 
 // Start starts a run of w with input in, executed by this process, and
@@ -134,7 +150,11 @@ func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (*Han
 	if err != nil {
 		return nil, err
 	}
-	return w.insertAndRun(ctx, id, input, "")
+	deadline, err := opts.deadline()
+	if err != nil {
+		return nil, err
+	}
+	return w.insertAndRun(ctx, id, input, "", deadline)
 }
 
 func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (string, []byte, error) {
@@ -158,14 +178,14 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 
 // insertAndRun inserts a run owned by this executor and, when the insert
 // created it, executes it here.
-func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []byte, parent string) (*Handle[R], error) {
+func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []byte, parent string, deadline *time.Time) (*Handle[R], error) {
 	e := w.e
 	local := e.hub.subscribeLocal(id)
 	var parentArg any
 	if parent != "" {
 		parentArg = parent
 	}
-	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, id, w.def.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, input, parentArg, nil)
+	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, id, w.def.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, input, parentArg, nil, deadline)
 	inserted := false
 	if err == nil {
 		inserted = rows.Next()
@@ -180,7 +200,7 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []by
 		e.hub.unsubscribe(id, local)
 		return w.existing(ctx, e.pool, id)
 	}
-	r := e.newRun(id, w.def.name, 1, nil)
+	r := e.newRun(id, w.def.name, 1, nil, deadline)
 	e.launch(r, w.def, input)
 	return &Handle[R]{e: e, id: id, local: local}, nil
 }
@@ -214,7 +234,11 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, input, nil, "n:"+id)
+	deadline, err := opts.deadline()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, input, nil, "n:"+id, deadline)
 	inserted := false
 	if err == nil {
 		inserted = rows.Next()
@@ -253,10 +277,17 @@ func (w *Workflow[P, R]) StartChild(wctx Context, in P, opts *StartOpts) (*Handl
 	if err != nil {
 		return nil, err
 	}
+	deadline, err := opts.deadline()
+	if err != nil {
+		return nil, err
+	}
+	if deadline == nil && !r.deadline.IsZero() {
+		deadline = &r.deadline // a child inherits its parent's deadline
+	}
 	var h *Handle[R]
 	err = r.retryDB("start child", func(ctx context.Context) error {
 		var err error
-		h, err = w.insertAndRun(ctx, id, input, r.id)
+		h, err = w.insertAndRun(ctx, id, input, r.id, deadline)
 		return err
 	})
 	if err != nil {
@@ -379,13 +410,16 @@ type runInfo struct {
 	notify               bool
 	input, output, err   []byte
 	createdAt, updatedAt time.Time
+	queue                *string
+	deadline             *time.Time
 }
 
 func (e *Engine) readRun(ctx context.Context, q queryer, id string) (*runInfo, error) {
 	var ri runInfo
 	var status string
 	err := q.QueryRow(ctx, e.q.WorkflowByID, id).Scan(&ri.id, &ri.name, &status, &ri.appVersion, &ri.executor, &ri.epoch,
-		&ri.recoveryAttempts, &ri.notify, &ri.parent, &ri.input, &ri.output, &ri.err, &ri.createdAt, &ri.updatedAt)
+		&ri.recoveryAttempts, &ri.notify, &ri.parent, &ri.input, &ri.output, &ri.err, &ri.createdAt, &ri.updatedAt,
+		&ri.queue, &ri.deadline)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
 	}
@@ -414,7 +448,7 @@ func NewID(wctx Context) (string, error) {
 // under that ID is a [*ConflictError]. It is the untyped path used by
 // schedules.
 func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
-	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, id, def.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, input, nil, nil)
+	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, id, def.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, input, nil, nil, nil)
 	if err == nil {
 		created = rows.Next()
 		rows.Close()
@@ -433,6 +467,6 @@ func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []by
 		}
 		return false, nil
 	}
-	e.launch(e.newRun(id, def.name, 1, nil), def, input)
+	e.launch(e.newRun(id, def.name, 1, nil, nil), def, input)
 	return true, nil
 }

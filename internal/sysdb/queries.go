@@ -57,18 +57,19 @@ func New(schema string) *Queries {
 		Channel: channel,
 
 		// $1 id, $2 name, $3 app_version, $4 executor_id (NULL: unowned),
-		// $5 epoch, $6 input, $7 parent_id, $8 notify payload (NULL: none).
+		// $5 epoch, $6 input, $7 parent_id, $8 notify payload (NULL: none),
+		// $9 deadline (NULL: none).
 		// The notification of an unowned run is only delivered when the
 		// inserting transaction commits, which is what StartTx relies on.
 		InsertWorkflow: r(`WITH ins AS (
-	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id)
-	VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7)
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline)
+	VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $9)
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id)
 SELECT CASE WHEN $8::text IS NULL THEN '' ELSE pg_notify('` + channel + `', $8::text)::text END FROM ins`),
 
 		WorkflowByID: r(`SELECT id, name, status, app_version, executor_id, epoch, recovery_attempts,
-	notify, parent_id, input, output, error, created_at, updated_at
+	notify, parent_id, input, output, error, created_at, updated_at, queue_name, deadline
 FROM {{schema}}.workflows WHERE id = $1`),
 
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
@@ -156,9 +157,10 @@ WHERE id = $1 AND incarnation = $2`),
 SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
 FROM (SELECT id FROM {{schema}}.workflows
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
+		AND queue_name IS NULL
 	ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED) c
 WHERE w.id = c.id
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts`),
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
 
 		// Takeover: pending runs whose owner has no live lease, or no owner.
 		// A run that was never claimed (epoch 0, started by StartTx) does not
@@ -169,12 +171,12 @@ SET executor_id = $1, epoch = w.epoch + 1,
 	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 THEN 0 ELSE 1 END,
 	updated_at = now()
 FROM (SELECT o.id FROM {{schema}}.workflows o
-	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[])
+	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[]) AND o.queue_name IS NULL
 	AND (o.executor_id IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
 	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) c
 WHERE w.id = c.id
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts`),
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
 
 		// Pending runs of this executor that this binary cannot run are
 		// handed back (owner NULL) so a compatible executor claims them.

@@ -1,0 +1,141 @@
+package sysdb
+
+// QueueQueries are the statements of queues.
+type QueueQueries struct {
+	Declare       string
+	Settings      string
+	Update        string
+	SetPaused     string
+	Enqueue       string
+	LockAndLoad   string
+	Counts        string
+	ClaimSimple   string
+	Candidates    string
+	PartitionLoad string
+	ClaimIDs      string
+	Requeue       string
+	Stats         string
+	ByDedup       string
+}
+
+// NewQueueQueries renders the queue statements for schema; channel is the
+// schema's notification channel.
+func NewQueueQueries(schema, channel string) *QueueQueries {
+	r := func(s string) string { return Render(s, schema) }
+	return &QueueQueries{
+		// Code declares a queue at Launch. A declaration different from the
+		// last one (a deploy changed the code) overwrites the live settings;
+		// the same declaration keeps changes made at run time.
+		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms, $7 declared.
+		Declare: r(`INSERT INTO {{schema}}.queues AS q (name, global_concurrency, worker_concurrency,
+	partition_concurrency, rate_limit, rate_period_ms, declared)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (name) DO UPDATE SET global_concurrency = EXCLUDED.global_concurrency,
+	worker_concurrency = EXCLUDED.worker_concurrency, partition_concurrency = EXCLUDED.partition_concurrency,
+	rate_limit = EXCLUDED.rate_limit, rate_period_ms = EXCLUDED.rate_period_ms,
+	declared = EXCLUDED.declared, updated_at = now()
+WHERE q.declared IS DISTINCT FROM EXCLUDED.declared`),
+
+		Settings: r(`SELECT global_concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_period_ms, paused
+FROM {{schema}}.queues WHERE name = $1`),
+
+		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms.
+		Update: r(`WITH u AS (
+	UPDATE {{schema}}.queues SET global_concurrency = $2, worker_concurrency = $3, partition_concurrency = $4,
+		rate_limit = $5, rate_period_ms = $6, updated_at = now()
+	WHERE name = $1 RETURNING name)
+SELECT pg_notify('` + channel + `', 'q:' || name) FROM u`),
+
+		SetPaused: r(`WITH u AS (
+	UPDATE {{schema}}.queues SET paused = $2, updated_at = now() WHERE name = $1 RETURNING name)
+SELECT pg_notify('` + channel + `', 'q:' || name) FROM u`),
+
+		// One statement: it checks the queue exists, inserts the run unless
+		// its ID or its dedup ID is taken, and wakes the dispatchers on commit.
+		// $1 id, $2 name, $3 app_version, $4 input, $5 queue, $6 priority,
+		// $7 partition_key, $8 dedup_id, $9 not_before, $10 deadline, $11 notify (bool).
+		Enqueue: r(`WITH q AS (SELECT name FROM {{schema}}.queues WHERE name = $5),
+ins AS (
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input,
+		queue_name, priority, partition_key, dedup_id, not_before, deadline)
+	SELECT $1, $2, 'enqueued', $3, NULL, 0, $4, q.name, $6, $7, $8, $9, $10 FROM q
+	ON CONFLICT DO NOTHING
+	RETURNING id)
+SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
+	(SELECT CASE WHEN $11::bool AND count(*) > 0 THEN pg_notify('` + channel + `', 'q:' || $5::text) END FROM ins)::text`),
+
+		// The dispatch transaction of one queue starts here: the advisory
+		// lock serialises dispatchers of this queue across all executors,
+		// so the counts below stay true until commit.
+		// $1 lock key, $2 name.
+		LockAndLoad: r(`SELECT pg_advisory_xact_lock(hashtext($1)), global_concurrency, worker_concurrency,
+	partition_concurrency, rate_limit, rate_period_ms, paused
+FROM {{schema}}.queues WHERE name = $2`),
+
+		// $1 name, $2 count running (bool), $3 rate period ms (0: none).
+		Counts: r(`SELECT
+	CASE WHEN $2::bool THEN (SELECT count(*) FROM {{schema}}.workflows WHERE queue_name = $1 AND status = 'pending') ELSE 0 END,
+	CASE WHEN $3::bigint > 0 THEN (SELECT count(*) FROM {{schema}}.workflows
+		WHERE queue_name = $1 AND started_at > now() - $3 * interval '1 millisecond') ELSE 0 END,
+	CASE WHEN $3::bigint > 0 THEN (SELECT min(started_at) + $3 * interval '1 millisecond' - now() FROM {{schema}}.workflows
+		WHERE queue_name = $1 AND started_at > now() - $3 * interval '1 millisecond') END,
+	(SELECT min(not_before) - now() FROM {{schema}}.workflows
+		WHERE queue_name = $1 AND status = 'enqueued' AND not_before > now())`),
+
+		// Claims up to $5 ready runs in priority order. A run that never
+		// started may run on any application version; a re-queued one only
+		// on its own.
+		// $1 name, $2 executor, $3 app_version, $4 names, $5 limit.
+		ClaimSimple: r(`UPDATE {{schema}}.workflows w
+SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
+	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 THEN 0 ELSE 1 END
+FROM (SELECT id FROM {{schema}}.workflows
+	WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
+		AND name = ANY($4::text[]) AND (epoch = 0 OR app_version = $3)
+	ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) c
+WHERE w.id = c.id
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
+
+		// With partition limits the choice is made in Go from a window of
+		// candidates. $1 name, $2 app_version, $3 names, $4 limit.
+		Candidates: r(`SELECT id, coalesce(partition_key, '') FROM {{schema}}.workflows
+WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
+	AND name = ANY($3::text[]) AND (epoch = 0 OR app_version = $2)
+ORDER BY priority, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`),
+
+		PartitionLoad: r(`SELECT coalesce(partition_key, ''), count(*) FROM {{schema}}.workflows
+WHERE queue_name = $1 AND status = 'pending' AND coalesce(partition_key, '') = ANY($2::text[])
+GROUP BY 1`),
+
+		// $1 ids, $2 executor, $3 app_version.
+		ClaimIDs: r(`UPDATE {{schema}}.workflows w
+SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
+	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 THEN 0 ELSE 1 END
+WHERE w.id = ANY($1::text[]) AND w.status = 'enqueued'
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
+
+		// Queued runs whose executor died (or, at boot, this executor's own
+		// previous incarnation) go back to their queue, keeping their place
+		// and their recorded steps, and pass through the limits again. The
+		// epoch bump fences the old owner.
+		// $1 executor_id, $2 include own runs (bool).
+		Requeue: r(`WITH r AS (
+	UPDATE {{schema}}.workflows o SET status = 'enqueued', executor_id = NULL, epoch = o.epoch + 1, updated_at = now()
+	WHERE o.status = 'pending' AND o.queue_name IS NOT NULL
+	AND ((o.executor_id = $1 AND $2::bool) OR o.executor_id IS NULL OR NOT EXISTS (
+		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
+	RETURNING o.queue_name)
+SELECT queue_name, count(*), pg_notify('` + channel + `', 'q:' || queue_name)::text FROM r GROUP BY queue_name`),
+
+		// $1 name.
+		Stats: r(`SELECT
+	count(*) FILTER (WHERE status = 'enqueued' AND (not_before IS NULL OR not_before <= now())),
+	count(*) FILTER (WHERE status = 'enqueued' AND not_before > now()),
+	count(*) FILTER (WHERE status = 'pending')
+FROM {{schema}}.workflows WHERE queue_name = $1 AND status IN ('enqueued', 'pending')`),
+
+		// $1 queue, $2 dedup_id.
+		ByDedup: r(`SELECT id FROM {{schema}}.workflows
+WHERE queue_name = $1 AND dedup_id = $2 AND status IN ('enqueued', 'pending')`),
+	}
+}
