@@ -22,6 +22,7 @@ type Status string
 
 // Run statuses.
 const (
+	StatusEnqueued  Status = "enqueued"  // waiting in a queue for its turn
 	StatusPending   Status = "pending"   // running, or waiting to be resumed
 	StatusSuccess   Status = "success"   // finished with a result
 	StatusError     Status = "error"     // finished with an error
@@ -30,7 +31,9 @@ const (
 )
 
 // Finished reports whether s is a final status.
-func (s Status) Finished() bool { return s != StatusPending && s != "" }
+func (s Status) Finished() bool {
+	return s == StatusSuccess || s == StatusError || s == StatusCancelled || s == StatusDead
+}
 
 // WorkflowOpts are registration-time options of a workflow.
 type WorkflowOpts struct {

@@ -85,7 +85,7 @@ SELECT CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END FROM u
 
 		// A waiter in another process asks to be notified of the finish.
 		// No row: the run is not pending any more.
-		WatchWorkflow: r(`UPDATE {{schema}}.workflows SET notify = true WHERE id = $1 AND status = 'pending'`),
+		WatchWorkflow: r(`UPDATE {{schema}}.workflows SET notify = true WHERE id = $1 AND status IN ('pending', 'enqueued')`),
 
 		LoadSteps: r(`SELECT workflow_id, pos, name, status, output, error, attempts
 FROM {{schema}}.steps WHERE workflow_id = $1 ORDER BY pos`),

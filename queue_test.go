@@ -1,0 +1,303 @@
+package durable_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+)
+
+func TestQueueBasics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[int, int]
+	var q *durable.Queue
+	e := b.engine(t, nil, func(e *durable.Engine) {
+		q = durable.RegisterQueue(e, "basic", &durable.QueueOpts{WorkerConcurrency: 4})
+		wf = durable.Register(e, "double", func(wctx durable.Context, in int) (int, error) {
+			return durable.Step(wctx, "double", func(ctx context.Context) (int, error) { return in * 2, nil }, nil)
+		}, nil)
+	})
+	ctx := ctxT(t)
+	var hs []*durable.Handle[int]
+	for i := 0; i < 20; i++ {
+		h, err := wf.Enqueue(ctx, q, i, nil)
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	for i, h := range hs {
+		v, err := h.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2*i, v)
+	}
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, durable.QueueStats{Name: "basic", Settings: durable.QueueOpts{WorkerConcurrency: 4}}, st)
+
+	// Same ID again: the existing run.
+	h, err := wf.Enqueue(ctx, q, 99, &durable.EnqueueOpts{ID: hs[3].ID()})
+	require.NoError(t, err)
+	v, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 6, v)
+
+	// Bad input: clear errors at the call.
+	_, err = wf.Enqueue(ctx, e.QueueRef("nowhere"), 1, nil)
+	require.ErrorIs(t, err, durable.ErrQueueNotFound)
+	_, err = wf.Enqueue(ctx, q, 1, &durable.EnqueueOpts{Timeout: -time.Second})
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
+	_, err = e.QueueRef("nowhere").Stats(ctx)
+	require.ErrorIs(t, err, durable.ErrQueueNotFound)
+	require.ErrorIs(t, e.QueueRef("nowhere").Pause(ctx), durable.ErrQueueNotFound)
+}
+
+func TestQueueInvalidDeclarations(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e, err := durable.New(b.pool, b.cfg)
+	require.NoError(t, err)
+	for _, opts := range []durable.QueueOpts{
+		{GlobalConcurrency: -1}, {WorkerConcurrency: -2}, {PartitionConcurrency: -1},
+		{RateLimit: 5}, {RatePeriod: time.Second}, {RateLimit: -1, RatePeriod: time.Second},
+	} {
+		_, err := durable.TryRegisterQueue(e, "q", &opts)
+		require.ErrorIs(t, err, durable.ErrInvalidArgument, "%+v", opts)
+		require.ErrorContains(t, err, "QueueOpts.")
+	}
+	_, err = durable.TryRegisterQueue(e, "", nil)
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
+	durable.RegisterQueue(e, "ok", nil)
+	_, err = durable.TryRegisterQueue(e, "ok", nil)
+	require.ErrorContains(t, err, "already registered")
+}
+
+// TestQueuePriorityPauseAndLiveSettings: a paused queue starts nothing;
+// on resume it starts runs in priority order; settings change live.
+func TestQueuePriorityPauseAndLiveSettings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	var order []int
+	var wf *durable.Workflow[int, int]
+	var q *durable.Queue
+	b.engine(t, nil, func(e *durable.Engine) {
+		q = durable.RegisterQueue(e, "prio", &durable.QueueOpts{WorkerConcurrency: 1})
+		wf = durable.Register(e, "record", func(wctx durable.Context, in int) (int, error) {
+			mu.Lock()
+			order = append(order, in)
+			mu.Unlock()
+			return in, nil
+		}, nil)
+	})
+	ctx := ctxT(t)
+	require.NoError(t, q.Pause(ctx))
+	prios := []int{5, 1, 9, 3, 7, 0, 2}
+	var hs []*durable.Handle[int]
+	for _, p := range prios {
+		h, err := wf.Enqueue(ctx, q, p, &durable.EnqueueOpts{Priority: p})
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.True(t, st.Paused)
+	require.Equal(t, len(prios), st.Ready)
+	require.Zero(t, st.Running)
+
+	require.NoError(t, q.Update(ctx, durable.QueueOpts{WorkerConcurrency: 1, GlobalConcurrency: 7}))
+	st, err = q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 7, st.Settings.GlobalConcurrency)
+
+	require.NoError(t, q.Resume(ctx))
+	for _, h := range hs {
+		_, err := h.Result(ctx)
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{0, 1, 2, 3, 5, 7, 9}, order)
+}
+
+// TestQueueDedupUnderConcurrentEnqueues: many enqueues race with one dedup
+// ID; exactly one run exists; the others are refused or get that run.
+func TestQueueDedupUnderConcurrentEnqueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	var runs atomic.Int32
+	var wf *durable.Workflow[int, int]
+	var q *durable.Queue
+	b.engine(t, nil, func(e *durable.Engine) {
+		q = durable.RegisterQueue(e, "dedup", nil)
+		wf = durable.Register(e, "once", func(wctx durable.Context, in int) (int, error) {
+			runs.Add(1)
+			<-release
+			return in, nil
+		}, nil)
+	})
+	ctx := ctxT(t)
+	const n = 16
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			policy := durable.DedupReject
+			if i%2 == 1 {
+				policy = durable.DedupReturnExisting
+			}
+			h, err := wf.Enqueue(ctx, q, i, &durable.EnqueueOpts{DedupID: "customer-7", OnDuplicate: policy})
+			errs[i] = err
+			if h != nil {
+				ids[i] = h.ID()
+			}
+		}()
+	}
+	wg.Wait()
+	var holder string
+	created := 0
+	for i := 0; i < n; i++ {
+		var de *durable.DuplicateError
+		switch {
+		case errs[i] == nil && (holder == "" || ids[i] == holder):
+			holder = ids[i]
+		case errors.As(errs[i], &de):
+			require.ErrorIs(t, errs[i], durable.ErrDuplicate)
+			require.Equal(t, 0, i%2, "only DedupReject enqueues are refused")
+			if holder == "" {
+				holder = de.ExistingID
+			}
+			require.Equal(t, holder, de.ExistingID)
+		default:
+			t.Fatalf("enqueue %d: id %q err %v (holder %q)", i, ids[i], errs[i], holder)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if errs[i] == nil && ids[i] == holder {
+			created++
+		}
+	}
+	require.NotZero(t, created)
+	close(release)
+	h, err := wf.Handle(ctx, holder)
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, runs.Load())
+
+	// Once it finished, the dedup ID is free again.
+	h2, err := wf.Enqueue(ctx, q, 100, &durable.EnqueueOpts{DedupID: "customer-7"})
+	require.NoError(t, err)
+	v, err := h2.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 100, v)
+}
+
+func TestEnqueueTxCommitAndRollback(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[string, string]
+	var q *durable.Queue
+	b.engine(t, nil, func(e *durable.Engine) {
+		q = durable.RegisterQueue(e, "outbox", nil)
+		wf = durable.Register(e, "greet", func(wctx durable.Context, in string) (string, error) { return "hi " + in, nil }, nil)
+	})
+	ctx := ctxT(t)
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = wf.EnqueueTx(ctx, tx, q, "ghost", &durable.EnqueueOpts{ID: "rolled"})
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	_, err = wf.Handle(ctx, "rolled")
+	require.ErrorIs(t, err, durable.ErrWorkflowNotFound)
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Ready+st.Running+st.Delayed)
+
+	tx, err = b.pool.Begin(ctx)
+	require.NoError(t, err)
+	h, err := wf.EnqueueTx(ctx, tx, q, "ada", &durable.EnqueueOpts{ID: "kept"})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "hi ada", out)
+}
+
+func TestQueueDelayAndDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[int, time.Time]
+	var q, paused *durable.Queue
+	var ran atomic.Int32
+	b.engine(t, nil, func(e *durable.Engine) {
+		q = durable.RegisterQueue(e, "later", nil)
+		paused = durable.RegisterQueue(e, "paused", nil)
+		wf = durable.Register(e, "when", func(wctx durable.Context, in int) (time.Time, error) {
+			ran.Add(1)
+			return durable.Now(wctx)
+		}, nil)
+	})
+	ctx := ctxT(t)
+	notBefore := time.Now().Add(400 * time.Millisecond)
+	h, err := wf.Enqueue(ctx, q, 1, &durable.EnqueueOpts{NotBefore: notBefore})
+	require.NoError(t, err)
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Delayed)
+	startedAt, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.False(t, startedAt.Before(notBefore), "started %v, not before %v", startedAt, notBefore)
+
+	// A run still queued at its deadline fails without running.
+	require.NoError(t, paused.Pause(ctx))
+	h2, err := wf.Enqueue(ctx, paused, 2, &durable.EnqueueOpts{Timeout: time.Millisecond})
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond) // let the deadline pass
+	require.NoError(t, paused.Resume(ctx))
+	_, err = h2.Result(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.EqualValues(t, 1, ran.Load())
+}
+
+func TestRunDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var after atomic.Int32
+	var wf *durable.Workflow[int, int]
+	b.engine(t, nil, func(e *durable.Engine) {
+		wf = durable.Register(e, "slow", func(wctx durable.Context, in int) (int, error) {
+			_, err := durable.Step(wctx, "wait", func(ctx context.Context) (int, error) {
+				<-ctx.Done() // the step's context ends at the run's deadline
+				return 0, ctx.Err()
+			}, nil)
+			if err != nil {
+				return 0, err
+			}
+			_, err = durable.Step(wctx, "after", func(ctx context.Context) (int, error) { after.Add(1); return 1, nil }, nil)
+			return 0, err
+		}, nil)
+	})
+	ctx := ctxT(t)
+	h, err := wf.Start(ctx, 1, &durable.StartOpts{Timeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Zero(t, after.Load())
+	st, err := h.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, durable.StatusError, st)
+	_, err = wf.Start(ctx, 1, &durable.StartOpts{Timeout: -1})
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
+	_ = fmt.Sprint
+}
