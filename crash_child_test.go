@@ -75,6 +75,8 @@ func runChild(mode string) error {
 		_, _ = pool.Exec(ctx, q("INSERT INTO @executions (workflow_id, pos, pid) VALUES ($1, $2, $3)"), wf, pos, os.Getpid())
 	}
 	switch mode {
+	case "queue":
+		return runQueueChild(ctx, e, pool, schema)
 	case "matrix":
 		crash := os.Getenv("DURABLE_CRASH") // point:pos
 		point, posStr, _ := strings.Cut(crash, ":")

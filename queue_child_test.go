@@ -1,0 +1,204 @@
+package durable_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+type jobIn struct {
+	Queue string `json:"queue"`
+	Key   string `json:"key"`
+	Hold  int    `json:"hold_ms"`
+}
+
+var queueDecls = map[string]durable.QueueOpts{
+	"global": {GlobalConcurrency: 4, WorkerConcurrency: 2},
+	"parts":  {PartitionConcurrency: 1, WorkerConcurrency: 3},
+	"rated":  {RateLimit: 4, RatePeriod: time.Second},
+}
+
+// registerJob registers the queue test's workflow: one step that records
+// its own running interval.
+func registerJob(e *durable.Engine, pool *pgxpool.Pool, schema string) *durable.Workflow[jobIn, int] {
+	q := func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
+	return durable.Register(e, "job", func(wctx durable.Context, in jobIn) (int, error) {
+		return durable.Step(wctx, "work", func(ctx context.Context) (int, error) {
+			var id int
+			if err := pool.QueryRow(ctx, q(`INSERT INTO @intervals (workflow_id, queue, key, pid, started)
+				VALUES ($1, $2, $3, $4, clock_timestamp()) RETURNING id`), wctx.WorkflowID(), in.Queue, in.Key, os.Getpid()).Scan(&id); err != nil {
+				return 0, err
+			}
+			time.Sleep(time.Duration(in.Hold) * time.Millisecond)
+			_, err := pool.Exec(ctx, q("UPDATE @intervals SET ended = clock_timestamp() WHERE id = $1"), id)
+			return id, err
+		}, nil)
+	}, nil)
+}
+
+func runQueueChild(ctx context.Context, e *durable.Engine, pool *pgxpool.Pool, schema string) error {
+	for name, opts := range queueDecls {
+		durable.RegisterQueue(e, name, &opts)
+	}
+	registerJob(e, pool, schema)
+	if err := e.Launch(ctx); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return e.Shutdown(sctx)
+}
+
+func queueTables(t *testing.T, pool *pgxpool.Pool, schema string) func(string) string {
+	q := func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
+	_, err := pool.Exec(ctxT(t), q(`CREATE TABLE @intervals (id serial PRIMARY KEY, workflow_id text, queue text,
+		key text, pid int, started timestamptz, ended timestamptz)`))
+	require.NoError(t, err)
+	return q
+}
+
+// client returns an engine that is never launched: it only enqueues.
+func queueClient(t *testing.T, pool *pgxpool.Pool, schema string) (*durable.Engine, *durable.Workflow[jobIn, int]) {
+	e, err := durable.New(pool, &durable.Config{Schema: schema, AppVersion: "crash"})
+	require.NoError(t, err)
+	return e, registerJob(e, pool, schema)
+}
+
+func maxOverlap(t *testing.T, pool *pgxpool.Pool, q func(string) string, where string) int {
+	var n int
+	require.NoError(t, pool.QueryRow(ctxT(t), q(`SELECT coalesce(max(c), 0) FROM (
+		SELECT (SELECT count(*) FROM @intervals j WHERE `+where+` AND j.started <= i.started AND j.ended > i.started) c
+		FROM @intervals i) x`)).Scan(&n))
+	return n
+}
+
+// TestQueueLimitsAcrossProcesses runs three executor processes on one
+// database; the runs record their own intervals, and the limits hold at
+// every moment: global, per executor, per partition key, and the rate.
+func TestQueueLimitsAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	q := queueTables(t, pool, schema)
+	ctx := ctxT(t)
+	var children []*child
+	for _, id := range []string{"A", "B", "C"} {
+		c := startChild(t, "queue", schema, id, "DURABLE_LEASE=2s")
+		c.waitLine(t, "ready")
+		children = append(children, c)
+	}
+	client, job := queueClient(t, pool, schema)
+	total := 0
+	enqueue := func(queue, key string, hold, n int) {
+		for i := 0; i < n; i++ {
+			_, err := job.Enqueue(ctx, client.QueueRef(queue), jobIn{Queue: queue, Key: key, Hold: hold}, &durable.EnqueueOpts{PartitionKey: key})
+			require.NoError(t, err)
+			total++
+		}
+	}
+	enqueue("global", "", 60, 24)
+	for k := 0; k < 4; k++ {
+		enqueue("parts", fmt.Sprintf("customer-%d", k), 60, 3)
+	}
+	enqueue("rated", "", 5, 10)
+
+	require.Eventually(t, func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE status = 'success'")).Scan(&n)
+		return n == total
+	}, 60*time.Second, 10*time.Millisecond)
+
+	global := maxOverlap(t, pool, q, "j.queue = 'global' AND i.queue = 'global'")
+	perProcess := maxOverlap(t, pool, q, "j.queue = 'global' AND i.queue = 'global' AND j.pid = i.pid")
+	perKey := maxOverlap(t, pool, q, "j.queue = 'parts' AND i.queue = 'parts' AND j.key = i.key")
+	parts := maxOverlap(t, pool, q, "j.queue = 'parts' AND i.queue = 'parts'")
+	var rate int
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT max(c) FROM (
+		SELECT (SELECT count(*) FROM @workflows j WHERE j.queue_name = 'rated'
+			AND j.started_at >= i.started_at AND j.started_at < i.started_at + interval '1 second') c
+		FROM @workflows i WHERE i.queue_name = 'rated') x`)).Scan(&rate))
+	var processes int
+	require.NoError(t, pool.QueryRow(ctx, q("SELECT count(DISTINCT pid) FROM @intervals")).Scan(&processes))
+	t.Logf("max running: global %d (limit 4), per process %d (limit 2), per key %d (limit 1), partitioned queue %d; max starts in 1s: %d (limit 4); %d processes took part",
+		global, perProcess, perKey, parts, rate, processes)
+	require.LessOrEqual(t, global, 4)
+	require.GreaterOrEqual(t, global, 2, "the runs did run in parallel")
+	require.LessOrEqual(t, perProcess, 2)
+	require.Equal(t, 1, perKey)
+	require.GreaterOrEqual(t, parts, 2, "different keys ran in parallel")
+	require.LessOrEqual(t, rate, 4)
+	require.Equal(t, 3, processes)
+	var steps int
+	require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*) FROM @intervals")).Scan(&steps))
+	require.Equal(t, total, steps, "every run's step ran exactly once")
+	for _, c := range children {
+		require.NoError(t, c.stdin.Close())
+	}
+}
+
+// TestQueueClaimedRunsSurviveExecutorKill: an executor is SIGKILLed while
+// holding claimed runs; they return to the queue when its lease expires and
+// finish exactly once on the other executor, within the limits.
+func TestQueueClaimedRunsSurviveExecutorKill(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	q := queueTables(t, pool, schema)
+	ctx := ctxT(t)
+	a := startChild(t, "queue", schema, "A", "DURABLE_LEASE=1s")
+	a.waitLine(t, "ready")
+	b := startChild(t, "queue", schema, "B", "DURABLE_LEASE=1s")
+	b.waitLine(t, "ready")
+	client, job := queueClient(t, pool, schema)
+	const n = 8
+	for i := 0; i < n; i++ {
+		_, err := job.Enqueue(ctx, client.QueueRef("global"), jobIn{Queue: "global", Hold: 400}, &durable.EnqueueOpts{ID: fmt.Sprintf("job-%d", i)})
+		require.NoError(t, err)
+	}
+	var held int
+	require.Eventually(t, func() bool {
+		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE executor_id = 'A' AND status = 'pending'")).Scan(&held)
+		return held > 0
+	}, 30*time.Second, 2*time.Millisecond)
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
+	require.True(t, killedBySIGKILL(a.wait(t)))
+
+	require.Eventually(t, func() bool {
+		var done int
+		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE status = 'success'")).Scan(&done)
+		return done == n
+	}, 60*time.Second, 10*time.Millisecond)
+	var owners []string
+	rows, err := pool.Query(ctx, q("SELECT DISTINCT executor_id FROM @workflows"))
+	require.NoError(t, err)
+	for rows.Next() {
+		var o string
+		require.NoError(t, rows.Scan(&o))
+		owners = append(owners, o)
+	}
+	require.Equal(t, []string{"B"}, owners, "the killed executor's runs finished on the other one")
+	var maxRuns, finished int
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT max(c) FROM (SELECT count(*) c FROM @intervals GROUP BY workflow_id) x`)).Scan(&maxRuns))
+	require.LessOrEqual(t, maxRuns, 2, "a step runs again at most once, when it was in flight at the kill")
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT count(*) FROM @intervals WHERE ended IS NOT NULL`)).Scan(&finished))
+	var checkpoints int
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT count(*) FROM @steps`)).Scan(&checkpoints))
+	require.Equal(t, n, checkpoints, "one checkpoint per run")
+	require.LessOrEqual(t, maxOverlap(t, pool, q, "j.queue = 'global' AND i.queue = 'global'"), 4)
+	t.Logf("A held %d claimed runs at the kill; %d step executions completed for %d runs", held, finished, n)
+	require.NoError(t, b.stdin.Close())
+}
