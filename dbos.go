@@ -92,6 +92,11 @@ type Config struct {
 	// Defaults to false.
 	PollOnly bool
 
+	// DisableGroupCommit writes every checkpoint with its own statement and
+	// commit instead of coalescing concurrent ones (see DESIGN.md). It is
+	// there to measure the difference. Defaults to false.
+	DisableGroupCommit bool
+
 	// Test holds knobs for tests. Leave it zero in production.
 	Test TestConfig
 }
@@ -234,8 +239,10 @@ type Engine struct {
 	hardCancel context.CancelCauseFunc
 	runs       sync.WaitGroup
 
-	hub  *hub
-	kick chan struct{} // wakes the sweeper
+	hub         *hub
+	kick        chan struct{} // wakes the sweeper
+	stepBatch   *batcher[*stepWrite]
+	finishBatch *batcher[*finishWrite]
 
 	lastOrphanReport string // sweeper goroutine only
 
@@ -264,7 +271,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, err
 	}
 	hardCtx, hardCancel := context.WithCancelCause(context.Background())
-	return &Engine{
+	e := &Engine{
 		pool:        pool,
 		cfg:         c,
 		q:           sysdb.New(c.Schema),
@@ -278,7 +285,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		hardCancel:  hardCancel,
 		hub:         newHub(),
 		kick:        make(chan struct{}, 1),
-	}, nil
+	}
+	e.initBatchers()
+	return e, nil
 }
 
 // ExecutorID returns this engine's executor ID.

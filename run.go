@@ -180,10 +180,12 @@ func jitter(d time.Duration, frac float64) time.Duration {
 // path. It returns nil when the outcome is recorded (by this call or by an
 // earlier try whose acknowledgement was lost).
 func (r *run) checkpoint(pos int, name, status string, output, errb []byte, attempts int, started time.Time) error {
-	var n int64
+	w := &stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
+		attempts: attempts, started: started, epoch: r.epoch}
+	var written bool
 	err := r.retryDB("record step", func(ctx context.Context) error {
-		tag, err := r.e.pool.Exec(ctx, r.e.q.InsertStep, r.id, pos, name, status, output, errb, attempts, started, r.epoch)
-		n = tag.RowsAffected()
+		var err error
+		written, err = r.e.writeStep(ctx, w)
 		return err
 	})
 	if err != nil {
@@ -192,7 +194,7 @@ func (r *run) checkpoint(pos int, name, status string, output, errb []byte, atte
 		}
 		return r.halt(fmt.Errorf("durable: workflow %q: record step %d %q: %w", r.id, pos, name, err))
 	}
-	if n == 1 {
+	if written {
 		return nil
 	}
 	return r.diagnose(pos, name, status == stepIntent)
@@ -301,23 +303,17 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 
 // finish records the final outcome of r and wakes its waiters.
 func (e *Engine) finish(r *run, o *outcome) {
-	var n int
+	var written bool
 	err := r.retryDB("finish workflow", func(ctx context.Context) error {
-		rows, err := e.pool.Query(ctx, e.q.FinishWorkflow, r.id, r.epoch, string(o.status), o.output, o.err)
-		if err != nil {
-			return err
-		}
-		n = 0
-		for rows.Next() {
-			n++
-		}
-		return rows.Err()
+		var err error
+		written, err = e.writeFinish(ctx, &finishWrite{id: r.id, epoch: r.epoch, o: o})
+		return err
 	})
 	switch {
 	case err != nil:
 		e.log.Warn("durable: run not finished", "workflow_id", r.id, "err", err)
 		o = nil
-	case n == 0:
+	case !written:
 		e.log.Warn("durable: run finished elsewhere or lost ownership; result discarded", "workflow_id", r.id)
 		o = nil
 	}

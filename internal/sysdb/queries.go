@@ -31,6 +31,8 @@ type Queries struct {
 	LoadSteps           string
 	LoadStepsMany       string
 	InsertStep          string
+	InsertSteps         string
+	FinishWorkflows     string
 	InsertStepTx        string
 	CompleteIntent      string
 	StepRow             string
@@ -105,6 +107,30 @@ FROM {{schema}}.workflows w
 WHERE w.id = $1 AND w.epoch = $9 AND w.status = 'pending'
 FOR SHARE OF w
 ON CONFLICT (workflow_id, pos) DO NOTHING`),
+
+		// InsertStep for many runs at once (group commit). Returns the rows
+		// written; a missing one was fenced or already recorded.
+		// $1 workflow_ids, $2 positions, $3 names, $4 statuses, $5 outputs,
+		// $6 errors, $7 attempts, $8 started_at, $9 epochs.
+		InsertSteps: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
+SELECT u.workflow_id, u.pos, u.name, u.status, u.output, u.error, u.attempts, u.started_at
+FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::json[], $6::json[], $7::int[], $8::timestamptz[], $9::bigint[])
+	AS u(workflow_id, pos, name, status, output, error, attempts, started_at, epoch)
+JOIN {{schema}}.workflows w ON w.id = u.workflow_id AND w.epoch = u.epoch AND w.status = 'pending'
+ORDER BY w.id
+FOR SHARE OF w
+ON CONFLICT (workflow_id, pos) DO NOTHING
+RETURNING workflow_id, pos`),
+
+		// FinishWorkflow for many runs at once (group commit).
+		// $1 ids, $2 epochs, $3 statuses, $4 outputs, $5 errors.
+		FinishWorkflows: r(`WITH u AS (
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error)),
+upd AS (
+	UPDATE {{schema}}.workflows w SET status = u.status, output = u.output, error = u.error, updated_at = now()
+	FROM u WHERE w.id = u.id AND w.epoch = u.epoch AND w.status = 'pending'
+	RETURNING w.id, w.notify)
+SELECT id, (CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END)::text FROM upd`),
 
 		// InsertStep for a transaction step: instead of touching no row it
 		// raises SQLSTATE DU001, which aborts the transaction (see

@@ -1,0 +1,241 @@
+package durable
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Group commit. Checkpoint writes of different runs that arrive while a
+// write is in flight are coalesced into one multi-row statement and one
+// commit. There is no artificial delay: a lone write goes out at once as a
+// single-row statement; under concurrency the next batch gathers while the
+// current ones are in flight. Latency stays one commit; throughput stops
+// being one commit per step.
+
+const (
+	groupMaxInflight = 4   // concurrent flushes per kind of write
+	groupMaxBatch    = 500 // rows per statement
+)
+
+type batchItem[T any] struct {
+	v    T
+	ok   bool // the row was written
+	err  error
+	done chan struct{}
+}
+
+// batcher coalesces items of one kind. The caller that finds a free flush
+// slot becomes the leader: it flushes its own item with everything waiting,
+// and hands any later arrivals to a new flush before returning.
+type batcher[T any] struct {
+	mu       sync.Mutex
+	pending  []*batchItem[T]
+	inflight int
+	flush    func(items []*batchItem[T]) // sets ok/err of every item
+}
+
+// do writes v and reports whether its row was written.
+func (b *batcher[T]) do(v T) (bool, error) {
+	it := &batchItem[T]{v: v, done: make(chan struct{})}
+	b.mu.Lock()
+	if b.inflight >= groupMaxInflight {
+		b.pending = append(b.pending, it)
+		b.mu.Unlock()
+		<-it.done
+		return it.ok, it.err
+	}
+	b.inflight++
+	batch := append(b.takeLocked(groupMaxBatch-1), it)
+	b.mu.Unlock()
+	b.run(batch)
+	b.next()
+	return it.ok, it.err
+}
+
+func (b *batcher[T]) takeLocked(n int) []*batchItem[T] {
+	if len(b.pending) == 0 {
+		return nil
+	}
+	n = min(n, len(b.pending))
+	batch := make([]*batchItem[T], n, n+1)
+	copy(batch, b.pending)
+	b.pending = b.pending[n:]
+	if len(b.pending) == 0 {
+		b.pending = nil
+	}
+	return batch
+}
+
+func (b *batcher[T]) run(batch []*batchItem[T]) {
+	b.flush(batch)
+	for _, it := range batch {
+		close(it.done)
+	}
+}
+
+// next flushes what gathered meanwhile, in a new goroutine, or frees the
+// flush slot.
+func (b *batcher[T]) next() {
+	b.mu.Lock()
+	batch := b.takeLocked(groupMaxBatch)
+	if batch == nil {
+		b.inflight--
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	go func() {
+		b.run(batch)
+		b.next()
+	}()
+}
+
+func setAll[T any](items []*batchItem[T], err error) {
+	for _, it := range items {
+		it.err = err
+	}
+}
+
+// stepWrite is one step checkpoint.
+type stepWrite struct {
+	id, name, status string
+	pos, attempts    int
+	output, errb     []byte
+	started          time.Time
+	epoch            int64
+}
+
+// finishWrite is one run's final outcome.
+type finishWrite struct {
+	id     string
+	epoch  int64
+	o      *outcome
+	notify bool // out: a remote waiter asked for a notification
+}
+
+func (e *Engine) initBatchers() {
+	e.stepBatch = &batcher[*stepWrite]{flush: e.flushSteps}
+	e.finishBatch = &batcher[*finishWrite]{flush: e.flushFinishes}
+}
+
+// writeStep records a step checkpoint; ok is false when the fenced insert
+// touched no row.
+func (e *Engine) writeStep(ctx context.Context, w *stepWrite) (bool, error) {
+	if e.cfg.DisableGroupCommit {
+		tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, w.output, w.errb, w.attempts, w.started, w.epoch)
+		return tag.RowsAffected() == 1, err
+	}
+	return e.stepBatch.do(w)
+}
+
+func (e *Engine) flushSteps(items []*batchItem[*stepWrite]) {
+	ctx := e.hardCtx
+	if len(items) == 1 {
+		w := items[0].v
+		tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, w.output, w.errb, w.attempts, w.started, w.epoch)
+		items[0].ok, items[0].err = tag.RowsAffected() == 1, err
+		return
+	}
+	n := len(items)
+	ids, names, statuses := make([]string, n), make([]string, n), make([]string, n)
+	pos, attempts := make([]int32, n), make([]int32, n)
+	outputs, errs := make([][]byte, n), make([][]byte, n)
+	started, epochs := make([]time.Time, n), make([]int64, n)
+	type key struct {
+		id  string
+		pos int32
+	}
+	index := make(map[key]*batchItem[*stepWrite], n)
+	for i, it := range items {
+		w := it.v
+		ids[i], names[i], statuses[i] = w.id, w.name, w.status
+		pos[i], attempts[i] = int32(w.pos), int32(w.attempts)
+		outputs[i], errs[i], started[i], epochs[i] = w.output, w.errb, w.started, w.epoch
+		index[key{w.id, int32(w.pos)}] = it
+	}
+	rows, err := e.pool.Query(ctx, e.q.InsertSteps, ids, pos, names, statuses, outputs, errs, attempts, started, epochs)
+	if err != nil {
+		setAll(items, err)
+		return
+	}
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.id, &k.pos); err != nil {
+			rows.Close()
+			setAll(items, err)
+			return
+		}
+		if it := index[k]; it != nil {
+			it.ok = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		setAll(items, err)
+		for _, it := range items {
+			it.ok = false
+		}
+	}
+}
+
+// writeFinish records a run's outcome; ok is false when the fenced update
+// touched no row.
+func (e *Engine) writeFinish(ctx context.Context, w *finishWrite) (bool, error) {
+	if e.cfg.DisableGroupCommit {
+		return e.finishOne(ctx, w)
+	}
+	return e.finishBatch.do(w)
+}
+
+func (e *Engine) finishOne(ctx context.Context, w *finishWrite) (bool, error) {
+	rows, err := e.pool.Query(ctx, e.q.FinishWorkflow, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err)
+	if err != nil {
+		return false, err
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	return n == 1, rows.Err()
+}
+
+func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
+	ctx := e.hardCtx
+	if len(items) == 1 {
+		items[0].ok, items[0].err = e.finishOne(ctx, items[0].v)
+		return
+	}
+	n := len(items)
+	ids, statuses := make([]string, n), make([]string, n)
+	epochs := make([]int64, n)
+	outputs, errs := make([][]byte, n), make([][]byte, n)
+	index := make(map[string]*batchItem[*finishWrite], n)
+	for i, it := range items {
+		w := it.v
+		ids[i], epochs[i], statuses[i], outputs[i], errs[i] = w.id, w.epoch, string(w.o.status), w.o.output, w.o.err
+		index[w.id] = it
+	}
+	rows, err := e.pool.Query(ctx, e.q.FinishWorkflows, ids, epochs, statuses, outputs, errs)
+	if err != nil {
+		setAll(items, err)
+		return
+	}
+	for rows.Next() {
+		var id string
+		var ignored *string
+		if err := rows.Scan(&id, &ignored); err != nil {
+			rows.Close()
+			setAll(items, err)
+			return
+		}
+		if it := index[id]; it != nil {
+			it.ok = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		setAll(items, err)
+		for _, it := range items {
+			it.ok = false
+		}
+	}
+}
