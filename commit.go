@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Group commit. Checkpoint writes of different runs that arrive while a
@@ -14,7 +16,7 @@ import (
 // being one commit per step.
 
 const (
-	groupMaxInflight = 4   // concurrent flushes per kind of write
+	groupMaxInflight = 1   // concurrent flushes per kind of write
 	groupMaxBatch    = 500 // rows per statement
 )
 
@@ -106,6 +108,14 @@ type stepWrite struct {
 	epoch            int64
 }
 
+// startWrite is one run started by this executor.
+type startWrite struct {
+	id, name string
+	input    []byte
+	parent   string
+	deadline *time.Time
+}
+
 // finishWrite is one run's final outcome.
 type finishWrite struct {
 	id     string
@@ -115,6 +125,7 @@ type finishWrite struct {
 }
 
 func (e *Engine) initBatchers() {
+	e.startBatch = &batcher[*startWrite]{flush: e.flushStarts}
 	e.stepBatch = &batcher[*stepWrite]{flush: e.flushSteps}
 	e.finishBatch = &batcher[*finishWrite]{flush: e.flushFinishes}
 }
@@ -230,6 +241,75 @@ func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
 		}
 		if it := index[id]; it != nil {
 			it.ok = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		setAll(items, err)
+		for _, it := range items {
+			it.ok = false
+		}
+	}
+}
+
+// writeStart inserts a run owned by this executor; ok is false when the ID
+// already exists.
+func (e *Engine) writeStart(ctx context.Context, w *startWrite) (bool, error) {
+	if e.cfg.DisableGroupCommit {
+		return e.startOne(ctx, w)
+	}
+	return e.startBatch.do(w)
+}
+
+func (e *Engine) startOne(ctx context.Context, w *startWrite) (bool, error) {
+	var parent any
+	if w.parent != "" {
+		parent = w.parent
+	}
+	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, w.id, w.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, w.input, parent, nil, w.deadline)
+	if err != nil {
+		return false, err
+	}
+	inserted := rows.Next()
+	rows.Close()
+	return inserted, rows.Err()
+}
+
+func (e *Engine) flushStarts(items []*batchItem[*startWrite]) {
+	ctx := e.hardCtx
+	if len(items) == 1 {
+		items[0].ok, items[0].err = e.startOne(ctx, items[0].v)
+		return
+	}
+	n := len(items)
+	ids, names := make([]string, n), make([]string, n)
+	inputs := make([][]byte, n)
+	parents := make([]pgtype.Text, n)
+	deadlines := make([]pgtype.Timestamptz, n)
+	index := make(map[string][]*batchItem[*startWrite], n)
+	for i, it := range items {
+		w := it.v
+		ids[i], names[i], inputs[i] = w.id, w.name, w.input
+		parents[i] = pgtype.Text{String: w.parent, Valid: w.parent != ""}
+		if w.deadline != nil {
+			deadlines[i] = pgtype.Timestamptz{Time: *w.deadline, Valid: true}
+		}
+		index[w.id] = append(index[w.id], it)
+	}
+	rows, err := e.pool.Query(ctx, e.q.InsertWorkflows, ids, names, e.cfg.AppVersion, e.cfg.ExecutorID, inputs, parents, deadlines)
+	if err != nil {
+		setAll(items, err)
+		return
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			setAll(items, err)
+			return
+		}
+		// With the same ID twice in one batch, the first start wins.
+		if its := index[id]; len(its) > 0 {
+			its[0].ok = true
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -241,6 +241,7 @@ type Engine struct {
 
 	hub         *hub
 	kick        chan struct{} // wakes the sweeper
+	startBatch  *batcher[*startWrite]
 	stepBatch   *batcher[*stepWrite]
 	finishBatch *batcher[*finishWrite]
 

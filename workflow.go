@@ -184,17 +184,7 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []byte, parent string, deadline *time.Time) (*Handle[R], error) {
 	e := w.e
 	local := e.hub.subscribeLocal(id)
-	var parentArg any
-	if parent != "" {
-		parentArg = parent
-	}
-	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, id, w.def.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, input, parentArg, nil, deadline)
-	inserted := false
-	if err == nil {
-		inserted = rows.Next()
-		rows.Close()
-		err = rows.Err()
-	}
+	inserted, err := e.writeStart(ctx, &startWrite{id: id, name: w.def.name, input: input, parent: parent, deadline: deadline})
 	if err != nil {
 		e.hub.unsubscribe(id, local)
 		return nil, fmt.Errorf("durable: start workflow %q id %q: %w", w.def.name, id, err)

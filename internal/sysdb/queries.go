@@ -32,6 +32,7 @@ type Queries struct {
 	LoadStepsMany       string
 	InsertStep          string
 	InsertSteps         string
+	InsertWorkflows     string
 	FinishWorkflows     string
 	InsertStepTx        string
 	CompleteIntent      string
@@ -69,6 +70,15 @@ func New(schema string) *Queries {
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id)
 SELECT CASE WHEN $8::text IS NULL THEN '' ELSE pg_notify('` + channel + `', $8::text)::text END FROM ins`),
+
+		// InsertWorkflow (owned by this executor) for many runs at once.
+		// $1 ids, $2 names, $3 app_version, $4 executor_id, $5 inputs,
+		// $6 parents, $7 deadlines.
+		InsertWorkflows: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline)
+SELECT u.id, u.name, 'pending', $3, $4, 1, u.input, u.parent_id, u.deadline
+FROM unnest($1::text[], $2::text[], $5::json[], $6::text[], $7::timestamptz[]) AS u(id, name, input, parent_id, deadline)
+ON CONFLICT (id) DO NOTHING
+RETURNING id`),
 
 		WorkflowByID: r(`SELECT id, name, status, app_version, executor_id, epoch, recovery_attempts,
 	notify, parent_id, input, output, error, created_at, updated_at, queue_name, deadline
