@@ -32,6 +32,7 @@ const (
 	MaxRecoveryAttemptsDefault = 20
 	MaxPayloadBytesDefault     = 8 << 20
 	RecoveryBatchDefault       = 1000
+	ParkThresholdDefault       = 30 * time.Second
 )
 
 // Config configures an [Engine]. The zero value works.
@@ -92,6 +93,12 @@ type Config struct {
 	// Defaults to false.
 	PollOnly bool
 
+	// ParkThreshold: a wait (Sleep, Recv) longer than this parks the run:
+	// its goroutine and memory are released, the run stays as rows, and any
+	// executor resumes it by replay when its timer fires or its message
+	// arrives. Shorter waits wait in memory. Defaults to ParkThresholdDefault.
+	ParkThreshold time.Duration
+
 	// DisableGroupCommit writes every checkpoint with its own statement and
 	// commit instead of coalescing concurrent ones (see DESIGN.md). It is
 	// there to measure the difference. Defaults to false.
@@ -133,6 +140,7 @@ func (c *Config) withDefaults() Config {
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
 	out.MaxRecoveryAttempts = cmp.Or(out.MaxRecoveryAttempts, MaxRecoveryAttemptsDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
+	out.ParkThreshold = cmp.Or(out.ParkThreshold, ParkThresholdDefault)
 	out.StepRetry = out.StepRetry.withDefaults()
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -159,6 +167,8 @@ func (c *Config) validate() error {
 		return bad("MaxRecoveryAttempts", "must not be negative")
 	case c.MaxPayloadBytes < 0:
 		return bad("MaxPayloadBytes", "must not be negative")
+	case c.ParkThreshold < 0:
+		return bad("ParkThreshold", "must not be negative")
 	}
 	return c.StepRetry.validate("Config.StepRetry")
 }
@@ -225,6 +235,7 @@ type Engine struct {
 	cfg         Config
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
+	wq          *sysdb.WaitQueries
 	log         *slog.Logger
 	incarnation string
 
@@ -238,6 +249,7 @@ type Engine struct {
 	hardCtx    context.Context // parent of every run's context
 	hardCancel context.CancelCauseFunc
 	runs       sync.WaitGroup
+	active     sync.Map // workflow ID -> *run executing here
 
 	hub         *hub
 	kick        chan struct{} // wakes the sweeper
@@ -277,6 +289,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		cfg:         c,
 		q:           sysdb.New(c.Schema),
 		qq:          sysdb.NewQueueQueries(c.Schema, sysdb.New(c.Schema).Channel),
+		wq:          sysdb.NewWaitQueries(c.Schema, sysdb.New(c.Schema).Channel),
 		log:         c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation: randomHex(8),
 		defs:        map[string]*wfDef{},
@@ -475,6 +488,12 @@ func (e *Engine) onNotify(payload string) {
 		e.hub.notified(payload[2:])
 	case 'n': // an unowned run was committed
 		e.wakeSweeper()
+	case 'm', 'e': // a message or an event for a workflow
+		e.hub.notified(payload)
+	case 'c': // a run was cancelled: stop it here if it runs here
+		if v, ok := e.active.Load(payload[2:]); ok {
+			v.(*run).cancelCause(ErrCancelled)
+		}
 	case 'q': // work for a queue
 		if q := e.queues[payload[2:]]; q != nil {
 			q.wake()

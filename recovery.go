@@ -212,7 +212,8 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 // lease expired, and unowned runs committed by StartTx. It wakes on
 // notifications and polls every LeaseTTL/3 as a safety net.
 func (e *Engine) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(min(e.cfg.LeaseTTL/3, e.cfg.PollInterval))
+	period := min(e.cfg.LeaseTTL/3, e.cfg.PollInterval)
+	t := time.NewTimer(period)
 	defer t.Stop()
 	lastCleanup := time.Now()
 	for {
@@ -238,6 +239,19 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 				e.log.Warn("durable: delete dead executors", "err", err)
 			}
 		}
+		// Sleep until the next parked run is due, at most one period.
+		wait := period
+		var next *time.Duration
+		if err := e.pool.QueryRow(ctx, e.wq.NextWake).Scan(&next); err == nil && next != nil {
+			wait = min(wait, max(*next, time.Millisecond))
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return

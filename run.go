@@ -40,8 +40,9 @@ type run struct {
 	name     string
 	epoch    int64
 	ctx      context.Context // workflow and step code's context: hard shutdown, deadline
-	cancel   context.CancelFunc
-	deadline time.Time // zero: none
+	cancel      context.CancelFunc
+	cancelCause context.CancelCauseFunc // cancels r.ctx with a cause (ErrCancelled)
+	deadline    time.Time               // zero: none
 	queue    *Queue    // the queue whose slot this run holds here, if any
 
 	steps map[int]*stepRecord // recorded before this execution; read-only
@@ -104,6 +105,9 @@ func (r *run) begin(name string) (int, *stepRecord, error) {
 // interrupted halts the run if it must not start new work: the engine is
 // stopping or the run passed its deadline.
 func (r *run) interrupted() error {
+	if errors.Is(context.Cause(r.ctx), ErrCancelled) {
+		return r.halt(fmt.Errorf("durable: workflow %q: %w", r.id, ErrCancelled))
+	}
 	if r.pastDeadline() {
 		return r.halt(r.deadlineError())
 	}
@@ -124,6 +128,9 @@ func (r *run) deadlineError() error {
 func (r *run) cutShort(pos int, name string, err error) error {
 	if err == nil || r.ctx.Err() == nil {
 		return err
+	}
+	if errors.Is(context.Cause(r.ctx), ErrCancelled) {
+		return r.halt(fmt.Errorf("durable: workflow %q: %w", r.id, ErrCancelled))
 	}
 	if r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		return r.halt(r.deadlineError())
@@ -240,19 +247,24 @@ type wfDef struct {
 // launch starts executing r in a new goroutine.
 func (e *Engine) launch(r *run, def *wfDef, input []byte) {
 	e.runs.Add(1)
+	e.active.Store(r.id, r)
 	go func() {
 		defer e.runs.Done()
+		defer e.active.CompareAndDelete(r.id, r)
 		e.execute(r, def, input)
 	}()
 }
 
 func (e *Engine) newRun(id, name string, epoch int64, steps map[int]*stepRecord, deadline *time.Time) *run {
 	r := &run{e: e, id: id, name: name, epoch: epoch, steps: steps}
+	base, cancelCause := context.WithCancelCause(e.hardCtx)
+	r.cancelCause = cancelCause
 	if deadline != nil {
 		r.deadline = *deadline
-		r.ctx, r.cancel = context.WithDeadline(e.hardCtx, *deadline)
+		ctx, cancel := context.WithDeadline(base, *deadline)
+		r.ctx, r.cancel = ctx, func() { cancel(); cancelCause(nil) }
 	} else {
-		r.ctx, r.cancel = e.hardCtx, func() {}
+		r.ctx, r.cancel = base, func() { cancelCause(nil) }
 	}
 	return r
 }
@@ -275,8 +287,8 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	}
 	if h := r.halted(); h != nil {
 		if !errors.Is(h, ErrNonDeterministic) && !errors.Is(h, ErrDecode) && !errors.Is(h, context.DeadlineExceeded) {
-			// Fenced, cancelled or shutting down: not ours to finish.
-			if !errors.Is(h, ErrShutdown) {
+			// Fenced, cancelled, parked or shutting down: not ours to finish.
+			if !errors.Is(h, ErrShutdown) && !errors.Is(h, errParked) && !errors.Is(h, ErrCancelled) {
 				e.log.Warn("durable: run stopped", "workflow_id", r.id, "workflow", r.name, "reason", h)
 			}
 			e.hub.wake(r.id, nil)

@@ -204,12 +204,14 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 		// $1 executor_id, $2 app_version, $3 names, $4 limit.
 		ClaimOrphans: r(`UPDATE {{schema}}.workflows w
 SET executor_id = $1, epoch = w.epoch + 1,
-	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 THEN 0 ELSE 1 END,
-	updated_at = now()
+	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
+	wake_at = NULL, wait_topic = NULL, updated_at = now()
 FROM (SELECT o.id FROM {{schema}}.workflows o
-	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[]) AND o.queue_name IS NULL
+	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[])
+	AND (o.queue_name IS NULL OR o.wake_at IS NOT NULL)
 	AND (o.executor_id IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
+	AND (o.wake_at IS NULL OR o.wake_at <= now() OR o.executor_id IS NOT NULL)
 	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) c
 WHERE w.id = c.id
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),

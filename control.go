@@ -1,0 +1,165 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// CancelOpts are options of [Engine.Cancel].
+type CancelOpts struct {
+	// Children also cancels the run's child workflows, recursively.
+	Children bool
+}
+
+// Cancel cancels the run id (queued, running, sleeping or waiting). A run
+// executing somewhere stops at its next step boundary (its step context is
+// cancelled, a sleep or wait wakes up); a parked or queued run never starts
+// again. Its result is an error matching [ErrCancelled] and
+// context.Canceled. Cancelling a finished run is a no-op.
+func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error {
+	children := opts != nil && opts.Children
+	errb := encodeError(fmt.Errorf("durable: workflow %q was cancelled: %w", id, ErrCancelled))
+	rows, err := e.pool.Query(ctx, e.wq.Cancel, id, children, errb)
+	if err != nil {
+		return fmt.Errorf("durable: cancel %q: %w", id, err)
+	}
+	var cancelled []string
+	for rows.Next() {
+		var cid string
+		var a, b *string
+		if err := rows.Scan(&cid, &a, &b); err != nil {
+			rows.Close()
+			return fmt.Errorf("durable: cancel %q: %w", id, err)
+		}
+		cancelled = append(cancelled, cid)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("durable: cancel %q: %w", id, err)
+	}
+	for _, cid := range cancelled {
+		if v, ok := e.active.Load(cid); ok {
+			v.(*run).cancelCause(ErrCancelled)
+		}
+	}
+	if len(cancelled) == 0 {
+		if _, err := e.readRun(ctx, e.pool, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Resume restarts a cancelled, dead-lettered or failed run from its last
+// checkpoint: recorded steps are replayed, the rest runs (a queued run
+// goes back to its queue). Its recovery attempts start again from zero.
+func (e *Engine) Resume(ctx context.Context, id string) error {
+	rows, err := e.pool.Query(ctx, e.wq.Resume, id)
+	if err != nil {
+		return fmt.Errorf("durable: resume %q: %w", id, err)
+	}
+	resumed := rows.Next()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("durable: resume %q: %w", id, err)
+	}
+	if resumed {
+		e.wakeSweeper()
+		return nil
+	}
+	info, err := e.readRun(ctx, e.pool, id)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: workflow %q is %s; only cancelled, dead or failed runs can be resumed", ErrInvalidArgument, id, info.status)
+}
+
+// ForkOpts are options of [Workflow.Fork].
+type ForkOpts struct {
+	// ID of the new run. Defaults to a new UUIDv7.
+	ID string
+}
+
+// Fork starts a new run of w with the input of run id, reusing the outputs
+// id recorded before step position fromStep (0 reruns everything): the
+// "fix the bug, re-run from the failed step" path. Steps before fromStep
+// are replayed, not run again. It fails with ErrInvalidArgument when
+// fromStep is past the run's last recorded step.
+func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts *ForkOpts) (*Handle[R], error) {
+	e := w.e
+	src, err := e.readRun(ctx, e.pool, id)
+	if err != nil {
+		return nil, err
+	}
+	if src.name != w.def.name {
+		return nil, &ConflictError{WorkflowID: id, Existing: src.name, Requested: w.def.name}
+	}
+	newID := ""
+	if opts != nil {
+		newID = opts.ID
+	}
+	if newID == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		newID = u.String()
+	}
+	if err := checkName("workflow ID", newID); err != nil {
+		return nil, err
+	}
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		var n int
+		if err := tx.QueryRow(ctx, e.wq.CountSteps, id).Scan(&n); err != nil {
+			return err
+		}
+		if fromStep < 0 || fromStep > n {
+			return fmt.Errorf("%w: fork of %q from step %d: the run has %d recorded steps (0..%d)", ErrInvalidArgument, id, fromStep, n, n)
+		}
+		rows, err := tx.Query(ctx, e.wq.ForkRun, id, newID, e.cfg.AppVersion)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, e.wq.ForkSteps, id, newID, fromStep)
+		return err
+	})
+	if err != nil {
+		var pgErr interface{ SQLState() string }
+		if errors.As(err, &pgErr) && pgErr.SQLState() == "23505" {
+			return nil, fmt.Errorf("%w: fork target %q", ErrWorkflowConflict, newID)
+		}
+		if errors.Is(err, ErrInvalidArgument) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("durable: fork %q: %w", id, err)
+	}
+	e.wakeSweeper()
+	return &Handle[R]{e: e, id: newID}, nil
+}
+
+// Patched reports whether the calling run takes the new code path of the
+// patch named name. Runs that reach this point after the patch was deployed
+// record a marker and take it (true); runs that had already passed this
+// point under the old code replay without it (false), so their recorded
+// steps still line up. Wrap changed workflow code in
+// `if durable.Patched(wctx, "fix-x") { new } else { old }`.
+func Patched(wctx Context, name string) (bool, error) {
+	if err := checkName("patch name", name); err != nil {
+		return false, err
+	}
+	r := wctx.workflowRun()
+	marker := "durable.patch:" + name
+	pos := int(r.next.Load())
+	if rec, ok := r.steps[pos]; ok && rec.name != marker {
+		return false, nil // recorded under the old code: no marker here
+	}
+	_, err := Step(wctx, marker, func(context.Context) (bool, error) { return true, nil }, &StepOpts{Retry: noRetry})
+	return err == nil, err
+}

@@ -1,0 +1,137 @@
+package sysdb
+
+// WaitQueries are the statements of durable waits, messages, events and
+// run control.
+type WaitQueries struct {
+	Park       string
+	Unpark     string
+	HasMessage string
+	NextWake   string
+	Send       string
+	Receive    string
+	SetEvent   string
+	GetEvent   string
+	Cancel     string
+	Resume     string
+	ForkRun    string
+	ForkSteps  string
+	CountSteps string
+}
+
+// NewWaitQueries renders the wait statements for schema.
+func NewWaitQueries(schema, channel string) *WaitQueries {
+	r := func(s string) string { return Render(s, schema) }
+	return &WaitQueries{
+		// Park hands the run back as rows: no owner, a wake-up time. The
+		// epoch check keeps a fenced executor from parking a run it lost.
+		// $1 id, $2 epoch, $3 wake_at, $4 wait_topic.
+		Park: r(`UPDATE {{schema}}.workflows SET executor_id = NULL, wake_at = $3, wait_topic = $4, updated_at = now()
+WHERE id = $1 AND epoch = $2 AND status = 'pending'`),
+
+		Unpark: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET wake_at = now() WHERE id = $1 AND status = 'pending' AND executor_id IS NULL RETURNING id)
+SELECT pg_notify('` + channel + `', 'n:' || id) FROM u`),
+
+		// $1 workflow_id, $2 topic.
+		HasMessage: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.messages WHERE workflow_id = $1 AND topic = $2 AND consumed_at IS NULL)`),
+
+		NextWake: r(`SELECT min(wake_at) - now() FROM {{schema}}.workflows
+WHERE status = 'pending' AND executor_id IS NULL AND wake_at > now()`),
+
+		// Send inserts the message and touches the receiver's row in one
+		// statement. The update always matches the row, so it also sees a
+		// park that commits concurrently, and wakes a run parked on the
+		// topic. $1 workflow_id, $2 topic, $3 payload, $4 idem_key.
+		// Returns (receiver pending or queued, inserted).
+		Send: r(`WITH w AS (
+	UPDATE {{schema}}.workflows SET wake_at = CASE WHEN executor_id IS NULL AND wait_topic = $2 THEN now() ELSE wake_at END
+	WHERE id = $1 AND status IN ('pending', 'enqueued')
+	RETURNING id, (executor_id IS NULL AND wait_topic = $2) AS parked),
+ins AS (
+	INSERT INTO {{schema}}.messages (workflow_id, topic, payload, idem_key)
+	SELECT id, $2, $3, $4 FROM w
+	ON CONFLICT (workflow_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
+	RETURNING id)
+SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM ins),
+	(SELECT pg_notify('` + channel + `', CASE WHEN parked THEN 'n:' ELSE 'm:' END || id) FROM w)::text`),
+
+		// Receive consumes the oldest unconsumed message of the topic and
+		// records it as the step's output in one statement: the message is
+		// marked consumed only if the fenced checkpoint was written.
+		// $1 workflow_id, $2 epoch, $3 topic, $4 pos, $5 step name, $6 started_at.
+		Receive: r(`WITH w AS (
+	SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $2 AND status = 'pending' FOR SHARE),
+msg AS (
+	SELECT m.id, m.payload FROM {{schema}}.messages m, w
+	WHERE m.workflow_id = w.id AND m.topic = $3 AND m.consumed_at IS NULL
+	ORDER BY m.id LIMIT 1 FOR UPDATE OF m SKIP LOCKED),
+ins AS (
+	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts, started_at)
+	SELECT $1, $4, $5, 'done', json_build_object('ok', true, 'msg', msg.payload), 1, $6 FROM msg
+	ON CONFLICT (workflow_id, pos) DO NOTHING
+	RETURNING output),
+upd AS (
+	UPDATE {{schema}}.messages SET consumed_at = now()
+	WHERE id IN (SELECT id FROM msg) AND EXISTS (SELECT 1 FROM ins)
+	RETURNING id)
+SELECT output::text FROM ins, upd`),
+
+		// SetEvent records the step and publishes the value together.
+		// $1 workflow_id, $2 epoch, $3 pos, $4 step name, $5 key, $6 value, $7 started_at.
+		SetEvent: r(`WITH ins AS (
+	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts, started_at)
+	SELECT $1, $3, $4, 'done', 'null', 1, $7
+	FROM {{schema}}.workflows w WHERE w.id = $1 AND w.epoch = $2 AND w.status = 'pending'
+	FOR SHARE OF w
+	ON CONFLICT (workflow_id, pos) DO NOTHING
+	RETURNING workflow_id),
+ev AS (
+	INSERT INTO {{schema}}.events (workflow_id, key, value)
+	SELECT workflow_id, $5, $6 FROM ins
+	ON CONFLICT (workflow_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+	RETURNING workflow_id)
+SELECT pg_notify('` + channel + `', 'e:' || workflow_id)::text FROM ev`),
+
+		// $1 workflow_id, $2 key. Returns the workflow's status too.
+		GetEvent: r(`SELECT w.status, e.value::text, e.workflow_id IS NOT NULL
+FROM {{schema}}.workflows w LEFT JOIN {{schema}}.events e ON e.workflow_id = w.id AND e.key = $2
+WHERE w.id = $1`),
+
+		// Cancel a run and, with $2, its descendants.
+		// $1 id, $2 with children, $3 error.
+		Cancel: r(`WITH RECURSIVE tree(id) AS (
+	SELECT $1::text
+	UNION
+	SELECT c.id FROM {{schema}}.workflows c JOIN tree t ON c.parent_id = t.id WHERE $2::bool),
+u AS (
+	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, updated_at = now()
+	FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')
+	RETURNING w.id)
+SELECT id, pg_notify('` + channel + `', 'c:' || id)::text, pg_notify('` + channel + `', 'd:' || id)::text FROM u`),
+
+		// Resume a cancelled, dead-lettered or failed run from its last
+		// checkpoint: unowned and pending again (queued runs go back to
+		// their queue). $1 id.
+		Resume: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET status = CASE WHEN queue_name IS NULL THEN 'pending' ELSE 'enqueued' END,
+		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, error = NULL, output = NULL,
+		wake_at = NULL, wait_topic = NULL, updated_at = now()
+	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error')
+	RETURNING id, queue_name)
+SELECT pg_notify('` + channel + `', CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END)::text FROM u`),
+
+		// Fork copies run $1 as a new unowned run $2 ... $3 app_version.
+		ForkRun: r(`WITH ins AS (
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id)
+	SELECT $2, name, 'pending', $3, NULL, 0, input, NULL FROM {{schema}}.workflows WHERE id = $1
+	RETURNING id)
+SELECT pg_notify('` + channel + `', 'n:' || id)::text FROM ins`),
+
+		// ...with its recorded steps before position $3.
+		ForkSteps: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at, finished_at)
+SELECT $2, pos, name, status, output, error, attempts, started_at, finished_at
+FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'`),
+
+		CountSteps: r(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`),
+	}
+}

@@ -1,0 +1,295 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrWorkflowFinished: the workflow already finished, so it can no longer
+// receive messages.
+var ErrWorkflowFinished = errors.New("durable: workflow already finished")
+
+// SendOpts are options of one message send.
+type SendOpts struct {
+	// IdempotencyKey makes a retried send deliver once: a second send with
+	// the same key to the same workflow is a no-op. Inside a workflow, use
+	// [SendStep], which derives it from the step.
+	IdempotencyKey string
+}
+
+// Send sends msg to the workflow id on topic. The message is stored, so it
+// is received even if the receiver's process is down now. It fails with
+// [ErrWorkflowNotFound] or [ErrWorkflowFinished].
+func Send[T any](ctx context.Context, e *Engine, id, topic string, msg T, opts *SendOpts) error {
+	return send(ctx, e, e.pool, id, topic, msg, opts)
+}
+
+// SendTx is [Send] inside the caller's transaction: the message exists if
+// and only if tx commits.
+func SendTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, id, topic string, msg T, opts *SendOpts) error {
+	if tx == nil {
+		return fmt.Errorf("%w: SendTx needs a transaction", ErrInvalidArgument)
+	}
+	return send(ctx, e, tx, id, topic, msg, opts)
+}
+
+// SendStep sends a message from workflow code, as a recorded step whose
+// idempotency key makes the send happen once across retries and replays.
+func SendStep[T any](wctx Context, id, topic string, msg T) error {
+	r := wctx.workflowRun()
+	_, err := Step(wctx, "durable.send:"+topic, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, send(ctx, r.e, r.e.pool, id, topic, msg, &SendOpts{IdempotencyKey: IdempotencyKey(ctx)})
+	}, nil)
+	return err
+}
+
+func send[T any](ctx context.Context, e *Engine, db queryer, id, topic string, msg T, opts *SendOpts) error {
+	if err := checkName("topic", topic); err != nil {
+		return err
+	}
+	var key any
+	if opts != nil && opts.IdempotencyKey != "" {
+		if err := checkName("idempotency key", opts.IdempotencyKey); err != nil {
+			return err
+		}
+		key = opts.IdempotencyKey
+	}
+	payload, err := e.encodePayload(msg, fmt.Sprintf("message on topic %q", topic))
+	if err != nil {
+		return err
+	}
+	var found, inserted int
+	var ignored *string
+	if err := db.QueryRow(ctx, e.wq.Send, id, topic, payload, key).Scan(&found, &inserted, &ignored); err != nil {
+		return fmt.Errorf("durable: send to workflow %q topic %q: %w", id, topic, err)
+	}
+	if found == 0 {
+		if _, err := e.readRun(ctx, db, id); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: cannot send to %q on topic %q", ErrWorkflowFinished, id, topic)
+	}
+	return nil
+}
+
+type received struct {
+	OK  bool            `json:"ok"`
+	Msg json.RawMessage `json:"msg,omitempty"`
+}
+
+// Recv waits up to timeout for the next message on topic sent to the
+// calling workflow, and consumes it: each message is received once, in the
+// order sent (per topic). ok is false when the timeout passed first. The
+// deadline is recorded, so it holds across restarts; a wait longer than
+// Config.ParkThreshold parks the run until the message or the deadline.
+func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok bool, err error) {
+	if err := checkName("topic", topic); err != nil {
+		return msg, false, err
+	}
+	if timeout < 0 {
+		return msg, false, fmt.Errorf("%w: Recv with a negative timeout %v", ErrInvalidArgument, timeout)
+	}
+	deadline, err := Step(wctx, "durable.recv-deadline:"+topic, func(context.Context) (time.Time, error) {
+		return time.Now().Add(timeout), nil
+	}, &StepOpts{Retry: noRetry})
+	if err != nil {
+		return msg, false, err
+	}
+	r := wctx.workflowRun()
+	name := "durable.recv:" + topic
+	pos, rec, err := r.begin(name)
+	if err != nil {
+		return msg, false, err
+	}
+	if rec == nil {
+		started := time.Now()
+		for {
+			w := r.e.hub.subscribe("m:" + r.id)
+			out, got, err := r.receive(pos, name, topic, started)
+			if err != nil || got {
+				r.e.hub.unsubscribe("m:"+r.id, w)
+				if err != nil {
+					return msg, false, err
+				}
+				rec = &stepRecord{pos: pos, name: name, status: stepDone, output: out}
+				break
+			}
+			remaining := time.Until(deadline)
+			if remaining <= 0 {
+				r.e.hub.unsubscribe("m:"+r.id, w)
+				out, _ := json.Marshal(received{})
+				if err := r.checkpoint(pos, name, stepDone, out, nil, 1, started); err != nil {
+					return msg, false, err
+				}
+				rec = &stepRecord{pos: pos, name: name, status: stepDone, output: out}
+				break
+			}
+			if remaining > r.e.cfg.ParkThreshold {
+				r.e.hub.unsubscribe("m:"+r.id, w)
+				return msg, false, r.park(deadline, topic)
+			}
+			err = r.waitFor(w.ch, min(remaining, r.e.cfg.PollInterval))
+			r.e.hub.unsubscribe("m:"+r.id, w)
+			if err != nil {
+				return msg, false, err
+			}
+		}
+	}
+	got, err := replay[received](r, rec)
+	if err != nil || !got.OK {
+		return msg, false, err
+	}
+	if err := json.Unmarshal(got.Msg, &msg); err != nil {
+		return msg, false, r.halt(&DecodeError{WorkflowID: r.id, What: fmt.Sprintf("message on topic %q", topic), Err: err})
+	}
+	return msg, true, nil
+}
+
+// receive tries to consume one message and record it at pos.
+func (r *run) receive(pos int, name, topic string, started time.Time) ([]byte, bool, error) {
+	var out *string
+	err := r.retryDB("receive", func(ctx context.Context) error {
+		err := r.e.pool.QueryRow(ctx, r.e.wq.Receive, r.id, r.epoch, topic, pos, name, started).Scan(&out)
+		if errors.Is(err, pgx.ErrNoRows) {
+			out = nil
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		if h := r.halted(); h != nil {
+			return nil, false, h
+		}
+		return nil, false, r.halt(err)
+	}
+	if out != nil {
+		return []byte(*out), true, nil
+	}
+	// Nothing consumed: no message yet, or we lost the run, or the step was
+	// recorded by an earlier try whose answer was lost.
+	var status string
+	var epoch int64
+	var stepStatus *string
+	if err := r.e.pool.QueryRow(r.e.hardCtx, r.e.q.OwnershipCheck, r.id, pos).Scan(&status, &epoch, &stepStatus); err != nil {
+		return nil, false, nil // look again on the next round
+	}
+	if epoch != r.epoch || status != string(StatusPending) {
+		return nil, false, r.diagnose(pos, name, false)
+	}
+	if stepStatus != nil {
+		output, err := recordedOutput(r, pos)
+		return output, err == nil, err
+	}
+	return nil, false, nil
+}
+
+// waitFor waits for ch, d, the engine stopping or the run's context ending.
+func (r *run) waitFor(ch <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-r.e.stopping:
+		return r.halt(fmt.Errorf("workflow %q: %w", r.id, ErrShutdown))
+	case <-r.ctx.Done():
+		return r.interrupted()
+	}
+	return nil
+}
+
+// SetEvent publishes value under key for the calling workflow: the latest
+// value per key, readable from any process with [GetEvent]. It is a
+// recorded step, published once.
+func SetEvent[T any](wctx Context, key string, value T) error {
+	if err := checkName("event key", key); err != nil {
+		return err
+	}
+	r := wctx.workflowRun()
+	name := "durable.event:" + key
+	pos, rec, err := r.begin(name)
+	if err != nil || rec != nil {
+		return err
+	}
+	b, err := r.e.encodePayload(value, fmt.Sprintf("event %q", key))
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	var written bool
+	err = r.retryDB("set event", func(ctx context.Context) error {
+		rows, err := r.e.pool.Query(ctx, r.e.wq.SetEvent, r.id, r.epoch, pos, name, key, b, started)
+		if err != nil {
+			return err
+		}
+		written = rows.Next()
+		rows.Close()
+		return rows.Err()
+	})
+	if err != nil {
+		if h := r.halted(); h != nil {
+			return h
+		}
+		return r.halt(err)
+	}
+	if !written {
+		return r.diagnose(pos, name, false)
+	}
+	return nil
+}
+
+// GetEvent returns the latest value of the workflow's event key, waiting
+// up to timeout for it to be set (woken by a notification). ok is false
+// when the timeout passed, or the workflow finished, without the key set.
+func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout time.Duration) (value T, ok bool, err error) {
+	if timeout < 0 {
+		return value, false, fmt.Errorf("%w: GetEvent with a negative timeout %v", ErrInvalidArgument, timeout)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		w := e.hub.subscribe("e:" + id)
+		var status string
+		var raw *string
+		var found bool
+		err := e.pool.QueryRow(ctx, e.wq.GetEvent, id, key).Scan(&status, &raw, &found)
+		if errors.Is(err, pgx.ErrNoRows) {
+			e.hub.unsubscribe("e:"+id, w)
+			return value, false, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
+		}
+		if err != nil {
+			e.hub.unsubscribe("e:"+id, w)
+			return value, false, fmt.Errorf("durable: get event %q of %q: %w", key, id, err)
+		}
+		if found {
+			e.hub.unsubscribe("e:"+id, w)
+			if raw == nil {
+				return value, true, nil
+			}
+			if err := json.Unmarshal([]byte(*raw), &value); err != nil {
+				return value, false, &DecodeError{WorkflowID: id, What: fmt.Sprintf("event %q", key), Err: err}
+			}
+			return value, true, nil
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 || Status(status).Finished() {
+			e.hub.unsubscribe("e:"+id, w)
+			return value, false, nil
+		}
+		t := time.NewTimer(min(remaining, e.cfg.PollInterval))
+		select {
+		case <-w.ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			e.hub.unsubscribe("e:"+id, w)
+			return value, false, ctx.Err()
+		}
+		t.Stop()
+		e.hub.unsubscribe("e:"+id, w)
+	}
+}

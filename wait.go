@@ -1,0 +1,73 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// errParked halts a run that parked: it stays as rows until woken.
+var errParked = errors.New("durable: run parked")
+
+// Sleep pauses the workflow for d. The wake-up time is recorded, so after a
+// restart only the remainder is slept. A sleep longer than
+// Config.ParkThreshold parks the run: no goroutine waits, and any executor
+// resumes it by replay when the time comes.
+func Sleep(wctx Context, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: Sleep of a negative duration %v", ErrInvalidArgument, d)
+	}
+	wake, err := Step(wctx, "durable.sleep", func(context.Context) (time.Time, error) { return time.Now().Add(d), nil }, &StepOpts{Retry: noRetry})
+	if err != nil {
+		return err
+	}
+	r := wctx.workflowRun()
+	for {
+		remaining := time.Until(wake)
+		if remaining <= 0 {
+			return nil
+		}
+		if remaining > r.e.cfg.ParkThreshold {
+			return r.park(wake, "")
+		}
+		if err := r.sleep(remaining); err != nil {
+			return err
+		}
+	}
+}
+
+// park hands the run back to the database until wake (or, with topic, a
+// message on it) and halts this execution.
+func (r *run) park(wake time.Time, topic string) error {
+	var topicArg any
+	if topic != "" {
+		topicArg = topic
+	}
+	var n int64
+	err := r.retryDB("park", func(ctx context.Context) error {
+		tag, err := r.e.pool.Exec(ctx, r.e.wq.Park, r.id, r.epoch, wake, topicArg)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return r.halt(err)
+	}
+	if n == 0 {
+		return r.diagnose(-1, "park", false)
+	}
+	if topic != "" {
+		// A message sent while we parked may have missed the park: look
+		// once more now that the park is committed.
+		var has bool
+		if err := r.e.pool.QueryRow(r.e.hardCtx, r.e.wq.HasMessage, r.id, topic).Scan(&has); err == nil && has {
+			rows, err := r.e.pool.Query(r.e.hardCtx, r.e.wq.Unpark, r.id)
+			if err == nil {
+				rows.Close()
+			}
+		}
+	}
+	r.e.wakeSweeper() // it computes the next wake-up time
+	r.e.log.Debug("durable: run parked", "workflow_id", r.id, "wake_at", wake, "topic", topic)
+	return r.halt(fmt.Errorf("workflow %q parked until %s: %w", r.id, wake.Format(time.RFC3339Nano), errParked))
+}
