@@ -184,6 +184,8 @@ func runChild(mode string) error {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		return e.Shutdown(sctx)
+	case "schedule":
+		return runScheduleChild(ctx, e, pool)
 	}
 	return errors.New("unknown child mode " + mode)
 }
