@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -96,4 +98,9 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func getenvInt(name string) int {
+	v, _ := strconv.Atoi(os.Getenv(name))
+	return v
 }
