@@ -11,6 +11,15 @@ import (
 	"time"
 )
 
+// TestMain lets the test binary serve as the child process of the
+// recovery scenario, as the bench binary does.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(recoveryChildEnv); spec != "" {
+		os.Exit(recoveryChildMain(spec))
+	}
+	os.Exit(m.Run())
+}
+
 // TestSmoke runs every scenario once with tiny counts and checks that the
 // written results carry every field. It checks no timing.
 func TestSmoke(t *testing.T) {
@@ -25,6 +34,7 @@ func TestSmoke(t *testing.T) {
 	o.URL = url
 	o.Database = "durable_bench_smoke"
 	o.Rounds, o.N, o.TputTotal, o.StatsN, o.Warmup = 1, 20, 40, 20, 2
+	o.QLatN, o.DrainN, o.DrainRounds, o.RecoveryN = 20, 20, 1, 20
 	o.OutDir = t.TempDir()
 	o.DropAfter = true
 	if testing.Verbose() {
@@ -43,7 +53,8 @@ func TestSmoke(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"format", "started_at", "finished_at", "duration_s", "env", "params", "rounds", "median", "counts", "targets", "peer_reference"} {
+	for _, k := range []string{"format", "started_at", "finished_at", "duration_s", "env", "params", "rounds", "median", "counts",
+		"recovery", "drain_top_statements", "targets", "peer_reference"} {
 		if _, ok := doc[k]; !ok {
 			t.Errorf("latest.json has no %q", k)
 		}
@@ -60,11 +71,19 @@ func TestSmoke(t *testing.T) {
 
 	median := doc["median"].(map[string]any)
 	var want []string
-	for _, s := range []string{"floor_insert", "floor_tx", "floor_select", "wf0", "wf1", "wf10", "txwf"} {
+	for _, s := range []string{"floor_insert", "floor_tx", "floor_select", "wf0", "wf1", "wf10", "txwf", "qlat_local", "qlat_client"} {
 		want = append(want, s+"_us", s+"_p50_us", s+"_p99_us")
 	}
 	want = append(want, "ratio_floor_tx", "ratio_floor_select", "ratio_wf0", "ratio_wf1", "ratio_wf10",
-		"ratio_step_overhead", "ratio_txwf", "ratio_txstep_cost")
+		"ratio_step_overhead", "ratio_txwf", "ratio_txstep_cost",
+		"ratio_qlat_local", "ratio_qlat_local_p50", "ratio_qlat_local_p99",
+		"ratio_qlat_client", "ratio_qlat_client_p50", "ratio_qlat_client_p99",
+		"drain_s", "drain_per_s", "drain_launch_ms", "drain_xids_per_wf", "drain_wal_bytes_per_wf",
+		"drain_enqueue_per_s", "drain_enqueue_lat_us", "drain_floor_insert_c8_per_s", "drain_floor_insert_c32_per_s",
+		"drain_floor_per_s", "ratio_drain_insert_c32", "ratio_drain_floor", "ratio_drain_enqueue_insert_c8")
+	if res.Counts.StatementsAvailable {
+		want = append(want, "drain_statements_per_wf")
+	}
 	for _, c := range o.Concurrency {
 		want = append(want, fmt.Sprintf("tput_wf1_c%d_per_s", c), fmt.Sprintf("tput_wf1_c%d_lat_us", c),
 			fmt.Sprintf("tput_insert_c%d_per_s", c), fmt.Sprintf("tput_insert_c%d_lat_us", c), fmt.Sprintf("ratio_tput_c%d", c))
@@ -109,18 +128,69 @@ func TestSmoke(t *testing.T) {
 	} else {
 		t.Logf("pg_stat_statements not available: %s", res.Counts.StatementsNote)
 	}
-	if n := len(counts["batches"].([]any)); n != 5 {
-		t.Errorf("counts.batches: got %d, want 5", n)
+	if n := len(counts["batches"].([]any)); n != 7 {
+		t.Errorf("counts.batches: got %d, want 7", n)
 	}
-	if n := len(doc["targets"].([]any)); n != 3 {
-		t.Errorf("targets: got %d, want 3", n)
+	for _, k := range []string{"xids_per_queued_wf0_local", "xids_per_queued_wf0_client", "wal_bytes_per_queued_wf0_local", "wal_bytes_per_queued_wf0_client"} {
+		if v, ok := counts[k].(float64); !ok || v <= 0 {
+			t.Errorf("counts.%s missing or not positive: %v", k, counts[k])
+		}
+	}
+	for _, k := range []string{"statements_per_queued_wf0_local", "statements_per_queued_wf0_client"} {
+		v, ok := counts[k]
+		if !ok {
+			t.Errorf("counts.%s missing", k)
+		} else if _, isNum := v.(float64); res.Counts.StatementsAvailable && !isNum {
+			t.Errorf("counts.%s: got %v, want a number", k, v)
+		}
+	}
+
+	rec, ok := doc["recovery"].(map[string]any)
+	if !ok {
+		t.Fatalf("recovery: got %v, want an object", doc["recovery"])
+	}
+	for _, k := range []string{"n", "child_setup_s", "launch_ms", "recovery_s", "runs_per_s", "floor_insert_c32_per_s", "ratio_insert_c32",
+		"xids_per_run", "wal_bytes_per_run"} {
+		if v, ok := rec[k].(float64); !ok || v <= 0 {
+			t.Errorf("recovery.%s missing or not positive: %v", k, rec[k])
+		}
+	}
+	if _, ok := rec["statements_per_run"]; !ok {
+		t.Errorf("recovery.statements_per_run missing")
+	}
+	for _, k := range []string{"succeeded", "dead", "other_status", "second_step_runs", "second_step_runs_per_run", "max_recovery_attempts"} {
+		if _, ok := rec[k].(float64); !ok {
+			t.Errorf("recovery.%s missing", k)
+		}
+	}
+	if got := res.Recovery.Succeeded; got != o.RecoveryN { // below the recovery batch size: no re-claim
+		t.Errorf("recovery: %d of %d runs succeeded", got, o.RecoveryN)
+	}
+	if res.Counts.StatementsAvailable {
+		if top, _ := doc["drain_top_statements"].([]any); len(top) == 0 {
+			t.Errorf("drain_top_statements is empty")
+		}
+	}
+
+	targets := doc["targets"].([]any)
+	if n := len(targets); n != 7 {
+		t.Errorf("targets: got %d, want 7", n)
+	}
+	for _, x := range targets {
+		tg := x.(map[string]any)
+		for _, k := range []string{"name", "metric", "value", "cmp", "limit", "pass"} {
+			if _, ok := tg[k]; !ok {
+				t.Errorf("target %v has no %q", tg["metric"], k)
+			}
+		}
 	}
 
 	md, err := os.ReadFile(filepath.Join(o.OutDir, "latest.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"| metric | value | ratio | target | result |", "per-step overhead", "SQL statements per step", "NOT measured in this run"} {
+	for _, s := range []string{"| metric | value | ratio | target | result |", "per-step overhead", "SQL statements per step", "NOT measured in this run",
+		"### Queues", "enqueue-to-start", "queue drain", "floor drain", "recovery:"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("latest.md lacks %q", s)
 		}

@@ -37,6 +37,15 @@ type Counts struct {
 	WALPerStep        float64 `json:"wal_bytes_per_step"`
 	WALPerTxWF        float64 `json:"wal_bytes_per_txwf"`
 
+	// A queued 0-step workflow from Enqueue to its finish: enqueued by the
+	// engine that works the queue (local) or by a client engine (client).
+	StmtsPerQWF0Local  *float64 `json:"statements_per_queued_wf0_local"`
+	StmtsPerQWF0Client *float64 `json:"statements_per_queued_wf0_client"`
+	XIDsPerQWF0Local   float64  `json:"xids_per_queued_wf0_local"`
+	XIDsPerQWF0Client  float64  `json:"xids_per_queued_wf0_client"`
+	WALPerQWF0Local    float64  `json:"wal_bytes_per_queued_wf0_local"`
+	WALPerQWF0Client   float64  `json:"wal_bytes_per_queued_wf0_client"`
+
 	Batches []Batch `json:"batches"`
 }
 
@@ -63,36 +72,31 @@ const topStatements = 12
 
 func (b *bench) count(ctx context.Context) (Counts, error) {
 	c := Counts{}
-	if _, err := b.conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
-		c.StatementsNote = "n/a: " + err.Error()
-	} else if _, err := b.conn.Exec(ctx, "SELECT count(*) FROM pg_stat_statements"); err != nil {
-		c.StatementsNote = "n/a: " + err.Error()
-	} else if err := b.resetStatements(ctx); err != nil {
-		c.StatementsNote = "n/a: " + err.Error()
-	} else {
-		c.StatementsAvailable = true
-		c.StatementsNote = "pg_stat_statements of this database only; includes the engine's background statements (heartbeat, sweeper) issued during the batch"
+	c.StatementsAvailable, c.StatementsNote = b.statementsAvailable(ctx)
+	if c.StatementsAvailable {
 		_ = b.conn.QueryRow(ctx, `SELECT coalesce(current_setting('pg_stat_statements.track', true), ''),
 			coalesce(current_setting('pg_stat_statements.track_utility', true), '')`).Scan(&c.Track, &c.TrackUtility)
-	}
-	if !c.StatementsAvailable {
+	} else {
 		b.o.logf("bench: statement counts %s", c.StatementsNote)
 	}
 
 	n := b.o.StatsN
 	batches := []struct {
-		name string
-		op   opFunc
+		name   string
+		op     opFunc
+		settle opFunc // before the counters are read
 	}{
-		{"floor_insert", b.floorInsert},
-		{"floor_tx", b.floorTx},
-		{"wf0", b.workflow(b.steps, 0)},
-		{"wf10", b.workflow(b.steps, 10)},
-		{"txwf", b.workflow(b.txwf, 1)},
+		{"floor_insert", b.floorInsert, nil},
+		{"floor_tx", b.floorTx, nil},
+		{"wf0", b.workflow(b.steps, 0), nil},
+		{"wf10", b.workflow(b.steps, 10), nil},
+		{"txwf", b.workflow(b.txwf, 1), nil},
+		{"queued_wf0_local", b.enqueueStarted(false), b.settleQueued},
+		{"queued_wf0_client", b.enqueueStarted(true), b.settleQueued},
 	}
 	got := map[string]Batch{}
 	for _, bt := range batches {
-		bb, err := b.countBatch(ctx, bt.name, n, bt.op, c.StatementsAvailable)
+		bb, err := b.countBatch(ctx, bt.name, n, bt.op, bt.settle, c.StatementsAvailable)
 		if err != nil {
 			return c, fmt.Errorf("count %s: %w", bt.name, err)
 		}
@@ -114,7 +118,13 @@ func (b *bench) count(ctx context.Context) (Counts, error) {
 	c.WALPerWF0 = per("wf0", wal)
 	c.WALPerStep = (per("wf10", wal) - c.WALPerWF0) / 10
 	c.WALPerTxWF = per("txwf", wal)
+	c.XIDsPerQWF0Local = per("queued_wf0_local", xids)
+	c.XIDsPerQWF0Client = per("queued_wf0_client", xids)
+	c.WALPerQWF0Local = per("queued_wf0_local", wal)
+	c.WALPerQWF0Client = per("queued_wf0_client", wal)
 	if c.StatementsAvailable {
+		c.StmtsPerQWF0Local = ptr(per("queued_wf0_local", func(b Batch) int64 { return b.Calls }))
+		c.StmtsPerQWF0Client = ptr(per("queued_wf0_client", func(b Batch) int64 { return b.Calls }))
 		calls := func(b Batch) int64 { return b.Calls }
 		c.StmtsPerFloorInsert = ptr(per("floor_insert", calls))
 		c.StmtsPerFloorTx = ptr(per("floor_tx", calls))
@@ -143,10 +153,61 @@ func (b *bench) snap(ctx context.Context) (wal, xid int64, err error) {
 	return wal, xid, err
 }
 
-func (b *bench) countBatch(ctx context.Context, name string, n int, op opFunc, stmts bool) (Batch, error) {
+// statementsAvailable reports (once per run) whether pg_stat_statements
+// can be used, with a note for the output.
+func (b *bench) statementsAvailable(ctx context.Context) (bool, string) {
+	if b.stmtsNote == "" {
+		if _, err := b.conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+			b.stmtsNote = "n/a: " + err.Error()
+		} else if _, err := b.conn.Exec(ctx, "SELECT count(*) FROM pg_stat_statements"); err != nil {
+			b.stmtsNote = "n/a: " + err.Error()
+		} else if err := b.resetStatements(ctx); err != nil {
+			b.stmtsNote = "n/a: " + err.Error()
+		} else {
+			b.stmtsOK = true
+			b.stmtsNote = "pg_stat_statements of this database only; includes the engine's background statements (heartbeat, sweeper) issued during the batch"
+		}
+	}
+	return b.stmtsOK, b.stmtsNote
+}
+
+// readStatements sums the calls of this database's statements since the
+// last reset, leaving out the bench's counting and polling queries, and
+// returns the most called ones.
+func (b *bench) readStatements(ctx context.Context) (int64, []Stmt, error) {
+	rows, err := b.conn.Query(ctx, `SELECT query, calls, rows, mean_exec_time FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND query NOT ILIKE '%pg_stat_statements%' AND query NOT LIKE '%`+pollMarker+`%'
+ORDER BY calls DESC, query`)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rows.Close()
+	var calls int64
+	var top []Stmt
+	for rows.Next() {
+		var s Stmt
+		if err := rows.Scan(&s.Query, &s.Calls, &s.Rows, &s.MeanMS); err != nil {
+			return 0, nil, err
+		}
+		calls += s.Calls
+		if len(top) < topStatements {
+			s.Query = squash(s.Query, 300)
+			top = append(top, s)
+		}
+	}
+	return calls, top, rows.Err()
+}
+
+func (b *bench) countBatch(ctx context.Context, name string, n int, op, settle opFunc, stmts bool) (Batch, error) {
 	bt := Batch{Name: name, N: n, Calls: -1}
 	for i := 0; i < b.o.Warmup; i++ {
 		if err := op(ctx); err != nil {
+			return bt, err
+		}
+	}
+	if settle != nil {
+		if err := settle(ctx); err != nil {
 			return bt, err
 		}
 	}
@@ -165,29 +226,14 @@ func (b *bench) countBatch(ctx context.Context, name string, n int, op opFunc, s
 			return bt, err
 		}
 	}
-	bt.DurationMS = time.Since(t0).Milliseconds()
-	if stmts {
-		rows, err := b.conn.Query(ctx, `SELECT query, calls, rows, mean_exec_time FROM pg_stat_statements
-WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-	AND query NOT ILIKE '%pg_stat_statements%'
-ORDER BY calls DESC, query`)
-		if err != nil {
+	if settle != nil {
+		if err := settle(ctx); err != nil {
 			return bt, err
 		}
-		bt.Calls = 0
-		for rows.Next() {
-			var s Stmt
-			if err := rows.Scan(&s.Query, &s.Calls, &s.Rows, &s.MeanMS); err != nil {
-				rows.Close()
-				return bt, err
-			}
-			bt.Calls += s.Calls
-			if len(bt.Top) < topStatements {
-				s.Query = squash(s.Query, 300)
-				bt.Top = append(bt.Top, s)
-			}
-		}
-		if err := rows.Err(); err != nil {
+	}
+	bt.DurationMS = time.Since(t0).Milliseconds()
+	if stmts {
+		if bt.Calls, bt.Top, err = b.readStatements(ctx); err != nil {
 			return bt, err
 		}
 	}

@@ -17,6 +17,9 @@ import (
 )
 
 func main() {
+	if spec := os.Getenv(recoveryChildEnv); spec != "" {
+		os.Exit(recoveryChildMain(spec)) // the child process of the recovery scenario
+	}
 	o := DefaultOptions()
 	flag.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds; every round measures every scenario once, results are medians over rounds")
 	flag.IntVar(&o.Blocks, "blocks", o.Blocks, "blocks per round in which the sequential scenarios take turns")
@@ -26,6 +29,10 @@ func main() {
 	flag.IntVar(&o.StatsN, "stats-n", o.StatsN, "workflows per statement-counting batch")
 	flag.IntVar(&o.Warmup, "warmup", o.Warmup, "untimed operations before each scenario in every round")
 	flag.IntVar(&o.MaxConns, "maxconns", o.MaxConns, "max connections of the engine pool and of the raw concurrent-insert pool")
+	flag.IntVar(&o.QLatN, "qlat-n", o.QLatN, "queued runs per enqueue-to-start variant and round (0: skip)")
+	flag.IntVar(&o.DrainN, "drain-n", o.DrainN, "workflows pre-enqueued per queue drain")
+	flag.IntVar(&o.DrainRounds, "drain-rounds", o.DrainRounds, "how many rounds (the first ones) also measure a queue drain (0: skip)")
+	flag.IntVar(&o.RecoveryN, "recovery-n", o.RecoveryN, "runs recovered after a SIGKILL, once per run (0: skip)")
 	flag.StringVar(&o.Database, "db", o.Database, "database to drop, create and benchmark in")
 	flag.StringVar(&o.OutDir, "out", o.OutDir, "folder for latest.json and latest.md (empty: write nothing)")
 	flag.BoolVar(&o.DropAfter, "drop", o.DropAfter, "drop the benchmark database at the end")

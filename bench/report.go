@@ -20,6 +20,8 @@ type Result struct {
 	Rounds     []Round            `json:"rounds"`
 	Median     map[string]float64 `json:"median"` // per key, the median over rounds (ratios: of the per-round ratios)
 	Counts     Counts             `json:"counts"`
+	Recovery   *Recovery          `json:"recovery"`             // null when skipped
+	DrainTop   []Stmt             `json:"drain_top_statements"` // of the last drain
 	Targets    []Target           `json:"targets"`
 	Peer       Peer               `json:"peer_reference"`
 }
@@ -35,11 +37,16 @@ type Params struct {
 	StatsN      int   `json:"stats_n"`
 	Warmup      int   `json:"warmup"`
 	MaxConns    int   `json:"max_conns"`
+	QLatN       int   `json:"qlat_n"`
+	DrainN      int   `json:"drain_n"`
+	DrainRounds int   `json:"drain_rounds"`
+	RecoveryN   int   `json:"recovery_n"`
 }
 
 func paramsOf(o *Options) Params {
 	return Params{Rounds: o.Rounds, Blocks: o.Blocks, N: o.N, NK10: o.nK10(), TputTotal: o.TputTotal, Concurrency: o.Concurrency,
-		StatsN: o.StatsN, Warmup: o.Warmup, MaxConns: o.MaxConns}
+		StatsN: o.StatsN, Warmup: o.Warmup, MaxConns: o.MaxConns,
+		QLatN: o.QLatN, DrainN: o.DrainN, DrainRounds: o.DrainRounds, RecoveryN: o.RecoveryN}
 }
 
 // Round holds every number of one round; keys ending in _us are mean µs
@@ -54,6 +61,7 @@ type Target struct {
 	Name   string   `json:"name"`
 	Metric string   `json:"metric"`
 	Value  *float64 `json:"value"` // null: not measured
+	Cmp    string   `json:"cmp"`   // value Cmp limit passes: "<=", "<" or ">="
 	Limit  float64  `json:"limit"`
 	Pass   *bool    `json:"pass"`
 }
@@ -65,15 +73,29 @@ type Peer struct {
 	DBOSStepOverheadRatio float64 `json:"dbos_step_overhead_x_floor"`
 	DBOSStmtsPerStep      float64 `json:"dbos_statements_per_step"`
 	DBOSWF0Ratio          float64 `json:"dbos_wf0_x_floor"`
+	// Queues: one queued unit enqueue -> completion seen, at the default 1 s
+	// queue polling and at 50 ms polling; a drain of 5,000 pre-enqueued
+	// 1-step workflows timed from Launch; recovery of 1,000 pending
+	// workflows, Launch -> all done.
+	DBOSQueueLatencyDefaultMS float64 `json:"dbos_queue_latency_default_poll_ms"`
+	DBOSQueueLatency50msMS    float64 `json:"dbos_queue_latency_50ms_poll_ms"`
+	DBOSDrainPerS             float64 `json:"dbos_drain_wf_per_s"`
+	DBOSRecovery1000S         float64 `json:"dbos_recovery_1000_s"`
+	DBOSRecoveryPerS          float64 `json:"dbos_recovery_wf_per_s"`
 }
 
 func peerReference() Peer {
 	return Peer{
 		Note: "DBOS Go v1.8.0, measured separately on this machine type (shared research, perf-baseline.md); " +
 			"NOT measured in this run",
-		DBOSStepOverheadRatio: 4.5,
-		DBOSStmtsPerStep:      8,
-		DBOSWF0Ratio:          7,
+		DBOSStepOverheadRatio:     4.5,
+		DBOSStmtsPerStep:          8,
+		DBOSWF0Ratio:              7,
+		DBOSQueueLatencyDefaultMS: 1000,
+		DBOSQueueLatency50msMS:    53,
+		DBOSDrainPerS:             1792,
+		DBOSRecovery1000S:         0.85,
+		DBOSRecoveryPerS:          1180,
 	}
 }
 
@@ -97,6 +119,18 @@ func derive(v map[string]float64, conc []int) {
 	div("ratio_txstep_cost", v["txstep_cost_us"], b)
 	for _, c := range conc {
 		div(fmt.Sprintf("ratio_tput_c%d", c), v[fmt.Sprintf("tput_wf1_c%d_per_s", c)], v[fmt.Sprintf("tput_insert_c%d_per_s", c)])
+	}
+	for _, q := range []string{"qlat_local", "qlat_client"} {
+		if _, ok := v[q+"_us"]; ok {
+			div("ratio_"+q, v[q+"_us"], a)
+			div("ratio_"+q+"_p50", v[q+"_p50_us"], v["floor_insert_p50_us"])
+			div("ratio_"+q+"_p99", v[q+"_p99_us"], v["floor_insert_p99_us"])
+		}
+	}
+	if _, ok := v["drain_per_s"]; ok {
+		div("ratio_drain_insert_c32", v["drain_per_s"], v["drain_floor_insert_c32_per_s"])
+		div("ratio_drain_floor", v["drain_per_s"], v["drain_floor_per_s"])
+		div("ratio_drain_enqueue_insert_c8", v["drain_enqueue_per_s"], v["drain_floor_insert_c8_per_s"])
 	}
 }
 
@@ -127,30 +161,59 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// Targets of DESIGN.md's cost model.
+// Targets of DESIGN.md's cost model and of the queue issues.
 const (
-	targetStepRatio  = 1.3
-	targetWF0Ratio   = 2.5
-	targetStmtsStep  = 1.0
-	stmtsBackgroundε = 0.05 // background statements spread over a batch
+	targetStepRatio   = 1.3
+	targetWF0Ratio    = 2.5
+	targetStmtsStep   = 1.0
+	stmtsBackgroundε  = 0.05  // background statements spread over a batch
+	targetQLatP50US   = 5000  // enqueue-to-start p50 < 5 ms
+	targetDrainPerS   = 9000  // >= 5x DBOS Go's ~1,800/s
+	targetRecoveryS   = 10    // recovery of RecoveryN runs < 10 s (issue 8)
+	targetRecoveryRef = 10000 // ... for this many runs
 )
 
 func targets(r *Result) []Target {
-	le := func(name, metric string, v *float64, limit float64) Target {
-		t := Target{Name: name, Metric: metric, Value: v, Limit: limit}
+	cmp := func(name, metric string, v *float64, op string, limit float64) Target {
+		t := Target{Name: name, Metric: metric, Value: v, Cmp: op, Limit: limit}
 		if v != nil {
-			p := *v <= limit
+			var p bool
+			switch op {
+			case "<":
+				p = *v < limit
+			case ">=":
+				p = *v >= limit
+			default:
+				p = *v <= limit
+			}
 			t.Pass = &p
 		}
 		return t
 	}
 	m := r.Median
-	step := m["ratio_step_overhead"]
-	wf0 := m["ratio_wf0"]
+	get := func(k string) *float64 {
+		if v, ok := m[k]; ok {
+			return &v
+		}
+		return nil
+	}
+	var rec *float64 // the target is about 10,000 runs: n/a for fewer
+	if r.Recovery != nil && r.Recovery.N >= targetRecoveryRef {
+		rec = &r.Recovery.ElapsedS
+	}
+	recTarget := cmp(fmt.Sprintf("recovery of %d runs < %d s, every run succeeds", targetRecoveryRef, targetRecoveryS), "recovery_s", rec, "<", targetRecoveryS)
+	if rec != nil && r.Recovery.Succeeded != r.Recovery.N {
+		f := false
+		recTarget.Pass = &f
+	}
 	return []Target{
-		le("per-step overhead <= 1.3x floor A", "ratio_step_overhead", &step, targetStepRatio),
-		le("0-step workflow <= 2.5x floor A", "ratio_wf0", &wf0, targetWF0Ratio),
-		le("1 SQL statement per step", "statements_per_step", r.Counts.StmtsPerStep, targetStmtsStep+stmtsBackgroundε),
+		cmp("per-step overhead <= 1.3x floor A", "ratio_step_overhead", get("ratio_step_overhead"), "<=", targetStepRatio),
+		cmp("0-step workflow <= 2.5x floor A", "ratio_wf0", get("ratio_wf0"), "<=", targetWF0Ratio),
+		cmp("1 SQL statement per step", "statements_per_step", r.Counts.StmtsPerStep, "<=", targetStmtsStep+stmtsBackgroundε),
+		cmp("enqueue-to-start p50 < 5 ms", "qlat_local_p50_us", get("qlat_local_p50_us"), "<", targetQLatP50US),
+		cmp("enqueue-to-start p50 < 5 ms", "qlat_client_p50_us", get("qlat_client_p50_us"), "<", targetQLatP50US),
+		cmp("drain >= 9,000 wf/s (5x DBOS Go's ~1,800/s)", "drain_per_s", get("drain_per_s"), ">=", targetDrainPerS),
+		recTarget,
 	}
 }
 
@@ -273,10 +336,93 @@ func (r *Result) Markdown() string {
 	row("WAL bytes per floor INSERT / per floor BEGIN-INSERT-COMMIT", fmt.Sprintf("%.0f B / %.0f B", c.WALPerFloorInsert, c.WALPerFloorTx), "", "", "")
 
 	fmt.Fprintf(&sb, "\nStatement counts: %s. Write transactions (XIDs assigned) and WAL are cluster-wide: exact only when nothing else writes to the server.\n", c.StatementsNote)
+
+	r.queueMarkdown(&sb, row, res)
+
 	fmt.Fprintf(&sb, "\nReference, NOT measured in this run: DBOS Go (measured separately on this machine type, see shared research): "+
-		"%.1fx floor per step, %.0f statements per step, 0-step workflow %.0fx.\n",
-		r.Peer.DBOSStepOverheadRatio, r.Peer.DBOSStmtsPerStep, r.Peer.DBOSWF0Ratio)
+		"%.1fx floor per step, %.0f statements per step, 0-step workflow %.0fx; queue latency (enqueue to completion seen) %.0f ms at its default "+
+		"1 s queue polling, %.0f ms at 50 ms polling; drain of 5,000 pre-enqueued 1-step workflows %.0f wf/s; recovery of 1,000 pending "+
+		"workflows %.2f s (%.0f wf/s).\n",
+		r.Peer.DBOSStepOverheadRatio, r.Peer.DBOSStmtsPerStep, r.Peer.DBOSWF0Ratio, r.Peer.DBOSQueueLatencyDefaultMS,
+		r.Peer.DBOSQueueLatency50msMS, r.Peer.DBOSDrainPerS, r.Peer.DBOSRecovery1000S, r.Peer.DBOSRecoveryPerS)
 	return sb.String()
+}
+
+// queueMarkdown renders the queue scenarios.
+func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, ratio, target, result string), res func(string) (string, string)) {
+	m := r.Median
+	p := r.Params
+	c := r.Counts
+	fmt.Fprintf(sb, "\n### Queues\n\n")
+	fmt.Fprintf(sb, "Enqueue-to-start: %d sequential runs per variant and round, in the blocks above (time from just before Enqueue to the "+
+		"first line of the workflow body; the next run is enqueued after the previous one finished). "+
+		"Drain: %d pre-enqueued 1-step workflows, in %d of the %d rounds, timed from New + Launch of the engine that works the queue "+
+		"until none is enqueued or pending (polled every %v). Recovery: %d two-step runs, once.\n\n",
+		p.QLatN, p.DrainN, p.DrainRounds, p.Rounds, pollEvery, p.RecoveryN)
+	sb.WriteString("| metric | value | ratio | target | result |\n|---|---|---|---|---|\n")
+	for _, q := range []struct{ key, label string }{
+		{"qlat_local", "enqueue-to-start, enqueued by the engine that works the queue"},
+		{"qlat_client", "enqueue-to-start, enqueued by a client engine (wake-up by NOTIFY)"},
+	} {
+		if _, ok := m[q.key+"_us"]; !ok {
+			continue
+		}
+		tn, tr := res(q.key + "_p50_us")
+		row(q.label+": p50", fmtUS(m[q.key+"_p50_us"]), fmtX(m["ratio_"+q.key+"_p50"], "floor A p50"), tn, tr)
+		row(q.label+": p99", fmtUS(m[q.key+"_p99_us"]), fmtX(m["ratio_"+q.key+"_p99"], "floor A p99"), "", "")
+		row(q.label+": mean", fmtUS(m[q.key+"_us"]), fmtX(m["ratio_"+q.key], "floor A"), "", "")
+	}
+	if _, ok := m["drain_per_s"]; ok {
+		tn, tr := res("drain_per_s")
+		row(fmt.Sprintf("queue drain: %d 1-step workflows, Launch -> all done", p.DrainN),
+			fmt.Sprintf("%.0f wf/s (%.2f s; Launch %.0f ms)", m["drain_per_s"], m["drain_s"], m["drain_launch_ms"]),
+			fmtX(m["ratio_drain_insert_c32"], "INSERT/s at 32 goroutines"), tn, tr)
+		row("queue drain against the floor drain", "", fmtX(m["ratio_drain_floor"], "floor drain"), "", "")
+		row(fmt.Sprintf("floor: autocommit INSERTs, %d goroutines (next to the drain)", floorDrainConc),
+			fmt.Sprintf("%.0f /s", m["drain_floor_insert_c32_per_s"]), "", "", "")
+		row(fmt.Sprintf("floor drain: %d rows consumed by DELETE ... RETURNING, %d per statement, 1 connection", p.DrainN, floorDrainBatch),
+			fmt.Sprintf("%.0f rows/s", m["drain_floor_per_s"]), "", "", "")
+		row(fmt.Sprintf("enqueue (pre-fill) from a client, %d goroutines", enqueueConc),
+			fmt.Sprintf("%.0f /s (mean lat %s)", m["drain_enqueue_per_s"], fmtUS(m["drain_enqueue_lat_us"])),
+			fmtX(m["ratio_drain_enqueue_insert_c8"], "INSERT/s"), "", "")
+		row(fmt.Sprintf("floor: autocommit INSERTs, %d goroutines (next to the enqueue)", enqueueConc),
+			fmt.Sprintf("%.0f /s (mean lat %s)", m["drain_floor_insert_c8_per_s"], fmtUS(m["drain_floor_insert_c8_lat_us"])), "", "", "")
+		stmts := "n/a"
+		if v, ok := m["drain_statements_per_wf"]; ok {
+			stmts = fmt.Sprintf("%.2f", v)
+		}
+		row("per drained workflow (incl. Launch): SQL statements / write transactions / WAL bytes",
+			fmt.Sprintf("%s / %.2f / %.0f B", stmts, m["drain_xids_per_wf"], m["drain_wal_bytes_per_wf"]), "", "", "")
+	}
+	if rec := r.Recovery; rec != nil {
+		tn, tr := res("recovery_s")
+		row(fmt.Sprintf("recovery: %d two-step runs of a SIGKILLed executor, New + Launch -> all done", rec.N),
+			fmt.Sprintf("%.2f s, %.0f runs/s (Launch %.0f ms)", rec.ElapsedS, rec.PerS, rec.LaunchMS),
+			fmtX(rec.RatioInsertC32, "INSERT/s at 32 goroutines"), tn, tr)
+		row("recovery outcome: succeeded / dead-lettered / other; second-step executions per run; highest recovery_attempts",
+			fmt.Sprintf("%d / %d / %d; %.2f; %d", rec.Succeeded, rec.Dead, rec.OtherStatus, rec.SecondStepRunsPerN, rec.MaxRecoveryAttempts),
+			"", "expected: all succeed, 1.00, 1", "")
+		row(fmt.Sprintf("floor: autocommit INSERTs, %d goroutines (next to the recovery)", floorDrainConc),
+			fmt.Sprintf("%.0f /s", rec.FloorInsertC32PerS), "", "", "")
+		stmts := "n/a"
+		if rec.StmtsPerRun != nil {
+			stmts = fmt.Sprintf("%.2f", *rec.StmtsPerRun)
+		}
+		row("per recovered run: SQL statements / write transactions / WAL bytes",
+			fmt.Sprintf("%s / %.2f / %.0f B", stmts, rec.XIDsPerRun, rec.WALPerRun), "", "", "")
+	}
+	pair := func(a, b *float64) string {
+		if a == nil || b == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f / %.2f", *a, *b)
+	}
+	row("SQL statements per queued 0-step workflow, enqueued locally / by a client",
+		pair(c.StmtsPerQWF0Local, c.StmtsPerQWF0Client), "", "", "")
+	row("write transactions per queued 0-step workflow, local / client",
+		fmt.Sprintf("%.2f / %.2f", c.XIDsPerQWF0Local, c.XIDsPerQWF0Client), "", "", "")
+	row("WAL bytes per queued 0-step workflow, local / client",
+		fmt.Sprintf("%.0f B / %.0f B", c.WALPerQWF0Local, c.WALPerQWF0Client), "", "", "")
 }
 
 func nz(v float64) float64 {

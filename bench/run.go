@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/durable-go/durable"
@@ -28,6 +30,10 @@ type Options struct {
 	StatsN      int   // workflows per statement-counting batch
 	Warmup      int   // untimed ops before each scenario in every round
 	MaxConns    int   // engine pool and raw concurrent pool size
+	QLatN       int   // queued runs per enqueue-to-start variant and round (0: skip)
+	DrainN      int   // workflows per queue drain
+	DrainRounds int   // rounds (the first ones) that also measure a queue drain (0: skip)
+	RecoveryN   int   // runs recovered after a SIGKILL, once per run (0: skip)
 	OutDir      string
 	DropAfter   bool
 	Progress    io.Writer // nil: silent
@@ -46,6 +52,10 @@ func DefaultOptions() Options {
 		StatsN:      500,
 		Warmup:      20,
 		MaxConns:    40,
+		QLatN:       300,
+		DrainN:      10000,
+		DrainRounds: 3,
+		RecoveryN:   10000,
 		OutDir:      "results",
 	}
 }
@@ -60,6 +70,12 @@ func (o *Options) validate() error {
 		return errors.New("rounds, blocks, n, tput and stats-n must be at least 1, warmup at least 0")
 	case len(o.Concurrency) == 0:
 		return errors.New("no concurrency levels")
+	case o.QLatN < 0, o.DrainN < 1, o.DrainRounds < 0, o.RecoveryN < 0:
+		return errors.New("qlat-n, drain-rounds and recovery-n must not be negative, drain-n must be at least 1")
+	case o.DrainRounds > o.Rounds:
+		return fmt.Errorf("drain-rounds %d exceeds rounds %d", o.DrainRounds, o.Rounds)
+	case (o.DrainRounds > 0 || o.RecoveryN > 0) && o.MaxConns < floorDrainConc:
+		return fmt.Errorf("the drain and recovery floors use %d connections: maxconns %d is too small", floorDrainConc, o.MaxConns)
 	}
 	for _, c := range o.Concurrency {
 		if c > o.MaxConns {
@@ -86,6 +102,20 @@ type bench struct {
 	eng   *durable.Engine
 	steps *durable.Workflow[int, int] // k no-op steps
 	txwf  *durable.Workflow[int, int] // k transaction steps of one INSERT each
+
+	// Enqueue-to-start latency (queue.go): eng works queue qlat; client is
+	// an engine on its own pool that is never launched and only enqueues.
+	qlat       *durable.Queue
+	qstart     *durable.Workflow[int, int] // its first line reports time.Now()
+	clientPool *pgxpool.Pool
+	client     *durable.Engine
+	cqlat      *durable.Queue              // client.QueueRef("qlat")
+	cqstart    *durable.Workflow[int, int] // qstart registered on the client
+	starts     sync.Map                    // run ID -> chan time.Time
+	seq        atomic.Int64                // run IDs of the latency scenarios
+
+	stmtsOK   bool   // pg_stat_statements works (statementsAvailable)
+	stmtsNote string // "" until checked
 }
 
 const (
@@ -121,9 +151,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	o.logf("bench: warm-up")
 	warm := o
 	warm.N, warm.TputTotal, warm.Blocks, warm.Progress = max(o.Warmup, 10), max(o.Warmup, 64), 1, nil
-	wb := *b
-	wb.o = &warm
-	if err := wb.round(ctx, 0, map[string]float64{}); err != nil {
+	warm.QLatN = min(o.QLatN, max(o.Warmup, 10))
+	b.o = &warm
+	err = b.round(ctx, 0, map[string]float64{})
+	b.o = &o
+	if err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
 
@@ -132,12 +164,24 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err := b.round(ctx, r, round.Values); err != nil {
 			return nil, fmt.Errorf("round %d: %w", r+1, err)
 		}
+		if r < o.DrainRounds {
+			if res.DrainTop, err = b.drain(ctx, r, round.Values); err != nil {
+				return nil, fmt.Errorf("round %d: queue drain: %w", r+1, err)
+			}
+		}
 		derive(round.Values, o.Concurrency)
 		o.logf("round %d/%d  per-step overhead %.0f µs = %.2fx floor A; 0-step workflow %.2fx floor A",
 			r+1, o.Rounds, round.Values["step_overhead_us"], round.Values["ratio_step_overhead"], round.Values["ratio_wf0"])
 		res.Rounds = append(res.Rounds, round)
 	}
 	res.Median = medians(res.Rounds)
+
+	if o.RecoveryN > 0 {
+		o.logf("bench: recovery of %d runs after a SIGKILL", o.RecoveryN)
+		if res.Recovery, err = b.recovery(ctx); err != nil {
+			return nil, fmt.Errorf("recovery: %w", err)
+		}
+	}
 
 	o.logf("bench: counting statements, WAL and write transactions (%d workflows per batch)", o.StatsN)
 	if res.Counts, err = b.count(ctx); err != nil {
@@ -211,7 +255,7 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 	if b.conn, err = pgx.ConnectConfig(ctx, ccfg); err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", o.Database, err)
 	}
-	for _, t := range []string{"bench_floor", "bench_app"} {
+	for _, t := range []string{"bench_floor", "bench_app", "bench_fq"} {
 		if _, err := b.conn.Exec(ctx, "CREATE TABLE "+t+" (id bigserial PRIMARY KEY, v text NOT NULL)"); err != nil {
 			return nil, fmt.Errorf("create table %s: %w", t, err)
 		}
@@ -232,7 +276,7 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 	b.eng, err = durable.New(b.pool, &durable.Config{
 		Schema:     "bench",
 		AppVersion: "bench",
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:     discard,
 	})
 	if err != nil {
 		return nil, err
@@ -257,11 +301,32 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 		}
 		return k, nil
 	}, nil)
+	b.qstart = durable.Register(b.eng, "qstart", b.qstartBody, nil)
+	b.qlat = durable.RegisterQueue(b.eng, qlatQueue, nil)
 	if err := b.eng.Launch(ctx); err != nil {
 		b.eng = nil
 		return nil, err
 	}
+
+	// The client: same database and schema, its own pool, never launched.
+	if b.clientPool, err = b.newPool(ctx, clientConns, true); err != nil {
+		return nil, err
+	}
+	if b.client, err = durable.New(b.clientPool, &durable.Config{Schema: "bench", AppVersion: "bench", Logger: discard}); err != nil {
+		return nil, err
+	}
+	b.cqstart = durable.Register(b.client, "qstart", notHere[int, int], nil)
+	b.cqlat = b.client.QueueRef(qlatQueue)
 	return b, nil
+}
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// notHere is the body of a workflow registered on an engine that never
+// runs it (a client).
+func notHere[P, R any](durable.Context, P) (R, error) {
+	var zero R
+	return zero, errors.New("bench: a client engine ran a workflow")
 }
 
 func (b *bench) close(drop bool) {
@@ -274,6 +339,9 @@ func (b *bench) close(drop bool) {
 	}
 	if b.pool != nil {
 		b.pool.Close()
+	}
+	if b.clientPool != nil {
+		b.clientPool.Close()
 	}
 	if b.raw != nil {
 		b.raw.Close()

@@ -15,9 +15,24 @@ type opFunc func(ctx context.Context) error
 
 // seqScenario is an op timed back to back on its own, n times per round.
 type seqScenario struct {
-	name string
-	n    int
-	op   opFunc
+	name  string
+	n     int
+	op    opFunc
+	timed timedFunc // instead of op: measures its own interval
+}
+
+// timedFunc performs one op and returns the interval it measured itself.
+type timedFunc func(ctx context.Context) (time.Duration, error)
+
+// run performs one op of s and returns the time it took (or, for a timed
+// scenario, the interval the op measured).
+func (s *seqScenario) run(ctx context.Context) (time.Duration, error) {
+	if s.timed != nil {
+		return s.timed(ctx)
+	}
+	st := time.Now()
+	err := s.op(ctx)
+	return time.Since(st), err
 }
 
 // concScenario is an op run total times per round by c goroutines.
@@ -29,15 +44,21 @@ type concScenario struct {
 
 func (b *bench) seqScenarios() []seqScenario {
 	o := b.o
-	return []seqScenario{
-		{"floor_insert", o.N, b.floorInsert},
-		{"floor_tx", o.N, b.floorTx},
-		{"floor_select", o.N, b.floorSelect},
-		{"wf0", o.N, b.workflow(b.steps, 0)},
-		{"wf1", o.N, b.workflow(b.steps, 1)},
-		{"wf10", o.nK10(), b.workflow(b.steps, 10)},
-		{"txwf", o.N, b.workflow(b.txwf, 1)},
+	s := []seqScenario{
+		{name: "floor_insert", n: o.N, op: b.floorInsert},
+		{name: "floor_tx", n: o.N, op: b.floorTx},
+		{name: "floor_select", n: o.N, op: b.floorSelect},
+		{name: "wf0", n: o.N, op: b.workflow(b.steps, 0)},
+		{name: "wf1", n: o.N, op: b.workflow(b.steps, 1)},
+		{name: "wf10", n: o.nK10(), op: b.workflow(b.steps, 10)},
+		{name: "txwf", n: o.N, op: b.workflow(b.txwf, 1)},
 	}
+	if o.QLatN > 0 {
+		s = append(s,
+			seqScenario{name: "qlat_local", n: o.QLatN, timed: b.enqueueToStart(false)},
+			seqScenario{name: "qlat_client", n: o.QLatN, timed: b.enqueueToStart(true)})
+	}
+	return s
 }
 
 func (b *bench) concScenarios() []concScenario {
@@ -62,7 +83,7 @@ func (b *bench) round(ctx context.Context, r int, out map[string]float64) error 
 	seqs := b.seqScenarios()
 	for _, s := range seqs {
 		for i := 0; i < o.Warmup; i++ {
-			if err := s.op(ctx); err != nil {
+			if _, err := s.run(ctx); err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
 		}
@@ -73,17 +94,17 @@ func (b *bench) round(ctx context.Context, r int, out map[string]float64) error 
 	for blk := 0; blk < blocks; blk++ {
 		for j := range seqs {
 			i := (j + blk + r) % len(seqs)
-			s := seqs[i]
+			s := &seqs[i]
 			cnt := s.n / blocks
 			if blk < s.n%blocks {
 				cnt++
 			}
 			for k := 0; k < cnt; k++ {
-				st := time.Now()
-				if err := s.op(ctx); err != nil {
+				d, err := s.run(ctx)
+				if err != nil {
 					return fmt.Errorf("%s: %w", s.name, err)
 				}
-				lat[i] = append(lat[i], time.Since(st))
+				lat[i] = append(lat[i], d)
 			}
 		}
 	}
