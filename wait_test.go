@@ -323,7 +323,8 @@ func TestManyParkedRuns(t *testing.T) {
 	mutate := func(c *durable.Config) { c.ParkThreshold = time.Millisecond; c.ExecutorID = "parker" }
 	var wf *durable.Workflow[int, int]
 	e1 := b.engine(t, mutate, func(e *durable.Engine) { wf = reg(e) })
-	ctx := ctxT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
 	heapNow := func() uint64 {
 		runtime.GC()
 		var ms runtime.MemStats
