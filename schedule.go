@@ -36,8 +36,12 @@ var ErrScheduleNotFound = errors.New("durable: schedule not found")
 // loop takes over.
 const scheduleLaunchTimeout = 10 * time.Second
 
-// schedIDPrefix starts the workflow ID of every scheduled run.
-const schedIDPrefix = "sched:"
+// schedIDPrefix starts the workflow ID of every scheduled run; a manual
+// run's ID has manualSuffix after the schedule name.
+const (
+	schedIDPrefix = "sched:"
+	manualSuffix  = ":manual"
+)
 
 // cronParser reads schedule specs: standard five-field cron, an optional
 // leading seconds field, descriptors (@hourly, @every 90s) and a
@@ -130,6 +134,10 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 	}
 	if len(name) > ScheduleNameMax {
 		return fmt.Errorf("%w: schedule name is %d bytes, over the limit of %d", ErrInvalidArgument, len(name), ScheduleNameMax)
+	}
+	if strings.HasSuffix(name, manualSuffix) {
+		// Its ticks' IDs would be those of manual runs of another schedule.
+		return fmt.Errorf("%w: schedule name %q must not end in %q", ErrInvalidArgument, name, manualSuffix)
 	}
 	var o ScheduleOpts[P]
 	if opts != nil {
@@ -344,7 +352,7 @@ func (e *Engine) TriggerSchedule(ctx context.Context, name string, tick time.Tim
 	if tick.IsZero() {
 		tick = e.now()
 	}
-	id := schedIDPrefix + name + ":manual:" + tick.UTC().Format(time.RFC3339Nano)
+	id := schedIDPrefix + name + manualSuffix + ":" + tick.UTC().Format(time.RFC3339Nano)
 	input, err := d.input(tick.In(ts.loc))
 	if err != nil {
 		return "", err
@@ -644,12 +652,8 @@ func (s *scheduler) upsertDeclared(ctx context.Context) error {
 func (s *scheduler) fire(ctx context.Context, d *schedDef, row *schedRow, ts *tickSpec) (time.Time, error) {
 	e := s.e
 	ticks, skipped := ts.due(row.cursor, e.now(), row.catchUp+1)
-	if skipped {
-		e.log.Warn("durable: schedule skipped missed ticks (ScheduleOpts.CatchUp)",
-			"schedule", row.name, "after", row.cursor, "resumes_at", ticks[0], "catch_up", row.catchUp)
-	}
 	version := row.version
-	for _, tick := range ticks {
+	for i, tick := range ticks {
 		if err := e.canStart(); err != nil {
 			return time.Time{}, err
 		}
@@ -667,6 +671,11 @@ func (s *scheduler) fire(ctx context.Context, d *schedDef, row *schedRow, ts *ti
 		}
 		if err != nil {
 			return time.Time{}, fmt.Errorf("advance schedule %q past %v: %w", row.name, tick, err)
+		}
+		if i == 0 && skipped {
+			// Logged by the executor whose compare-and-set won, only.
+			e.log.Warn("durable: schedule skipped missed ticks (ScheduleOpts.CatchUp)",
+				"schedule", row.name, "after", row.cursor, "resumed_at", tick, "catch_up", row.catchUp)
 		}
 	}
 	cursor := row.cursor
@@ -954,7 +963,7 @@ func (ts *tickSpec) due(after, now time.Time, keep int) (ticks []time.Time, skip
 	// after.
 	for window := time.Minute; ; window *= 8 {
 		from := after
-		if now.Sub(after) > window {
+		if now.Sub(after) > window && window < 100*365*24*time.Hour {
 			from = now.Add(-window)
 		}
 		var last []time.Time // the latest keep ticks found so far

@@ -180,6 +180,7 @@ func TestScheduleBadInput(t *testing.T) {
 			{"", "* * * * *", nil, "schedule name is empty"},
 			{strings.Repeat("n", durable.ScheduleNameMax+1), "* * * * *", nil, "over the limit"},
 			{"bad\xffutf8", "* * * * *", nil, "not valid UTF-8"},
+			{"nightly:manual", "* * * * *", nil, `must not end in ":manual"`},
 		} {
 			err := durable.TrySchedule(w, tc.name, tc.spec, tc.opts)
 			require.ErrorIs(t, err, durable.ErrInvalidArgument, "spec %q", tc.spec)
