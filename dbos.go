@@ -331,13 +331,18 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return fmt.Errorf("durable: launch: database unreachable: %w", err)
 	}
 	if e.cfg.SkipMigrate {
-		v, err := sysdb.Version(ctx, e.pool, e.cfg.Schema)
+		conn, err := e.pool.Acquire(ctx)
 		if err != nil {
 			return fmt.Errorf("durable: launch: %w", err)
 		}
-		if want := SchemaVersion(); v < want {
-			return fmt.Errorf("%w: schema %q is at version %d, this library needs %d: apply MigrationSQL or unset Config.SkipMigrate",
-				ErrSchemaOutdated, e.cfg.Schema, v, want)
+		missing, err := sysdb.Missing(ctx, conn.Conn(), migrations(), e.cfg.Schema)
+		conn.Release()
+		if err != nil {
+			return fmt.Errorf("durable: launch: %w", err)
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%w: schema %q lacks migrations %v that this library needs: apply MigrationSQL or unset Config.SkipMigrate",
+				ErrSchemaOutdated, e.cfg.Schema, missing)
 		}
 	} else if err := Migrate(ctx, e.pool, e.cfg.Schema); err != nil {
 		return err

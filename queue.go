@@ -561,3 +561,31 @@ func scanClaimed(rows pgx.Rows, err error) ([]claimed, error) {
 	}
 	return got, rows.Err()
 }
+
+// enqueueDef enqueues a run of def on q under id, unless the ID exists
+// (created false); a run of another workflow under id is a
+// [*ConflictError]. It is the untyped path used by schedules.
+func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string, input []byte) (created bool, err error) {
+	var queueFound, inserted int
+	var ignored *string
+	err = e.pool.QueryRow(ctx, e.qq.Enqueue, id, def.name, e.cfg.AppVersion, input, q.name, 0,
+		nil, nil, nil, nil, !e.cfg.PollOnly).Scan(&queueFound, &inserted, &ignored)
+	if err != nil {
+		return false, fmt.Errorf("durable: enqueue workflow %q id %q on queue %q: %w", def.name, id, q.name, err)
+	}
+	if queueFound == 0 {
+		return false, fmt.Errorf("%w: %q", ErrQueueNotFound, q.name)
+	}
+	if inserted == 1 {
+		q.wake()
+		return true, nil
+	}
+	info, err := e.readRun(ctx, e.pool, id)
+	if err != nil {
+		return false, err
+	}
+	if info.name != def.name {
+		return false, &ConflictError{WorkflowID: id, Existing: info.name, Requested: def.name}
+	}
+	return false, nil
+}

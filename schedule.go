@@ -73,12 +73,10 @@ type ScheduleOpts[P any] struct {
 	CatchUp int
 
 	// Queue is a queue for the scheduled runs to go through instead of
-	// starting at once in the executor that fires the tick.
-	// Not available yet: setting it fails with ErrInvalidArgument.
-	// Defaults to nil (no queue).
-	//
-	// TODO(queues): enqueue each tick under its deterministic workflow ID
-	// (w.Enqueue with EnqueueOpts.ID; see scheduler.start).
+	// starting at once in the executor that fires the tick, so a burst of
+	// catch-up ticks or a backfill respects the queue's limits. Each tick is
+	// enqueued under its deterministic workflow ID, so it is still queued
+	// exactly once. Defaults to nil (no queue).
 	Queue *Queue
 }
 
@@ -147,8 +145,8 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 		return fmt.Errorf("%w: schedule %q: %s", ErrInvalidArgument, name, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case o.Queue != nil:
-		return bad("ScheduleOpts.Queue: queues are not available yet")
+	case o.Queue != nil && o.Queue.e != w.e:
+		return bad("ScheduleOpts.Queue belongs to another engine")
 	case o.CatchUp < 0 || o.CatchUp > ScheduleCatchUpMax:
 		return bad("ScheduleOpts.CatchUp %d is outside [0, %d]", o.CatchUp, ScheduleCatchUpMax)
 	case o.InputFunc != nil && !reflect.ValueOf(&o.Input).Elem().IsZero():
@@ -177,7 +175,7 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 		}
 		input = func(time.Time) ([]byte, error) { return b, nil }
 	}
-	d := &schedDef{name: name, def: w.def, spec: spec, location: ts.loc.String(), catchUp: o.CatchUp, input: input}
+	d := &schedDef{name: name, def: w.def, spec: spec, location: ts.loc.String(), catchUp: o.CatchUp, input: input, queue: o.Queue}
 
 	s := e.schedules()
 	e.mu.Lock()
@@ -418,6 +416,7 @@ type schedDef struct {
 	location string // zone name the declared spec is read in
 	catchUp  int
 	input    func(tick time.Time) ([]byte, error)
+	queue    *Queue // nil: start in the firing executor
 }
 
 // scheduler fires the ticks of the schedules declared in this binary.
@@ -696,8 +695,12 @@ func (s *scheduler) start(ctx context.Context, d *schedDef, id string, tick time
 		e.log.Error("durable: schedule tick skipped: its input cannot be made", "schedule", d.name, "tick", tick, "err", err)
 		return "", nil
 	}
-	// TODO(queues): with ScheduleOpts.Queue set, enqueue under id instead.
-	created, err := e.startDef(ctx, d.def, id, input)
+	var created bool
+	if d.queue != nil {
+		created, err = e.enqueueDef(ctx, d.def, d.queue, id, input)
+	} else {
+		created, err = e.startDef(ctx, d.def, id, input)
+	}
 	if errors.Is(err, ErrWorkflowConflict) {
 		e.log.Error("durable: schedule tick skipped: its workflow ID is taken by a run of another workflow", "schedule", d.name, "workflow_id", id, "err", err)
 		return "", nil

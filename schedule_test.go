@@ -147,6 +147,8 @@ func TestScheduleBadInput(t *testing.T) {
 	paris, err := time.LoadLocation("Europe/Paris")
 	require.NoError(t, err)
 	var w *durable.Workflow[string, string]
+	other, err := durable.New(b.pool, b.cfg)
+	require.NoError(t, err)
 	e := b.engine(t, nil, func(e *durable.Engine) {
 		w = durable.Register(e, "job", func(wctx durable.Context, in string) (string, error) { return in, nil }, nil)
 		opts := func(f func(o *durable.ScheduleOpts[string])) *durable.ScheduleOpts[string] {
@@ -173,7 +175,7 @@ func TestScheduleBadInput(t *testing.T) {
 			{"s12", "CRON_TZ=America/New_York 0 9 * * *", opts(func(o *durable.ScheduleOpts[string]) { o.Location = paris }), "set the zone once"},
 			{"s13", "* * * * *", opts(func(o *durable.ScheduleOpts[string]) { o.CatchUp = -1 }), "ScheduleOpts.CatchUp -1"},
 			{"s14", "* * * * *", opts(func(o *durable.ScheduleOpts[string]) { o.CatchUp = durable.ScheduleCatchUpMax + 1 }), "ScheduleOpts.CatchUp"},
-			{"s15", "* * * * *", opts(func(o *durable.ScheduleOpts[string]) { o.Queue = e.QueueRef("emails") }), "queues are not available yet"},
+			{"s15", "* * * * *", opts(func(o *durable.ScheduleOpts[string]) { o.Queue = other.QueueRef("emails") }), "belongs to another engine"},
 			{"s16", "* * * * *", opts(func(o *durable.ScheduleOpts[string]) {
 				o.Input, o.InputFunc = "x", func(time.Time) string { return "y" }
 			}), "not both"},

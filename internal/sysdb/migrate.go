@@ -95,14 +95,14 @@ func Migrate(ctx context.Context, conn *pgx.Conn, migs []Migration, schema strin
 	if _, err := conn.Exec(ctx, Render(versionTable, schema)); err != nil {
 		return nil, fmt.Errorf("create version table: %w", err)
 	}
-	current, err := Version(ctx, conn, schema)
+	done, err := appliedVersions(ctx, conn, schema)
 	if err != nil {
 		return nil, err
 	}
 	var applied []int
 	for _, m := range migs {
-		if m.Version <= current {
-			continue
+		if done[m.Version] {
+			continue // applied; a missing lower version is still applied below
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, Render(m.SQL, schema)); err != nil {
@@ -117,6 +117,45 @@ func Migrate(ctx context.Context, conn *pgx.Conn, migs []Migration, schema strin
 		applied = append(applied, m.Version)
 	}
 	return applied, nil
+}
+
+func appliedVersions(ctx context.Context, conn *pgx.Conn, schema string) (map[int]bool, error) {
+	rows, err := conn.Query(ctx, Render("SELECT version FROM {{schema}}.schema_migrations", schema))
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	done := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		done[v] = true
+	}
+	return done, rows.Err()
+}
+
+// Missing returns the versions of migs not applied to schema (nil when the
+// version table does not exist yet means all of them).
+func Missing(ctx context.Context, conn *pgx.Conn, migs []Migration, schema string) ([]int, error) {
+	v, err := Version(ctx, conn, schema)
+	if err != nil {
+		return nil, err
+	}
+	var done map[int]bool
+	if v > 0 {
+		if done, err = appliedVersions(ctx, conn, schema); err != nil {
+			return nil, err
+		}
+	}
+	var missing []int
+	for _, m := range migs {
+		if !done[m.Version] {
+			missing = append(missing, m.Version)
+		}
+	}
+	return missing, nil
 }
 
 // Version returns the highest applied migration version of schema, 0 when
