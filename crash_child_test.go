@@ -6,6 +6,7 @@ package durable_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,13 +58,16 @@ func runChild(mode string) error {
 	defer pool.Close()
 	lease, _ := time.ParseDuration(os.Getenv("DURABLE_LEASE"))
 	maxRec, _ := strconv.Atoi(os.Getenv("DURABLE_MAXREC"))
+	park, _ := time.ParseDuration(os.Getenv("DURABLE_PARK"))
+	poll, _ := time.ParseDuration(os.Getenv("DURABLE_POLL"))
 	e, err := durable.New(pool, &durable.Config{
 		Schema:              schema,
 		AppVersion:          "crash",
 		ExecutorID:          os.Getenv("DURABLE_EXEC_ID"),
 		LeaseTTL:            lease,
-		PollInterval:        200 * time.Millisecond,
+		PollInterval:        cmp.Or(poll, 200*time.Millisecond),
 		MaxRecoveryAttempts: maxRec,
+		ParkThreshold:       park,
 		StepRetry:           durable.RetryPolicy{BaseDelay: time.Millisecond},
 		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
@@ -75,6 +79,8 @@ func runChild(mode string) error {
 		_, _ = pool.Exec(ctx, q("INSERT INTO @executions (workflow_id, pos, pid) VALUES ($1, $2, $3)"), wf, pos, os.Getpid())
 	}
 	switch mode {
+	case "waits":
+		return runWaitChild(ctx, e, pool)
 	case "queue":
 		return runQueueChild(ctx, e, pool, schema)
 	case "matrix":

@@ -1,0 +1,210 @@
+package durable_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// registerWaiters registers the workflows of the wait tests.
+func registerWaiters(e *durable.Engine) (recv, nap, watched *durable.Workflow[string, string]) {
+	recv = durable.Register(e, "recv", func(wctx durable.Context, in string) (string, error) {
+		msg, ok, err := durable.Recv[string](wctx, "go", time.Hour)
+		if err != nil || !ok {
+			return "", fmt.Errorf("recv: ok=%v err=%v", ok, err)
+		}
+		return "got " + msg, nil
+	}, nil)
+	nap = durable.Register(e, "nap", func(wctx durable.Context, in string) (string, error) {
+		if err := durable.Sleep(wctx, 3*time.Second); err != nil {
+			return "", err
+		}
+		return "awake", nil
+	}, nil)
+	watched = durable.Register(e, "watched", func(wctx durable.Context, in string) (string, error) {
+		if _, _, err := durable.Recv[string](wctx, "go", time.Hour); err != nil {
+			return "", err
+		}
+		if err := durable.SetEvent(wctx, "progress", "half"); err != nil {
+			return "", err
+		}
+		if _, _, err := durable.Recv[string](wctx, "go2", time.Hour); err != nil {
+			return "", err
+		}
+		return "done", nil
+	}, nil)
+	return recv, nap, watched
+}
+
+// runWaitChild: mode "waits" starts DURABLE_START (a workflow name) with
+// ID DURABLE_RUN, or, for "watch", follows run DURABLE_RUN from outside.
+func runWaitChild(ctx context.Context, e *durable.Engine, _ *pgxpool.Pool) error {
+	recv, nap, watched := registerWaiters(e)
+	if err := e.Launch(ctx); err != nil {
+		return err
+	}
+	id := os.Getenv("DURABLE_RUN")
+	switch os.Getenv("DURABLE_START") {
+	case "recv":
+		_, err := recv.Start(ctx, "", &durable.StartOpts{ID: id})
+		if err != nil {
+			return err
+		}
+	case "nap":
+		if _, err := nap.Start(ctx, "", &durable.StartOpts{ID: id}); err != nil {
+			return err
+		}
+	case "watch":
+		fmt.Println("waiting")
+		v, ok, err := durable.GetEvent[string](ctx, e, id, "progress", time.Minute)
+		fmt.Println("event", v, ok, err)
+		h, err := watched.Handle(ctx, id)
+		if err != nil {
+			return err
+		}
+		out, err := h.Result(ctx)
+		fmt.Println("result", out, err)
+		return e.Shutdown(ctx)
+	}
+	fmt.Println("ready")
+	select {} // until killed
+}
+
+func waitsQ(schema string) func(string) string {
+	return func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
+}
+
+// TestRecvSurvivesKillAndSendWhileDown: a run waiting on Recv with a 1h
+// timeout; its process is SIGKILLed; the message is sent while no process
+// runs; a new process receives it exactly once and completes. Both with
+// the wait in memory and parked.
+func TestRecvSurvivesKillAndSendWhileDown(t *testing.T) {
+	t.Parallel()
+	for _, park := range []string{"2h", "1ms"} {
+		t.Run("park-threshold-"+park, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			schema := pgtest.Schema(t)
+			q := waitsQ(schema)
+			ctx := ctxT(t)
+			env := []string{"DURABLE_LEASE=30s", "DURABLE_PARK=" + park, "DURABLE_START=recv", "DURABLE_RUN=r1"}
+			c := startChild(t, "waits", schema, "receiver", env...)
+			c.waitLine(t, "ready")
+			require.Eventually(t, func() bool { // the recv deadline is recorded: the run is waiting
+				var n int
+				_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @steps WHERE workflow_id = 'r1'")).Scan(&n)
+				return n == 1
+			}, 30*time.Second, 5*time.Millisecond)
+			require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+			require.True(t, killedBySIGKILL(c.wait(t)))
+
+			client, err := durable.New(pool, &durable.Config{Schema: schema, AppVersion: "crash"})
+			require.NoError(t, err)
+			require.NoError(t, durable.Send(ctx, client, "r1", "go", "the answer", nil))
+
+			c2 := startChild(t, "waits", schema, "receiver", "DURABLE_LEASE=30s", "DURABLE_PARK="+park)
+			c2.waitLine(t, "ready")
+			recv, _, _ := registerWaiters(client)
+			h, err := recv.Handle(ctx, "r1")
+			require.NoError(t, err)
+			out, err := h.Result(ctx)
+			require.NoError(t, err)
+			require.Equal(t, "got the answer", out)
+			var consumed, total int
+			require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*) FILTER (WHERE consumed_at IS NOT NULL), count(*) FROM @messages")).Scan(&consumed, &total))
+			require.Equal(t, 1, consumed)
+			require.Equal(t, 1, total)
+		})
+	}
+}
+
+// TestSleepSurvivesKill: a 3-second durable sleep interrupted at second 1
+// by SIGKILL finishes about 2 seconds after the restart: the recorded wake
+// time holds, the sleep does not start over.
+func TestSleepSurvivesKill(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	q := waitsQ(schema)
+	ctx := ctxT(t)
+	c := startChild(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s", "DURABLE_START=nap", "DURABLE_RUN=n1")
+	c.waitLine(t, "ready")
+	var wake time.Time
+	require.Eventually(t, func() bool {
+		var out string
+		if pool.QueryRow(ctx, q("SELECT output #>> '{}' FROM @steps WHERE workflow_id = 'n1' AND pos = 0")).Scan(&out) != nil {
+			return false
+		}
+		var err error
+		wake, err = time.Parse(time.RFC3339Nano, out)
+		return err == nil
+	}, 30*time.Second, 5*time.Millisecond)
+	time.Sleep(time.Until(wake.Add(-2 * time.Second))) // second 1 of the 3-second sleep
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+	require.True(t, killedBySIGKILL(c.wait(t)))
+
+	restart := time.Now()
+	c2 := startChild(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s")
+	c2.waitLine(t, "ready")
+	var status string
+	require.Eventually(t, func() bool {
+		_ = pool.QueryRow(ctx, q("SELECT status FROM @workflows WHERE id = 'n1'")).Scan(&status)
+		return status == "success"
+	}, 30*time.Second, 5*time.Millisecond)
+	done := time.Now()
+	t.Logf("killed at second %.2f of the sleep; finished %.2fs after the restart, %.0f ms after the recorded wake time",
+		3-time.Until(wake).Seconds()-done.Sub(restart).Seconds(), done.Sub(restart).Seconds(), done.Sub(wake).Seconds()*1000)
+	require.False(t, done.Before(wake), "the sleep lasted its whole duration")
+	require.Less(t, done.Sub(restart), 3*time.Second, "only the remainder was slept after the restart")
+	var sleeps int
+	require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*) FROM @steps WHERE workflow_id = 'n1' AND name = 'durable.sleep'")).Scan(&sleeps))
+	require.Equal(t, 1, sleeps)
+}
+
+// TestWaitersInOtherProcessesAreNotified: two processes wait on the same
+// run's event and result; with their polling set to a minute, only
+// notifications can wake them within the test's bounds.
+func TestWaitersInOtherProcessesAreNotified(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var watched *durable.Workflow[string, string]
+	e := b.engine(t, func(c *durable.Config) { c.PollInterval = time.Minute; c.AppVersion = "crash" }, func(e *durable.Engine) {
+		_, _, watched = registerWaiters(e)
+	})
+	ctx := ctxT(t)
+	h, err := watched.Start(ctx, "", &durable.StartOpts{ID: "w1"})
+	require.NoError(t, err)
+	var watchers []*child
+	for _, id := range []string{"watcher-1", "watcher-2"} {
+		c := startChild(t, "waits", b.schema, id, "DURABLE_LEASE=30s", "DURABLE_POLL=1m", "DURABLE_START=watch", "DURABLE_RUN=w1")
+		c.waitLine(t, "waiting")
+		watchers = append(watchers, c)
+	}
+	time.Sleep(300 * time.Millisecond) // let both enter their wait
+	sent := time.Now()
+	require.NoError(t, durable.Send(ctx, e, "w1", "go", "", nil))
+	for _, c := range watchers {
+		require.Equal(t, "event half true <nil>", c.waitLine(t, "event"))
+	}
+	t.Logf("both watchers saw the event %v after the send", time.Since(sent).Round(time.Millisecond))
+	sent = time.Now()
+	require.NoError(t, durable.Send(ctx, e, "w1", "go2", "", nil))
+	for _, c := range watchers {
+		require.Equal(t, "result done <nil>", c.waitLine(t, "result"))
+	}
+	t.Logf("both watchers saw the result %v after the send", time.Since(sent).Round(time.Millisecond))
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+	require.Less(t, time.Since(sent), time.Minute, "woken by notification, not by the one-minute poll")
+}
