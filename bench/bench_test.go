@@ -71,13 +71,15 @@ func TestSmoke(t *testing.T) {
 
 	median := doc["median"].(map[string]any)
 	var want []string
-	for _, s := range []string{"floor_insert", "floor_tx", "floor_select", "wf0", "wf1", "wf10", "txwf", "qlat_local", "qlat_client"} {
+	for _, s := range []string{"floor_insert", "floor_tx", "floor_select", "wf0", "wf1", "wf10", "txwf", "qlat_local", "qlat_client",
+		"qlat_local_enqueue", "qlat_client_enqueue"} {
 		want = append(want, s+"_us", s+"_p50_us", s+"_p99_us")
 	}
 	want = append(want, "ratio_floor_tx", "ratio_floor_select", "ratio_wf0", "ratio_wf1", "ratio_wf10",
 		"ratio_step_overhead", "ratio_txwf", "ratio_txstep_cost",
 		"ratio_qlat_local", "ratio_qlat_local_p50", "ratio_qlat_local_p99",
 		"ratio_qlat_client", "ratio_qlat_client_p50", "ratio_qlat_client_p99",
+		"ratio_qlat_local_enqueue_p50", "ratio_qlat_client_enqueue_p50",
 		"drain_s", "drain_per_s", "drain_launch_ms", "drain_xids_per_wf", "drain_wal_bytes_per_wf",
 		"drain_enqueue_per_s", "drain_enqueue_lat_us", "drain_floor_insert_c8_per_s", "drain_floor_insert_c32_per_s",
 		"drain_floor_per_s", "ratio_drain_insert_c32", "ratio_drain_floor", "ratio_drain_enqueue_insert_c8")

@@ -67,6 +67,7 @@ func (b *bench) enqueueOne(ctx context.Context, client bool) (string, time.Time,
 	} else {
 		_, err = b.qstart.Enqueue(ctx, b.qlat, 0, opts)
 	}
+	b.lastEnqueue = time.Since(t0)
 	return id, t0, ch, err
 }
 
@@ -97,6 +98,11 @@ func (b *bench) enqueueToStart(client bool) timedFunc {
 		if err != nil {
 			return 0, err
 		}
+		i := 0
+		if client {
+			i = 1
+		}
+		b.enqueueCall[i] = append(b.enqueueCall[i], b.lastEnqueue)
 		// Through the engine that works the queue: the client is never
 		// launched, so it would only poll.
 		h, err := b.qstart.Handle(ctx, id)

@@ -125,6 +125,7 @@ func derive(v map[string]float64, conc []int) {
 			div("ratio_"+q, v[q+"_us"], a)
 			div("ratio_"+q+"_p50", v[q+"_p50_us"], v["floor_insert_p50_us"])
 			div("ratio_"+q+"_p99", v[q+"_p99_us"], v["floor_insert_p99_us"])
+			div("ratio_"+q+"_enqueue_p50", v[q+"_enqueue_p50_us"], v["floor_insert_p50_us"])
 		}
 	}
 	if _, ok := v["drain_per_s"]; ok {
@@ -371,6 +372,7 @@ func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, rati
 		row(q.label+": p50", fmtUS(m[q.key+"_p50_us"]), fmtX(m["ratio_"+q.key+"_p50"], "floor A p50"), tn, tr)
 		row(q.label+": p99", fmtUS(m[q.key+"_p99_us"]), fmtX(m["ratio_"+q.key+"_p99"], "floor A p99"), "", "")
 		row(q.label+": mean", fmtUS(m[q.key+"_us"]), fmtX(m["ratio_"+q.key], "floor A"), "", "")
+		row(q.label+": of which the Enqueue call, p50", fmtUS(m[q.key+"_enqueue_p50_us"]), fmtX(m["ratio_"+q.key+"_enqueue_p50"], "floor A p50"), "", "")
 	}
 	if _, ok := m["drain_per_s"]; ok {
 		tn, tr := res("drain_per_s")

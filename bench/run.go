@@ -113,6 +113,11 @@ type bench struct {
 	cqstart    *durable.Workflow[int, int] // qstart registered on the client
 	starts     sync.Map                    // run ID -> chan time.Time
 	seq        atomic.Int64                // run IDs of the latency scenarios
+	// The Enqueue call's own duration, of the last run and of every timed
+	// run of the round (local, client): the rest of enqueue-to-start is
+	// the wake-up and dispatch.
+	lastEnqueue time.Duration
+	enqueueCall [2][]time.Duration
 
 	stmtsOK   bool   // pg_stat_statements works (statementsAvailable)
 	stmtsNote string // "" until checked

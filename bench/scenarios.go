@@ -89,6 +89,7 @@ func (b *bench) round(ctx context.Context, r int, out map[string]float64) error 
 		}
 	}
 	lat := make([][]time.Duration, len(seqs))
+	b.enqueueCall = [2][]time.Duration{}
 	blocks := max(o.Blocks, 1)
 	t0 := time.Now()
 	for blk := 0; blk < blocks; blk++ {
@@ -112,6 +113,13 @@ func (b *bench) round(ctx context.Context, r int, out map[string]float64) error 
 		seqStats(s.name, lat[i], out)
 		o.logf("round %d/%d  %-15s mean %7.1f µs  p50 %7.1f  p99 %7.1f", r+1, o.Rounds, s.name,
 			out[s.name+"_us"], out[s.name+"_p50_us"], out[s.name+"_p99_us"])
+	}
+	for i, name := range []string{"qlat_local_enqueue", "qlat_client_enqueue"} {
+		if len(b.enqueueCall[i]) > 0 {
+			seqStats(name, b.enqueueCall[i], out)
+			o.logf("round %d/%d  %-15s mean %7.1f µs  p50 %7.1f  p99 %7.1f  (the Enqueue call alone)", r+1, o.Rounds, name,
+				out[name+"_us"], out[name+"_p50_us"], out[name+"_p99_us"])
+		}
 	}
 	o.logf("round %d/%d  (sequential scenarios: %.1fs)", r+1, o.Rounds, time.Since(t0).Seconds())
 	for _, s := range b.concScenarios() {
