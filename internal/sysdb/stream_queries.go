@@ -1,0 +1,156 @@
+package sysdb
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// StreamQueries are the statements of workflow streams. The listing of
+// workflows (ListWorkflows) lives here too.
+type StreamQueries struct {
+	Append   string
+	KeyState string
+	Read     string
+	RunState string
+}
+
+// NewStreamQueries renders the stream statements for schema; channel is the
+// schema's notification channel.
+func NewStreamQueries(schema, channel string) *StreamQueries {
+	r := func(s string) string { return Render(s, schema) }
+	return &StreamQueries{
+		// Appends a batch of entries of any number of runs in one statement.
+		// Only the entries of runs still pending at the writer's epoch are
+		// written: FOR SHARE makes a concurrent change of owner wait for this
+		// write (or this write see the new owner), so a fenced executor can
+		// never append. An entry already present (a retry after a lost
+		// acknowledgement) is skipped. Returns the (id, epoch) pairs whose
+		// entries were accepted and, when $8, notifies 's:<id>' for those a
+		// reader in another process watches (workflows.notify, set by
+		// WatchWorkflow): runs nobody reads remotely stream without NOTIFY,
+		// which keeps their commits off the notification lock.
+		// $1 workflow_ids, $2 keys, $3 offsets, $4 values, $5 closed flags,
+		// $6 workflow-code sequence numbers (NULL: written by a step),
+		// $7 epochs, $8 notify.
+		Append: r(`WITH u AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::json[], $5::bool[], $6::bigint[], $7::bigint[])
+		AS u(workflow_id, key, off, value, closed, wseq, epoch)),
+ok AS (
+	SELECT w.id, w.epoch, w.notify
+	FROM (SELECT DISTINCT workflow_id, epoch FROM u) x
+	JOIN {{schema}}.workflows w ON w.id = x.workflow_id AND w.epoch = x.epoch AND w.status = 'pending'
+	ORDER BY w.id
+	FOR SHARE OF w),
+ins AS (
+	INSERT INTO {{schema}}.streams (workflow_id, key, off, value, closed, wseq)
+	SELECT u.workflow_id, u.key, u.off, u.value, u.closed, u.wseq
+	FROM u JOIN ok ON ok.id = u.workflow_id AND ok.epoch = u.epoch
+	ON CONFLICT (workflow_id, key, off) DO NOTHING)
+SELECT id, epoch, (CASE WHEN $8::bool AND notify THEN pg_notify('` + channel + `', 's:' || id) END)::text FROM ok`),
+
+		// Where a run's writer resumes a stream: the last entry (offset and
+		// whether it is the close marker) and the highest sequence number
+		// written by workflow code, which a replay must not write again.
+		// $1 workflow_id, $2 key.
+		KeyState: r(`SELECT l.off, l.closed,
+	(SELECT max(wseq) FROM {{schema}}.streams WHERE workflow_id = $1 AND key = $2 AND wseq IS NOT NULL)
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT off, closed FROM {{schema}}.streams
+	WHERE workflow_id = $1 AND key = $2 ORDER BY off DESC LIMIT 1) l ON true`),
+
+		// The run's status, whether the stream's last entry is the close
+		// marker, and up to $4 entries from offset $3, read in one snapshot:
+		// when the status is final, every entry is visible. No row: the
+		// workflow does not exist; a row with a NULL offset: no entry from
+		// $3 on.
+		// $1 workflow_id, $2 key, $3 from offset, $4 limit.
+		Read: r(`SELECT w.status,
+	(SELECT t.closed FROM {{schema}}.streams t WHERE t.workflow_id = w.id AND t.key = $2 ORDER BY t.off DESC LIMIT 1),
+	s.off, s.value, s.closed, s.created_at
+FROM {{schema}}.workflows w
+LEFT JOIN LATERAL (SELECT off, value, closed, created_at FROM {{schema}}.streams
+	WHERE workflow_id = w.id AND key = $2 AND off >= $3 ORDER BY off LIMIT $4) s ON true
+WHERE w.id = $1
+ORDER BY s.off`),
+
+		// $1 workflow_id.
+		RunState: r(`SELECT status, epoch FROM {{schema}}.workflows WHERE id = $1`),
+	}
+}
+
+// ListFilter selects workflows for ListWorkflows. Zero fields do not filter.
+type ListFilter struct {
+	Statuses []string
+	Name     string
+	Queue    string
+	Parent   string
+	IDPrefix string
+	From, To time.Time // created_at in [From, To)
+	// After is the keyset cursor: rows strictly older than (AfterAt, AfterID)
+	// in (created_at DESC, id DESC) order.
+	AfterAt  time.Time
+	AfterID  string
+	HasAfter bool
+	Limit    int
+	Payloads bool // select input and output
+}
+
+// ListWorkflows renders the listing statement of schema for f, and its
+// arguments. The statement text depends only on which filters are set, so
+// each combination gets its own plan. Columns: id, name, status,
+// app_version, executor_id, parent_id, queue_name, created_at, updated_at,
+// recovery_attempts, deadline, error, input, output.
+func ListWorkflows(schema string, f ListFilter) (string, []any) {
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if len(f.Statuses) > 0 {
+		where = append(where, "status = ANY("+arg(f.Statuses)+"::text[])")
+	}
+	if f.Name != "" {
+		where = append(where, "name = "+arg(f.Name))
+	}
+	if f.Queue != "" {
+		where = append(where, "queue_name = "+arg(f.Queue))
+	}
+	if f.Parent != "" {
+		where = append(where, "parent_id = "+arg(f.Parent))
+	}
+	if f.IDPrefix != "" {
+		where = append(where, "id LIKE "+arg(likePrefix(f.IDPrefix))+` ESCAPE '\'`)
+	}
+	if !f.From.IsZero() {
+		where = append(where, "created_at >= "+arg(f.From))
+	}
+	if !f.To.IsZero() {
+		where = append(where, "created_at < "+arg(f.To))
+	}
+	if f.HasAfter {
+		where = append(where, "(created_at, id) < ("+arg(f.AfterAt)+"::timestamptz, "+arg(f.AfterID)+"::text)")
+	}
+	payloads := "NULL::json, NULL::json"
+	if f.Payloads {
+		payloads = "input, output"
+	}
+	var b strings.Builder
+	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
+	recovery_attempts, deadline, error, ` + payloads + `
+FROM {{schema}}.workflows`)
+	if len(where) > 0 {
+		b.WriteString("\nWHERE ")
+		b.WriteString(strings.Join(where, " AND "))
+	}
+	b.WriteString("\nORDER BY created_at DESC, id DESC LIMIT " + arg(f.Limit))
+	return Render(b.String(), schema), args
+}
+
+// likePrefix turns s into a LIKE pattern matching the strings that start
+// with s, with LIKE's special characters escaped.
+func likePrefix(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return r.Replace(s) + "%"
+}

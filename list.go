@@ -1,0 +1,200 @@
+package durable
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/durable-go/durable/internal/sysdb"
+)
+
+// Limits of [Engine.ListWorkflows].
+const (
+	ListLimitDefault = 100
+	ListLimitMax     = 1000
+)
+
+// ListParams selects the runs [Engine.ListWorkflows] returns. Zero fields
+// do not filter; set filters combine with AND.
+type ListParams struct {
+	// Statuses keeps runs in any of these statuses. Defaults to all.
+	Statuses []Status
+	// Name keeps runs of this workflow name. Defaults to all.
+	Name string
+	// Queue keeps runs enqueued on this queue. Defaults to all.
+	Queue string
+	// Parent keeps the child runs of this workflow ID. Defaults to all.
+	Parent string
+	// IDPrefix keeps runs whose ID starts with this string. Defaults to all.
+	IDPrefix string
+	// From keeps runs created at or after this time. Defaults to no bound.
+	From time.Time
+	// To keeps runs created before this time. Defaults to no bound.
+	To time.Time
+	// Cursor continues a listing where the previous page ended: pass the
+	// cursor ListWorkflows returned, with the same filters. Defaults to the
+	// first page.
+	Cursor string
+	// Limit is the page size, at most ListLimitMax.
+	// Defaults to ListLimitDefault.
+	Limit int
+	// OmitPayloads leaves Input and Output out, for listings that do not
+	// need them. Defaults to false.
+	OmitPayloads bool
+}
+
+// WorkflowInfo describes a run, as listed by [Engine.ListWorkflows].
+type WorkflowInfo struct {
+	ID               string
+	Name             string
+	Status           Status
+	AppVersion       string
+	Executor         string // owner of a pending run; "" when unowned
+	Parent           string // parent workflow ID; "" for a top-level run
+	Queue            string // queue it was enqueued on; "" when started directly
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+	RecoveryAttempts int
+	Deadline         time.Time       // zero: none
+	Error            error           // the recorded error of a failed, cancelled or dead run, else nil
+	Input            json.RawMessage // as stored; nil with ListParams.OmitPayloads
+	Output           json.RawMessage // as stored; nil until it succeeds or with ListParams.OmitPayloads
+}
+
+// ListWorkflows returns runs matching p, newest first (by creation time,
+// then ID), one page at a time. next is the cursor of the following page,
+// "" after the last one. Paging is by key, not offset: pages neither repeat
+// nor skip runs that existed when the listing began, however many runs
+// start meanwhile. It works from any process, for any run.
+func (e *Engine) ListWorkflows(ctx context.Context, p *ListParams) (runs []WorkflowInfo, next string, err error) {
+	var params ListParams
+	if p != nil {
+		params = *p
+	}
+	f, err := params.filter()
+	if err != nil {
+		return nil, "", err
+	}
+	sql, args := sysdb.ListWorkflows(e.cfg.Schema, f)
+	rows, err := e.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("durable: list workflows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var w WorkflowInfo
+		var status string
+		var executor, parent, queue *string
+		var deadline *time.Time
+		var errb, input, output []byte
+		if err := rows.Scan(&w.ID, &w.Name, &status, &w.AppVersion, &executor, &parent, &queue, &w.CreatedAt, &w.UpdatedAt,
+			&w.RecoveryAttempts, &deadline, &errb, &input, &output); err != nil {
+			return nil, "", fmt.Errorf("durable: list workflows: %w", err)
+		}
+		w.Status = Status(status)
+		w.Executor, w.Parent, w.Queue = deref(executor), deref(parent), deref(queue)
+		if deadline != nil {
+			w.Deadline = *deadline
+		}
+		w.Error = decodeError(errb)
+		if input != nil {
+			w.Input = input
+		}
+		if output != nil {
+			w.Output = output
+		}
+		runs = append(runs, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("durable: list workflows: %w", err)
+	}
+	if len(runs) > f.Limit-1 {
+		runs = runs[:f.Limit-1]
+		last := runs[len(runs)-1]
+		next = encodeListCursor(last.CreatedAt, last.ID)
+	}
+	return runs, next, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// filter validates p and turns it into the query's filter. The query asks
+// for one row more than the page, to know whether another page follows.
+func (p ListParams) filter() (sysdb.ListFilter, error) {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: ListParams.%s %s", ErrInvalidArgument, field, fmt.Sprintf(format, args...))
+	}
+	f := sysdb.ListFilter{Name: p.Name, Queue: p.Queue, Parent: p.Parent, IDPrefix: p.IDPrefix,
+		From: p.From, To: p.To, Payloads: !p.OmitPayloads}
+	limit := p.Limit
+	switch {
+	case limit == 0:
+		limit = ListLimitDefault
+	case limit < 0 || limit > ListLimitMax:
+		return f, bad("Limit", "%d is outside 1..%d", limit, ListLimitMax)
+	}
+	f.Limit = limit + 1
+	for _, s := range p.Statuses {
+		switch s {
+		case StatusEnqueued, StatusPending, StatusSuccess, StatusError, StatusCancelled, StatusDead:
+			f.Statuses = append(f.Statuses, string(s))
+		default:
+			return f, bad("Statuses", "has unknown status %q", s)
+		}
+	}
+	for _, v := range []struct{ field, s string }{{"Name", p.Name}, {"Queue", p.Queue}, {"Parent", p.Parent}, {"IDPrefix", p.IDPrefix}} {
+		if v.s != "" {
+			if err := checkName("ListParams."+v.field, v.s); err != nil {
+				return f, err
+			}
+		}
+	}
+	if !p.From.IsZero() && !p.To.IsZero() && !p.From.Before(p.To) {
+		return f, bad("To", "(%s) must be after From (%s)", p.To.Format(time.RFC3339Nano), p.From.Format(time.RFC3339Nano))
+	}
+	if p.Cursor != "" {
+		at, id, ok := decodeListCursor(p.Cursor)
+		if !ok {
+			return f, bad("Cursor", "%q is not a cursor returned by ListWorkflows", p.Cursor)
+		}
+		f.AfterAt, f.AfterID, f.HasAfter = at, id, true
+	}
+	return f, nil
+}
+
+// A cursor is the (created_at, id) of the last run of a page, opaque to
+// callers: base64url of "1.<unix microseconds>.<id>".
+const listCursorVersion = "1"
+
+func encodeListCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(listCursorVersion + "." + strconv.FormatInt(at.UnixMicro(), 10) + "." + id))
+}
+
+func decodeListCursor(c string) (time.Time, string, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	version, rest, ok := strings.Cut(string(b), ".")
+	if !ok || version != listCursorVersion {
+		return time.Time{}, "", false
+	}
+	us, id, ok := strings.Cut(rest, ".")
+	if !ok || checkName("cursor ID", id) != nil {
+		return time.Time{}, "", false
+	}
+	n, err := strconv.ParseInt(us, 10, 64)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	return time.UnixMicro(n), id, true
+}
