@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
@@ -243,4 +245,47 @@ func TestDeadLetterAfterRepeatedCrashes(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctxT(t), q("SELECT status, recovery_attempts FROM @workflows WHERE id = 'matrix-run'")).Scan(&status, &attempts))
 	require.Equal(t, "dead", status)
 	require.Equal(t, 3, attempts)
+}
+
+// TestBootRecoveryClaimsEachRunOnce: a restart with more pending runs than
+// one recovery batch resumes each of them exactly once.
+func TestBootRecoveryClaimsEachRunOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = durable.RecoveryBatchDefault + 250
+	started := make(chan string, n)
+	var resumed atomic.Int32
+	register := func(e *durable.Engine, block bool) *durable.Workflow[int, int] {
+		return durable.Register(e, "many", func(wctx durable.Context, in int) (int, error) {
+			if _, err := durable.Step(wctx, "first", func(ctx context.Context) (int, error) { return in, nil }, nil); err != nil {
+				return 0, err
+			}
+			if block {
+				return 0, blockUntilStopped(wctx, started)
+			}
+			resumed.Add(1)
+			return in, nil
+		}, nil)
+	}
+	var wf *durable.Workflow[int, int]
+	e1 := b.engine(t, func(c *durable.Config) { c.ExecutorID = "restarting" }, func(e *durable.Engine) { wf = register(e, true) })
+	ctx := ctxT(t)
+	for i := 0; i < n; i++ {
+		_, err := wf.Start(ctx, i, &durable.StartOpts{ID: fmt.Sprintf("many-%d", i)})
+		require.NoError(t, err)
+	}
+	for i := 0; i < n; i++ {
+		<-started
+	}
+	hardStop(t, e1)
+	b.engine(t, func(c *durable.Config) { c.ExecutorID = "restarting" }, func(e *durable.Engine) { register(e, false) })
+	q := fmt.Sprintf(`SELECT count(*) FILTER (WHERE status = 'success'), max(recovery_attempts), count(*) FILTER (WHERE status = 'dead') FROM %q.workflows`, b.schema)
+	var done, maxAttempts, dead int
+	require.Eventually(t, func() bool {
+		_ = b.pool.QueryRow(ctx, q).Scan(&done, &maxAttempts, &dead)
+		return done == n
+	}, 60*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, maxAttempts, "each run was recovered once")
+	require.Zero(t, dead)
+	require.EqualValues(t, n, resumed.Load())
 }

@@ -242,9 +242,9 @@ type EnqueueOpts struct {
 // the queue's limits allow, on an executor that works q. If the ID exists,
 // the existing run is returned, as with Start.
 func (w *Workflow[P, R]) Enqueue(ctx context.Context, q *Queue, in P, opts *EnqueueOpts) (*Handle[R], error) {
-	h, err := w.enqueue(ctx, w.e.pool, q, in, opts)
-	if err == nil && q.worked && q.e == w.e {
-		q.wake()
+	h, err := w.enqueue(ctx, w.e.pool, q, in, opts, false)
+	if err == nil {
+		w.e.queueReady(q)
 	}
 	return h, err
 }
@@ -255,10 +255,11 @@ func (w *Workflow[P, R]) EnqueueTx(ctx context.Context, tx pgx.Tx, q *Queue, in 
 	if tx == nil {
 		return nil, fmt.Errorf("%w: EnqueueTx needs a transaction", ErrInvalidArgument)
 	}
-	return w.enqueue(ctx, tx, q, in, opts)
+	// The notification rides on the commit: it must not arrive before it.
+	return w.enqueue(ctx, tx, q, in, opts, !w.e.cfg.PollOnly)
 }
 
-func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P, opts *EnqueueOpts) (*Handle[R], error) {
+func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P, opts *EnqueueOpts, notify bool) (*Handle[R], error) {
 	if q == nil {
 		return nil, fmt.Errorf("%w: enqueue needs a queue", ErrInvalidArgument)
 	}
@@ -300,7 +301,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 	var queueFound, inserted int
 	var ignored *string
 	err = db.QueryRow(ctx, w.e.qq.Enqueue, id, w.def.name, w.e.cfg.AppVersion, input, q.name, o.Priority,
-		nullable(o.PartitionKey), nullable(o.DedupID), notBefore, deadline, !w.e.cfg.PollOnly).Scan(&queueFound, &inserted, &ignored)
+		nullable(o.PartitionKey), nullable(o.DedupID), notBefore, deadline, notify).Scan(&queueFound, &inserted, &ignored)
 	if err != nil {
 		return nil, fmt.Errorf("durable: enqueue workflow %q on queue %q: %w", w.def.name, q.name, err)
 	}
@@ -322,6 +323,51 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 		return w.existing(ctx, db, holder)
 	}
 	return nil, &DuplicateError{Queue: q.name, DedupID: o.DedupID, ExistingID: holder}
+}
+
+// queueNotifyWindow is the least time between two notifications for one
+// queue from one process. A NOTIFY takes a server-wide lock until commit,
+// so one per enqueue would make concurrent enqueues commit one at a time.
+const queueNotifyWindow = 10 * time.Millisecond
+
+// queueReady tells dispatchers that q has new work, after an enqueue has
+// committed: this process's own dispatcher directly, the others by a
+// notification sent at most once per window per queue (a trailing one
+// covers enqueues inside the window).
+func (e *Engine) queueReady(q *Queue) {
+	if q.worked && q.e == e {
+		q.wake()
+	}
+	if e.cfg.PollOnly {
+		return
+	}
+	e.notifyMu.Lock()
+	if e.notifyPending[q.name] {
+		e.notifyMu.Unlock()
+		return
+	}
+	wait := queueNotifyWindow - time.Since(e.notifyLast[q.name])
+	if wait <= 0 {
+		e.notifyLast[q.name] = time.Now()
+		e.notifyMu.Unlock()
+		go e.sendQueueNotify(q.name)
+		return
+	}
+	e.notifyPending[q.name] = true
+	e.notifyMu.Unlock()
+	time.AfterFunc(wait, func() {
+		e.notifyMu.Lock()
+		e.notifyPending[q.name] = false
+		e.notifyLast[q.name] = time.Now()
+		e.notifyMu.Unlock()
+		e.sendQueueNotify(q.name)
+	})
+}
+
+func (e *Engine) sendQueueNotify(name string) {
+	if _, err := e.pool.Exec(e.hardCtx, "SELECT pg_notify($1, $2)", e.q.Channel, "q:"+name); err != nil && e.hardCtx.Err() == nil {
+		e.log.Warn("durable: notify queue", "queue", name, "err", err)
+	}
 }
 
 // wake makes this process's dispatcher of q look for work.
@@ -420,6 +466,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 	q.mu.Unlock()
 	var got []claimed
 	var wait time.Duration = poll
+	claimLimit := 0
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var s QueueOpts
 		var period int64
@@ -462,6 +509,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 		if n <= 0 {
 			return nil
 		}
+		claimLimit = n
 		if s.PartitionConcurrency > 0 {
 			got, err = e.claimPartitioned(ctx, tx, q.name, n, s.PartitionConcurrency)
 		} else {
@@ -484,7 +532,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 	if err := e.startClaimed(ctx, got, q); err != nil {
 		e.log.Warn("durable: start claimed runs", "queue", q.name, "err", err)
 	}
-	return wait, true
+	return wait, len(got) >= claimLimit
 }
 
 // claimPartitioned claims up to n runs, at most limit running per partition
@@ -569,7 +617,7 @@ func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string
 	var queueFound, inserted int
 	var ignored *string
 	err = e.pool.QueryRow(ctx, e.qq.Enqueue, id, def.name, e.cfg.AppVersion, input, q.name, 0,
-		nil, nil, nil, nil, !e.cfg.PollOnly).Scan(&queueFound, &inserted, &ignored)
+		nil, nil, nil, nil, false).Scan(&queueFound, &inserted, &ignored)
 	if err != nil {
 		return false, fmt.Errorf("durable: enqueue workflow %q id %q on queue %q: %w", def.name, id, q.name, err)
 	}
@@ -577,7 +625,7 @@ func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string
 		return false, fmt.Errorf("%w: %q", ErrQueueNotFound, q.name)
 	}
 	if inserted == 1 {
-		q.wake()
+		e.queueReady(q)
 		return true, nil
 	}
 	info, err := e.readRun(ctx, e.pool, id)

@@ -38,12 +38,32 @@ func (e *Engine) recoverOwn(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	afterCreated, afterID := time.Time{}, ""
 	for {
-		n, err := e.claim(ctx, e.q.ClaimOwn)
+		rows, err := e.pool.Query(ctx, e.q.ClaimOwn, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault, afterCreated, afterID)
 		if err != nil {
 			return err
 		}
-		if n < RecoveryBatchDefault {
+		var got []claimed
+		for rows.Next() {
+			var c claimed
+			var created time.Time
+			if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue, &created); err != nil {
+				rows.Close()
+				return err
+			}
+			got = append(got, c)
+			if created.After(afterCreated) || (created.Equal(afterCreated) && c.id > afterID) {
+				afterCreated, afterID = created, c.id
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := e.startClaimed(ctx, got, nil); err != nil {
+			return err
+		}
+		if len(got) < RecoveryBatchDefault {
 			break
 		}
 	}
