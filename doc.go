@@ -45,7 +45,10 @@
 //   - call steps in the same order with the same names for the same input
 //     (a different name at a recorded position stops the run with a
 //     [*NonDeterminismError]);
-//   - use [Now] and [NewID] instead of time.Now and random IDs;
+//   - use [Now] and [NewID] instead of time.Now and random IDs, and [Sleep]
+//     instead of time.Sleep;
+//   - receive messages with [Recv] and publish progress with [SetEvent];
+//   - branch changed code on [Patched] so in-flight runs keep their path;
 //   - start child workflows with [Workflow.StartChild], which records the
 //     start, rather than Start;
 //   - not branch on a step error's concrete Go type: a step error is
@@ -71,6 +74,13 @@
 //	run kept crashing its executor                   *DeadLetterError (ErrDeadLetter), status dead
 //	executor lost ownership of a run                 ErrFenced (the run goes on elsewhere)
 //	schema too old with Config.SkipMigrate           ErrSchemaOutdated
+//	enqueue on a queue no executor declared          ErrQueueNotFound
+//	dedup ID held by a queued or running run         *DuplicateError (ErrDuplicate)
+//	send to a finished run                           ErrWorkflowFinished
+//	run cancelled                                    ErrCancelled (also matches context.Canceled)
+//	run past its deadline (StartOpts.Timeout)        matches context.DeadlineExceeded
+//	bad cron spec, zone or schedule option           ErrInvalidArgument
+//	unknown schedule                                 ErrScheduleNotFound
 //
 // Errors read back from the database are [*RecordedError] values whose Kind
 // keeps the cause class: errors.Is still matches ErrPermanent, ErrCancelled,
