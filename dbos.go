@@ -12,6 +12,8 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -499,10 +501,17 @@ func (e *Engine) onNotify(payload string) {
 		e.hub.notified(payload[2:])
 	case 'n': // an unowned run was committed
 		e.wakeSweeper()
-	case 'm', 'e': // a message or an event for a workflow
+	case 'm', 'e', 's': // a message, an event or stream entries for a workflow
 		e.hub.notified(payload)
-	case 'c': // a run was cancelled: stop it here if it runs here
-		if v, ok := e.active.Load(payload[2:]); ok {
+	case 'c': // "c:<epoch>:<id>": a run was cancelled; stop it if it runs here
+		epochStr, id, ok := strings.Cut(payload[2:], ":")
+		epoch, err := strconv.ParseInt(epochStr, 10, 64)
+		if !ok || err != nil {
+			return
+		}
+		// A resumed run has a higher epoch: a late notification of an
+		// earlier cancel must not stop it.
+		if v, ok := e.active.Load(id); ok && v.(*run).epoch <= epoch {
 			v.(*run).cancelCause(ErrCancelled)
 		}
 	case 'q': // work for a queue

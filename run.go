@@ -35,15 +35,15 @@ func (c *wfContext) workflowRun() *run  { return c.r }
 // run is one execution of a workflow in this process, from start or
 // resume until it finishes or stops.
 type run struct {
-	e        *Engine
-	id       string
-	name     string
-	epoch    int64
-	ctx      context.Context // workflow and step code's context: hard shutdown, deadline
+	e           *Engine
+	id          string
+	name        string
+	epoch       int64
+	ctx         context.Context // workflow and step code's context: hard shutdown, deadline
 	cancel      context.CancelFunc
 	cancelCause context.CancelCauseFunc // cancels r.ctx with a cause (ErrCancelled)
 	deadline    time.Time               // zero: none
-	queue    *Queue    // the queue whose slot this run holds here, if any
+	queue       *Queue                  // the queue whose slot this run holds here, if any
 
 	steps map[int]*stepRecord // recorded before this execution; read-only
 	next  atomic.Int32        // next step position
@@ -257,7 +257,7 @@ func (e *Engine) launch(r *run, def *wfDef, input []byte) {
 
 func (e *Engine) newRun(id, name string, epoch int64, steps map[int]*stepRecord, deadline *time.Time) *run {
 	r := &run{e: e, id: id, name: name, epoch: epoch, steps: steps}
-	base, cancelCause := context.WithCancelCause(e.hardCtx)
+	base, cancelCause := context.WithCancelCause(context.WithValue(e.hardCtx, runKey{}, r))
 	r.cancelCause = cancelCause
 	if deadline != nil {
 		r.deadline = *deadline
@@ -271,6 +271,7 @@ func (e *Engine) newRun(id, name string, epoch int64, steps map[int]*stepRecord,
 
 func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	defer r.cancel()
+	defer r.releaseStreams()
 	if r.queue != nil {
 		defer r.queue.release()
 	}
@@ -281,6 +282,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		r.halt(r.deadlineError()) // e.g. queued past its deadline: never starts
 	} else {
 		out, err = callWorkflow(def, wctx, input)
+		_ = r.flushStreams() // a failure halts the run: it then does not finish here
 	}
 	if err != nil && r.halted() == nil && r.ctx.Err() != nil && r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		r.halt(r.deadlineError()) // the code gave up on its context's deadline

@@ -223,6 +223,9 @@ func callStep[R any](r *run, pos int, name string, n int, timeout time.Duration,
 		}
 	}()
 	out, err = fn(ctx)
+	if ferr := r.flushStreams(); ferr != nil {
+		return out, Permanent(ferr) // the run is halted; the step returns the halt reason
+	}
 	// When the engine cut the step short, its outcome is not the step's.
 	return out, r.cutShort(pos, name, err)
 }
@@ -300,6 +303,11 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		if done {
 			if err != nil {
 				return zero, err
+			}
+			// After the commit, not inside the transaction: the flush needs
+			// a pool connection of its own.
+			if ferr := r.flushStreams(); ferr != nil {
+				return zero, ferr
 			}
 			return replay[R](r, &stepRecord{pos: pos, name: name, status: stepDone, output: output, attempts: n})
 		}

@@ -106,8 +106,8 @@ WHERE w.id = $1`),
 u AS (
 	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, updated_at = now()
 	FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')
-	RETURNING w.id)
-SELECT id, pg_notify('` + channel + `', 'c:' || id)::text, pg_notify('` + channel + `', 'd:' || id)::text FROM u`),
+	RETURNING w.id, w.epoch)
+SELECT id, pg_notify('` + channel + `', 'c:' || epoch || ':' || id)::text, pg_notify('` + channel + `', 'd:' || id)::text FROM u`),
 
 		// Resume a cancelled, dead-lettered or failed run from its last
 		// checkpoint: unowned and pending again (queued runs go back to
