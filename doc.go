@@ -81,6 +81,7 @@
 //	run past its deadline (StartOpts.Timeout)        matches context.DeadlineExceeded
 //	bad cron spec, zone or schedule option           ErrInvalidArgument
 //	unknown schedule                                 ErrScheduleNotFound
+//	write to a closed stream                         ErrStreamClosed
 //
 // Errors read back from the database are [*RecordedError] values whose Kind
 // keeps the cause class: errors.Is still matches ErrPermanent, ErrCancelled,
