@@ -50,6 +50,12 @@ type QueueOpts struct {
 	// executors. Both must be set together.
 	RateLimit  int
 	RatePeriod time.Duration
+	// ReleaseSlotWhileParked gives a run's slot back while it is parked (a
+	// Sleep or Recv longer than Config.ParkThreshold, e.g. a two-day wait
+	// for an approval): the run re-enters the queue, delayed until its
+	// wake-up time or its message, and takes a slot again to go on. By
+	// default a run holds its slot from claim to finish, waits included.
+	ReleaseSlotWhileParked bool
 }
 
 func (o QueueOpts) validate(name string) error {
@@ -79,7 +85,8 @@ func (o QueueOpts) validate(name string) error {
 // its limits allow, on any executor that declared it with [RegisterQueue].
 //
 // A queued run holds its concurrency slot from the moment an executor
-// claims it until it finishes, including while it sleeps or waits.
+// claims it until it finishes, including while it sleeps or waits, unless
+// the queue sets QueueOpts.ReleaseSlotWhileParked.
 type Queue struct {
 	e      *Engine
 	name   string
@@ -150,7 +157,7 @@ func (q *Queue) Update(ctx context.Context, opts QueueOpts) error {
 		return err
 	}
 	return q.exec(ctx, "update", q.e.qq.Update, q.name, opts.GlobalConcurrency, opts.WorkerConcurrency,
-		opts.PartitionConcurrency, opts.RateLimit, opts.RatePeriod.Milliseconds())
+		opts.PartitionConcurrency, opts.RateLimit, opts.RatePeriod.Milliseconds(), opts.ReleaseSlotWhileParked)
 }
 
 // Pause stops the queue from starting runs, on every executor; running
@@ -195,7 +202,7 @@ func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 	st := QueueStats{Name: q.name}
 	var period int64
 	err := q.e.pool.QueryRow(ctx, q.e.qq.Settings, q.name).Scan(&st.Settings.GlobalConcurrency, &st.Settings.WorkerConcurrency,
-		&st.Settings.PartitionConcurrency, &st.Settings.RateLimit, &period, &st.Paused)
+		&st.Settings.PartitionConcurrency, &st.Settings.RateLimit, &period, &st.Paused, &st.Settings.ReleaseSlotWhileParked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, fmt.Errorf("%w: %q", ErrQueueNotFound, q.name)
 	}
@@ -396,7 +403,8 @@ func (e *Engine) declareQueues(ctx context.Context) error {
 	for _, q := range e.queues {
 		declared, _ := json.Marshal(q.opts)
 		if _, err := e.pool.Exec(ctx, e.qq.Declare, q.name, q.opts.GlobalConcurrency, q.opts.WorkerConcurrency,
-			q.opts.PartitionConcurrency, q.opts.RateLimit, q.opts.RatePeriod.Milliseconds(), string(declared)); err != nil {
+			q.opts.PartitionConcurrency, q.opts.RateLimit, q.opts.RatePeriod.Milliseconds(), string(declared),
+			q.opts.ReleaseSlotWhileParked); err != nil {
 			return fmt.Errorf("declare queue %q: %w", q.name, err)
 		}
 	}
@@ -473,7 +481,8 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 		var paused bool
 		var ignored any
 		err := tx.QueryRow(ctx, e.qq.LockAndLoad, "durable.queue:"+e.cfg.Schema+":"+q.name, q.name).Scan(&ignored,
-			&s.GlobalConcurrency, &s.WorkerConcurrency, &s.PartitionConcurrency, &s.RateLimit, &period, &paused)
+			&s.GlobalConcurrency, &s.WorkerConcurrency, &s.PartitionConcurrency, &s.RateLimit, &period, &paused,
+			&s.ReleaseSlotWhileParked)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %q was deleted", ErrQueueNotFound, q.name)
 		}

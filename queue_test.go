@@ -301,3 +301,59 @@ func TestRunDeadline(t *testing.T) {
 	require.ErrorIs(t, err, durable.ErrInvalidArgument)
 	_ = fmt.Sprint
 }
+
+// TestQueueParkedRunsAndSlots: by default a parked run keeps its slot; with
+// ReleaseSlotWhileParked it gives it back and takes one again to go on.
+func TestQueueParkedRunsAndSlots(t *testing.T) {
+	t.Parallel()
+	for _, release := range []bool{false, true} {
+		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var waiter, quick *durable.Workflow[int, string]
+			var q *durable.Queue
+			e := b.engine(t, func(c *durable.Config) { c.ParkThreshold = time.Millisecond }, func(e *durable.Engine) {
+				q = durable.RegisterQueue(e, "one-slot", &durable.QueueOpts{GlobalConcurrency: 1, ReleaseSlotWhileParked: release})
+				waiter = durable.Register(e, "approval", func(wctx durable.Context, in int) (string, error) {
+					d, ok, err := durable.Recv[string](wctx, "decision", time.Hour)
+					if err != nil || !ok {
+						return "", fmt.Errorf("recv: %v %v", ok, err)
+					}
+					return d, nil
+				}, nil)
+				quick = durable.Register(e, "quick", func(wctx durable.Context, in int) (string, error) { return "quick", nil }, nil)
+			})
+			ctx := ctxT(t)
+			hw, err := waiter.Enqueue(ctx, q, 1, &durable.EnqueueOpts{ID: "waiter"})
+			require.NoError(t, err)
+			parked := fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = 'waiter' AND executor_id IS NULL AND wait_topic = 'decision'`, b.schema)
+			require.Eventually(t, func() bool {
+				var n int
+				_ = b.pool.QueryRow(ctx, parked).Scan(&n)
+				return n == 1
+			}, 10*time.Second, 2*time.Millisecond)
+			hq, err := quick.Enqueue(ctx, q, 2, nil)
+			require.NoError(t, err)
+			if release {
+				out, err := hq.Result(ctx) // the parked run gave its slot back
+				require.NoError(t, err)
+				require.Equal(t, "quick", out)
+			} else {
+				waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				_, err := hq.Result(waitCtx)
+				cancel()
+				require.ErrorIs(t, err, context.DeadlineExceeded, "the parked run holds the only slot")
+			}
+			require.NoError(t, durable.Send(ctx, e, "waiter", "decision", "approved", nil))
+			out, err := hw.Result(ctx)
+			require.NoError(t, err)
+			require.Equal(t, "approved", out)
+			out, err = hq.Result(ctx)
+			require.NoError(t, err)
+			require.Equal(t, "quick", out)
+			var attempts int
+			require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT recovery_attempts FROM %q.workflows WHERE id = 'waiter'`, b.schema)).Scan(&attempts))
+			require.Zero(t, attempts, "parking is not a recovery")
+		})
+	}
+}

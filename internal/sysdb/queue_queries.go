@@ -26,23 +26,23 @@ func NewQueueQueries(schema, channel string) *QueueQueries {
 		// Code declares a queue at Launch. A declaration different from the
 		// last one (a deploy changed the code) overwrites the live settings;
 		// the same declaration keeps changes made at run time.
-		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms, $7 declared.
+		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms, $7 declared, $8 release parked.
 		Declare: r(`INSERT INTO {{schema}}.queues AS q (name, global_concurrency, worker_concurrency,
-	partition_concurrency, rate_limit, rate_period_ms, declared)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+	partition_concurrency, rate_limit, rate_period_ms, declared, release_parked)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (name) DO UPDATE SET global_concurrency = EXCLUDED.global_concurrency,
 	worker_concurrency = EXCLUDED.worker_concurrency, partition_concurrency = EXCLUDED.partition_concurrency,
 	rate_limit = EXCLUDED.rate_limit, rate_period_ms = EXCLUDED.rate_period_ms,
-	declared = EXCLUDED.declared, updated_at = now()
+	release_parked = EXCLUDED.release_parked, declared = EXCLUDED.declared, updated_at = now()
 WHERE q.declared IS DISTINCT FROM EXCLUDED.declared`),
 
-		Settings: r(`SELECT global_concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_period_ms, paused
+		Settings: r(`SELECT global_concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_period_ms, paused, release_parked
 FROM {{schema}}.queues WHERE name = $1`),
 
-		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms.
+		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms, $7 release parked.
 		Update: r(`WITH u AS (
 	UPDATE {{schema}}.queues SET global_concurrency = $2, worker_concurrency = $3, partition_concurrency = $4,
-		rate_limit = $5, rate_period_ms = $6, updated_at = now()
+		rate_limit = $5, rate_period_ms = $6, release_parked = $7, updated_at = now()
 	WHERE name = $1 RETURNING name)
 SELECT pg_notify('` + channel + `', 'q:' || name) FROM u`),
 
@@ -69,7 +69,7 @@ SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
 		// so the counts below stay true until commit.
 		// $1 lock key, $2 name.
 		LockAndLoad: r(`SELECT pg_advisory_xact_lock(hashtext($1)), global_concurrency, worker_concurrency,
-	partition_concurrency, rate_limit, rate_period_ms, paused
+	partition_concurrency, rate_limit, rate_period_ms, paused, release_parked
 FROM {{schema}}.queues WHERE name = $2`),
 
 		// $1 name, $2 count running (bool), $3 rate period ms (0: none).
@@ -88,7 +88,8 @@ FROM {{schema}}.queues WHERE name = $2`),
 		// $1 name, $2 executor, $3 app_version, $4 names, $5 limit.
 		ClaimSimple: r(`UPDATE {{schema}}.workflows w
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
-	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 THEN 0 ELSE 1 END
+	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
+	wake_at = NULL, wait_topic = NULL
 FROM (SELECT id FROM {{schema}}.workflows
 	WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
 		AND name = ANY($4::text[]) AND (epoch = 0 OR app_version = $3)
@@ -110,7 +111,8 @@ GROUP BY 1`),
 		// $1 ids, $2 executor, $3 app_version.
 		ClaimIDs: r(`UPDATE {{schema}}.workflows w
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
-	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 THEN 0 ELSE 1 END
+	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
+	wake_at = NULL, wait_topic = NULL
 WHERE w.id = ANY($1::text[]) AND w.status = 'enqueued'
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
 

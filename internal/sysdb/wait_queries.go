@@ -25,12 +25,21 @@ func NewWaitQueries(schema, channel string) *WaitQueries {
 		// Park hands the run back as rows: no owner, a wake-up time. The
 		// epoch check keeps a fenced executor from parking a run it lost.
 		// $1 id, $2 epoch, $3 wake_at, $4 wait_topic.
-		Park: r(`UPDATE {{schema}}.workflows SET executor_id = NULL, wake_at = $3, wait_topic = $4, updated_at = now()
-WHERE id = $1 AND epoch = $2 AND status = 'pending'`),
+		// A run of a queue that releases parked slots goes back to its
+		// queue, delayed until its wake-up time.
+		Park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = $4, updated_at = now(),
+	status = CASE WHEN rq.name IS NULL THEN w.status ELSE 'enqueued' END,
+	not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE $3 END
+FROM (SELECT $1::text AS id) x
+LEFT JOIN {{schema}}.queues rq ON rq.release_parked AND rq.name = (SELECT queue_name FROM {{schema}}.workflows WHERE id = $1)
+WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'`),
 
 		Unpark: r(`WITH u AS (
-	UPDATE {{schema}}.workflows SET wake_at = now() WHERE id = $1 AND status = 'pending' AND executor_id IS NULL RETURNING id)
-SELECT pg_notify('` + channel + `', 'n:' || id) FROM u`),
+	UPDATE {{schema}}.workflows SET wake_at = CASE WHEN status = 'pending' THEN now() ELSE wake_at END,
+		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END
+	WHERE id = $1 AND executor_id IS NULL AND wake_at IS NOT NULL AND status IN ('pending', 'enqueued')
+	RETURNING id, status, queue_name)
+SELECT pg_notify('` + channel + `', CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END) FROM u`),
 
 		// $1 workflow_id, $2 topic.
 		HasMessage: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.messages WHERE workflow_id = $1 AND topic = $2 AND consumed_at IS NULL)`),
@@ -44,16 +53,19 @@ WHERE status = 'pending' AND executor_id IS NULL AND wake_at > now()`),
 		// topic. $1 workflow_id, $2 topic, $3 payload, $4 idem_key.
 		// Returns (receiver pending or queued, inserted).
 		Send: r(`WITH w AS (
-	UPDATE {{schema}}.workflows SET wake_at = CASE WHEN executor_id IS NULL AND wait_topic = $2 THEN now() ELSE wake_at END
+	UPDATE {{schema}}.workflows
+	SET wake_at = CASE WHEN executor_id IS NULL AND wait_topic = $2 AND status = 'pending' THEN now() ELSE wake_at END,
+		not_before = CASE WHEN executor_id IS NULL AND wait_topic = $2 AND status = 'enqueued' THEN now() ELSE not_before END
 	WHERE id = $1 AND status IN ('pending', 'enqueued')
-	RETURNING id, (executor_id IS NULL AND wait_topic = $2) AS parked),
+	RETURNING id, (executor_id IS NULL AND wait_topic = $2) AS parked, status, queue_name),
 ins AS (
 	INSERT INTO {{schema}}.messages (workflow_id, topic, payload, idem_key)
 	SELECT id, $2, $3, $4 FROM w
 	ON CONFLICT (workflow_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 	RETURNING id)
 SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM ins),
-	(SELECT pg_notify('` + channel + `', CASE WHEN parked THEN 'n:' ELSE 'm:' END || id) FROM w)::text`),
+	(SELECT pg_notify('` + channel + `', CASE WHEN NOT parked THEN 'm:' || id
+		WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END) FROM w)::text`),
 
 		// Receive consumes the oldest unconsumed message of the topic and
 		// records it as the step's output in one statement: the message is
