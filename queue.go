@@ -161,7 +161,8 @@ func (q *Queue) Update(ctx context.Context, opts QueueOpts) error {
 }
 
 // Pause stops the queue from starting runs, on every executor; running
-// runs go on. Enqueueing still works.
+// runs go on. It waits for a dispatch in flight, so once it returns no run
+// starts until Resume. Enqueueing still works.
 func (q *Queue) Pause(ctx context.Context) error {
 	return q.exec(ctx, "pause", q.e.qq.SetPaused, q.name, true)
 }
@@ -479,8 +480,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 		var s QueueOpts
 		var period int64
 		var paused bool
-		var ignored any
-		err := tx.QueryRow(ctx, e.qq.LockAndLoad, "durable.queue:"+e.cfg.Schema+":"+q.name, q.name).Scan(&ignored,
+		err := tx.QueryRow(ctx, e.qq.LockAndLoad, q.name).Scan(
 			&s.GlobalConcurrency, &s.WorkerConcurrency, &s.PartitionConcurrency, &s.RateLimit, &period, &paused,
 			&s.ReleaseSlotWhileParked)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -64,13 +64,16 @@ ins AS (
 SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
 	(SELECT CASE WHEN $11::bool AND count(*) > 0 THEN pg_notify('` + channel + `', 'q:' || $5::text) END FROM ins)::text`),
 
-		// The dispatch transaction of one queue starts here: the advisory
-		// lock serialises dispatchers of this queue across all executors,
-		// so the counts below stay true until commit.
-		// $1 lock key, $2 name.
-		LockAndLoad: r(`SELECT pg_advisory_xact_lock(hashtext($1)), global_concurrency, worker_concurrency,
+		// The dispatch transaction of one queue starts here. The row lock
+		// on the queue serialises dispatchers of this queue across all
+		// executors, so the counts below stay true until commit; Pause and
+		// Update wait for it, and a dispatch that waited reads the row as
+		// they left it (a row lock re-reads the latest version, an advisory
+		// lock would not).
+		// $1 name.
+		LockAndLoad: r(`SELECT global_concurrency, worker_concurrency,
 	partition_concurrency, rate_limit, rate_period_ms, paused, release_parked
-FROM {{schema}}.queues WHERE name = $2`),
+FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
 
 		// $1 name, $2 count running (bool), $3 rate period ms (0: none).
 		Counts: r(`SELECT
