@@ -116,9 +116,10 @@ type AgentConfig struct {
 	// when Model is a [StreamingModel], to the run's stream (see [Events]).
 	// Defaults to false.
 	Stream bool
-	// DeltaInterval coalesces the model's streamed fragments: consecutive
-	// ones are written as one event, at most this often (each event is a
-	// row). Negative writes every fragment as it comes. Defaults to
+	// DeltaInterval coalesces the model's streamed fragments (each event
+	// is a row): consecutive fragments of the same text or tool call that
+	// arrive within this interval of the first are written as one event.
+	// Negative writes every fragment as it comes. Defaults to
 	// DeltaIntervalDefault.
 	DeltaInterval time.Duration
 	// MaxParallelTools bounds how many tool calls of one turn run at
@@ -310,10 +311,15 @@ func (a *Agent) Start(ctx context.Context, in Input, opts *durable.StartOpts) (*
 	if in.Prompt == "" && len(in.Messages) == 0 {
 		return nil, fmt.Errorf("%w: agent %q: Input has neither Prompt nor Messages", durable.ErrInvalidArgument, a.name)
 	}
-	if in.Limits == nil {
-		l := a.cfg.Limits.resolved()
-		in.Limits = &l
+	l := a.cfg.Limits
+	if in.Limits != nil {
+		l = *in.Limits
 	}
+	if l.MaxTokens < 0 || l.MaxCostMicros < 0 {
+		return nil, fmt.Errorf("%w: agent %q: Input.Limits.MaxTokens and MaxCostMicros must not be negative", durable.ErrInvalidArgument, a.name)
+	}
+	l = l.resolved() // stored resolved: a later change of the defaults does not reach it
+	in.Limits = &l
 	return a.wf.Start(ctx, in, opts)
 }
 
@@ -621,6 +627,9 @@ func (rs *runState) hydrate(ctx context.Context, msgs []Message) error {
 				return durable.Permanent(fmt.Errorf("agentkit: agent %q: the history refers to blob %s but AgentConfig.Blobs is nil", rs.a.name, p.Ref.SHA256))
 			}
 			data, err := rs.a.cfg.Blobs.Get(ctx, *p.Ref)
+			if errors.Is(err, ErrBlobNotFound) {
+				return durable.Permanent(err) // pruned: waiting will not bring it back
+			}
 			if err != nil {
 				return err
 			}

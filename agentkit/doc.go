@@ -42,6 +42,23 @@
 // Tool, agent and workflow names are part of this record: keep them stable
 // (use durable.Patched to change the loop's shape for runs in flight).
 //
+// # Models
+//
+// [NewOpenAI] speaks the Chat Completions API of OpenAI and compatible
+// servers over net/http, streaming included. Other providers plug in
+// through [Model] (and [StreamingModel]); the types map one to one onto
+// the common SDKs, so an adapter is a few lines of field copying:
+//
+//	agentkit            openai-go                     anthropic-sdk-go         langchaingo / eino
+//	Message.Role        message param union           MessageParam.Role        MessageContent.Role / Message.Role
+//	Part (text, image)  content parts                 content blocks           Parts / MultiContent
+//	ToolCall.Arguments  Function.Arguments (string)   ToolUseBlock.Input (raw) FunctionCall.Arguments (string)
+//	Message.ToolCallID  tool message tool_call_id     ToolResultBlock.ToolUseID ToolCallResponse.ToolCallID
+//	Usage               CompletionUsage               Usage (+cache tokens)    GenerationInfo / ResponseMeta.Usage
+//
+// Set the SDK's own retries to zero: the model step retries, and a
+// [*ModelError] with Retryable false stops it.
+//
 // # Tools
 //
 // A tool is a plain step ([StepTool]), a transaction step ([TxTool]: its
@@ -122,7 +139,10 @@
 // The loop is deterministic given its record. What it reads besides the
 // record (AgentConfig.System, the tool list and specs, ApprovalPolicy.When)
 // is read again on replay: changing them affects the turns not yet
-// recorded. Tool and model code runs inside steps and may do any I/O.
+// recorded. Tool and model code runs inside steps and may do any I/O. A
+// fork of a run (Agent.Workflow().Fork) replays the steps before the fork
+// point and has a new run ID, so the tool calls after it run again, under
+// new idempotency keys.
 //
 // # Testing
 //
