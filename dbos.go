@@ -315,6 +315,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 // ExecutorID returns this engine's executor ID.
 func (e *Engine) ExecutorID() string { return e.cfg.ExecutorID }
 
+// Schema returns the Postgres schema holding the engine's tables.
+func (e *Engine) Schema() string { return e.cfg.Schema }
+
 // AppVersion returns the configured application version.
 func (e *Engine) AppVersion() string { return e.cfg.AppVersion }
 
