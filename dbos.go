@@ -261,9 +261,9 @@ type Engine struct {
 
 	lastOrphanReport string // sweeper goroutine only
 
-	notifyMu      sync.Mutex
-	notifyLast    map[string]time.Time // queue -> last notification sent
-	notifyPending map[string]bool      // queue -> a trailing notification is scheduled
+	notifyMu       sync.Mutex
+	notifyInflight map[string]bool // queue -> a notification is being sent
+	notifyPending  map[string]bool // queue -> another one is wanted after it
 
 	sched *scheduler // cron schedules (schedule.go)
 	bg    *services
@@ -291,22 +291,22 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	}
 	hardCtx, hardCancel := context.WithCancelCause(context.Background())
 	e := &Engine{
-		pool:          pool,
-		cfg:           c,
-		q:             sysdb.New(c.Schema),
-		qq:            sysdb.NewQueueQueries(c.Schema, sysdb.New(c.Schema).Channel),
-		wq:            sysdb.NewWaitQueries(c.Schema, sysdb.New(c.Schema).Channel),
-		log:           c.Logger.With("durable.executor", c.ExecutorID),
-		incarnation:   randomHex(8),
-		defs:          map[string]*wfDef{},
-		queues:        map[string]*Queue{},
-		notifyLast:    map[string]time.Time{},
-		notifyPending: map[string]bool{},
-		stopping:      make(chan struct{}),
-		hardCtx:       hardCtx,
-		hardCancel:    hardCancel,
-		hub:           newHub(),
-		kick:          make(chan struct{}, 1),
+		pool:           pool,
+		cfg:            c,
+		q:              sysdb.New(c.Schema),
+		qq:             sysdb.NewQueueQueries(c.Schema, sysdb.New(c.Schema).Channel),
+		wq:             sysdb.NewWaitQueries(c.Schema, sysdb.New(c.Schema).Channel),
+		log:            c.Logger.With("durable.executor", c.ExecutorID),
+		incarnation:    randomHex(8),
+		defs:           map[string]*wfDef{},
+		queues:         map[string]*Queue{},
+		notifyInflight: map[string]bool{},
+		notifyPending:  map[string]bool{},
+		stopping:       make(chan struct{}),
+		hardCtx:        hardCtx,
+		hardCancel:     hardCancel,
+		hub:            newHub(),
+		kick:           make(chan struct{}, 1),
 	}
 	e.initBatchers()
 	return e, nil

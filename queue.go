@@ -333,15 +333,12 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 	return nil, &DuplicateError{Queue: q.name, DedupID: o.DedupID, ExistingID: holder}
 }
 
-// queueNotifyWindow is the least time between two notifications for one
-// queue from one process. A NOTIFY takes a server-wide lock until commit,
-// so one per enqueue would make concurrent enqueues commit one at a time.
-const queueNotifyWindow = 10 * time.Millisecond
-
 // queueReady tells dispatchers that q has new work, after an enqueue has
 // committed: this process's own dispatcher directly, the others by a
-// notification sent at most once per window per queue (a trailing one
-// covers enqueues inside the window).
+// notification. A NOTIFY takes a server-wide lock until commit, so one per
+// enqueue would make concurrent enqueues commit one at a time: at most one
+// notification per queue is in flight from this process, and enqueues that
+// arrive meanwhile share the next one (no added delay when idle).
 func (e *Engine) queueReady(q *Queue) {
 	if q.worked && q.e == e {
 		q.wake()
@@ -350,26 +347,26 @@ func (e *Engine) queueReady(q *Queue) {
 		return
 	}
 	e.notifyMu.Lock()
-	if e.notifyPending[q.name] {
+	if e.notifyInflight[q.name] {
+		e.notifyPending[q.name] = true
 		e.notifyMu.Unlock()
 		return
 	}
-	wait := queueNotifyWindow - time.Since(e.notifyLast[q.name])
-	if wait <= 0 {
-		e.notifyLast[q.name] = time.Now()
-		e.notifyMu.Unlock()
-		go e.sendQueueNotify(q.name)
-		return
-	}
-	e.notifyPending[q.name] = true
+	e.notifyInflight[q.name] = true
 	e.notifyMu.Unlock()
-	time.AfterFunc(wait, func() {
-		e.notifyMu.Lock()
-		e.notifyPending[q.name] = false
-		e.notifyLast[q.name] = time.Now()
-		e.notifyMu.Unlock()
-		e.sendQueueNotify(q.name)
-	})
+	go func() {
+		for {
+			e.sendQueueNotify(q.name)
+			e.notifyMu.Lock()
+			if !e.notifyPending[q.name] {
+				e.notifyInflight[q.name] = false
+				e.notifyMu.Unlock()
+				return
+			}
+			e.notifyPending[q.name] = false
+			e.notifyMu.Unlock()
+		}
+	}()
 }
 
 func (e *Engine) sendQueueNotify(name string) {
