@@ -53,17 +53,37 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error 
 	return nil
 }
 
+// ResumeOpts are options of [Engine.Resume].
+type ResumeOpts struct {
+	// RetryFailedStep removes the run's last recorded step when it recorded
+	// a failure, so that step runs again instead of replaying its error:
+	// for a run that failed because a provider was down longer than the
+	// step's retries lasted.
+	RetryFailedStep bool
+}
+
 // Resume restarts a cancelled, dead-lettered or failed run from its last
 // checkpoint: recorded steps are replayed, the rest runs (a queued run
 // goes back to its queue). Its recovery attempts start again from zero.
-func (e *Engine) Resume(ctx context.Context, id string) error {
-	rows, err := e.pool.Query(ctx, e.wq.Resume, id)
+// opts may be nil.
+func (e *Engine) Resume(ctx context.Context, id string, opts *ResumeOpts) error {
+	resumed := false
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, e.wq.Resume, id)
+		if err != nil {
+			return err
+		}
+		resumed = rows.Next()
+		rows.Close()
+		if err := rows.Err(); err != nil || !resumed {
+			return err
+		}
+		if opts != nil && opts.RetryFailedStep {
+			_, err = tx.Exec(ctx, e.wq.DropFailedStep, id)
+		}
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("durable: resume %q: %w", id, err)
-	}
-	resumed := rows.Next()
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("durable: resume %q: %w", id, err)
 	}
 	if resumed {

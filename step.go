@@ -94,6 +94,24 @@ func (p RetryPolicy) Delay(n int) time.Duration {
 	return time.Duration(d)
 }
 
+// RetryAfter wraps err so that the step's next attempt waits d (capped by
+// the policy's MaxDelay) instead of the policy's backoff: for a provider
+// that says when to come back (HTTP 429 Retry-After).
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryAfterError{err: err, after: d}
+}
+
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
 // StepOpts are options of one step call.
 type StepOpts struct {
 	// Retry overrides the engine's Config.StepRetry for this step.
@@ -139,6 +157,16 @@ func StepInfoFrom(ctx context.Context) (info StepInfo, ok bool) {
 	return info, ok
 }
 
+// StepInfoMust is [StepInfoFrom] for code that only runs inside steps: it
+// panics outside a step.
+func StepInfoMust(ctx context.Context) StepInfo {
+	info, ok := StepInfoFrom(ctx)
+	if !ok {
+		panic("durable: StepInfoMust called outside a step")
+	}
+	return info
+}
+
 // IdempotencyKey returns the idempotency key of the step whose context ctx
 // is, or "" outside a step. See [StepInfo.IdempotencyKey].
 func IdempotencyKey(ctx context.Context) string {
@@ -164,6 +192,12 @@ func Step[R any](wctx Context, name string, fn func(ctx context.Context) (R, err
 	if err != nil {
 		return zero, err
 	}
+	return runStep(r, pos, name, rec, fn, opts)
+}
+
+// runStep runs (or replays) the step at pos.
+func runStep[R any](r *run, pos int, name string, rec *stepRecord, fn func(ctx context.Context) (R, error), opts *StepOpts) (R, error) {
+	var zero R
 	if rec != nil {
 		return replay[R](r, rec)
 	}
@@ -186,6 +220,47 @@ func Step[R any](wctx Context, name string, fn func(ctx context.Context) (R, err
 	return record(r, pos, name, out, attempts, err, started)
 }
 
+// Future is the pending result of a step started with [Go].
+type Future[R any] struct {
+	done chan struct{}
+	out  R
+	err  error
+}
+
+// Wait waits for the step and returns its result, as [Step] would.
+func (f *Future[R]) Wait() (R, error) {
+	<-f.done
+	return f.out, f.err
+}
+
+// Go starts the named step and returns at once; the step runs in its own
+// goroutine. Its position in the run is taken when Go is called, so steps
+// started one after another from workflow code are recorded at the same
+// positions on every execution, however their goroutines interleave: call
+// Go in a deterministic order (e.g. a loop over the tool calls of one model
+// turn) and Wait for each. On replay a recorded step returns its recorded
+// result without running fn.
+func Go[R any](wctx Context, name string, fn func(ctx context.Context) (R, error), opts *StepOpts) *Future[R] {
+	f := &Future[R]{done: make(chan struct{})}
+	r := wctx.workflowRun()
+	if err := checkName("step name", name); err != nil {
+		f.err = err
+		close(f.done)
+		return f
+	}
+	pos, rec, err := r.begin(name)
+	if err != nil {
+		f.err = err
+		close(f.done)
+		return f
+	}
+	go func() {
+		defer close(f.done)
+		f.out, f.err = runStep(r, pos, name, rec, fn, opts)
+	}()
+	return f
+}
+
 // attempt runs fn under the retry policy.
 func attempt[R any](r *run, pos int, name string, policy RetryPolicy, timeout time.Duration, fn func(context.Context) (R, error)) (R, int, error) {
 	var out R
@@ -199,7 +274,12 @@ func attempt[R any](r *run, pos int, name string, policy RetryPolicy, timeout ti
 			return out, n, err
 		}
 		r.e.log.Debug("durable: step failed, retrying", "workflow_id", r.id, "step", name, "attempt", n, "err", err)
-		if serr := r.sleep(jitter(policy.Delay(n), max(policy.Jitter, 0))); serr != nil {
+		delay := jitter(policy.Delay(n), max(policy.Jitter, 0))
+		var ra *retryAfterError
+		if errors.As(err, &ra) {
+			delay = min(ra.after, policy.MaxDelay)
+		}
+		if serr := r.sleep(delay); serr != nil {
 			return out, n, serr
 		}
 	}

@@ -179,14 +179,14 @@ func TestCancelResumeFork(t *testing.T) {
 
 	// Resume: step 0 is replayed, step 1 (never recorded) runs again.
 	close(gate)
-	require.NoError(t, e.Resume(ctx, "c1"))
+	require.NoError(t, e.Resume(ctx, "c1", nil))
 	out, err := h.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "012", out)
 	require.Equal(t, 1, count("c1", 0), "step 0 was recorded before the cancel")
 	require.Equal(t, 2, count("c1", 1))
 	require.Equal(t, 1, count("c1", 2))
-	require.ErrorIs(t, e.Resume(ctx, "c1"), durable.ErrInvalidArgument, "a successful run cannot be resumed")
+	require.ErrorIs(t, e.Resume(ctx, "c1", nil), durable.ErrInvalidArgument, "a successful run cannot be resumed")
 
 	// Fork from step 2: steps 0 and 1 are reused, step 2 runs again.
 	fh, err := wf.Fork(ctx, "c1", 2, &durable.ForkOpts{ID: "c1-fork"})

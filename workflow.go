@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -307,9 +308,10 @@ func (w *Workflow[P, R]) Handle(ctx context.Context, id string) (*Handle[R], err
 
 // Handle follows one run.
 type Handle[R any] struct {
-	e     *Engine
-	id    string
-	local *waiter // the run executes in this process
+	e         *Engine
+	id        string
+	local     *waiter     // the run executes in this process
+	localSeen atomic.Bool // the local outcome was returned once
 }
 
 // ID returns the workflow ID.
@@ -330,9 +332,12 @@ func (h *Handle[R]) Status(ctx context.Context) (Status, error) {
 // any number of times.
 func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 	var zero R
-	if h.local != nil {
+	if h.local != nil && !h.localSeen.Load() {
 		select {
 		case <-h.local.ch:
+			// The in-process outcome serves the first Result; later calls
+			// read the database, as the run may have been resumed since.
+			h.localSeen.Store(true)
 			if o := h.local.out; o != nil {
 				return decodeOutcome[R](h.id, o)
 			}

@@ -3,19 +3,20 @@ package sysdb
 // WaitQueries are the statements of durable waits, messages, events and
 // run control.
 type WaitQueries struct {
-	Park       string
-	Unpark     string
-	HasMessage string
-	NextWake   string
-	Send       string
-	Receive    string
-	SetEvent   string
-	GetEvent   string
-	Cancel     string
-	Resume     string
-	ForkRun    string
-	ForkSteps  string
-	CountSteps string
+	Park           string
+	Unpark         string
+	HasMessage     string
+	NextWake       string
+	Send           string
+	Receive        string
+	SetEvent       string
+	GetEvent       string
+	Cancel         string
+	Resume         string
+	ForkRun        string
+	ForkSteps      string
+	CountSteps     string
+	DropFailedStep string
 }
 
 // NewWaitQueries renders the wait statements for schema.
@@ -145,5 +146,8 @@ SELECT $2, pos, name, status, output, error, attempts, started_at, finished_at
 FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'`),
 
 		CountSteps: r(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`),
+
+		DropFailedStep: r(`DELETE FROM {{schema}}.steps s WHERE s.workflow_id = $1 AND s.status = 'error'
+AND s.pos = (SELECT max(pos) FROM {{schema}}.steps WHERE workflow_id = $1)`),
 	}
 }

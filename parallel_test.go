@@ -1,0 +1,135 @@
+package durable_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+)
+
+// TestGoParallelStepsReplayDeterministically: steps started with Go run
+// concurrently, are recorded at the positions of their Go calls whatever
+// order they finish in, and replay without running again.
+func TestGoParallelStepsReplayDeterministically(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan string, 1)
+	var inFlight, maxInFlight atomic.Int32
+	var mu sync.Mutex
+	runs := map[int]int{}
+	body := func(block bool) func(wctx durable.Context, n int) (string, error) {
+		return func(wctx durable.Context, n int) (string, error) {
+			var fs []*durable.Future[string]
+			for i := 0; i < n; i++ {
+				fs = append(fs, durable.Go(wctx, fmt.Sprintf("call-%d", i), func(ctx context.Context) (string, error) {
+					mu.Lock()
+					runs[i]++
+					mu.Unlock()
+					cur := inFlight.Add(1)
+					for {
+						m := maxInFlight.Load()
+						if cur <= m || maxInFlight.CompareAndSwap(m, cur) {
+							break
+						}
+					}
+					time.Sleep(time.Duration(n-i) * 15 * time.Millisecond) // later calls finish first
+					inFlight.Add(-1)
+					return fmt.Sprintf("r%d@%d", i, durable.StepInfoMust(ctx).Pos), nil
+				}, nil))
+			}
+			out := ""
+			for _, f := range fs {
+				v, err := f.Wait()
+				if err != nil {
+					return "", err
+				}
+				out += v + " "
+			}
+			if block {
+				return out, blockUntilStopped(wctx, started)
+			}
+			return out, nil
+		}
+	}
+	var wf *durable.Workflow[int, string]
+	e1 := b.engine(t, func(c *durable.Config) { c.ExecutorID = "first" }, func(e *durable.Engine) {
+		wf = durable.Register(e, "fan-out", body(true), nil)
+	})
+	ctx := ctxT(t)
+	_, err := wf.Start(ctx, 5, &durable.StartOpts{ID: "fan"})
+	require.NoError(t, err)
+	<-started
+	hardStop(t, e1)
+	require.Greater(t, maxInFlight.Load(), int32(1), "the steps ran concurrently")
+
+	b.engine(t, func(c *durable.Config) { c.ExecutorID = "second" }, func(e *durable.Engine) {
+		wf = durable.Register(e, "fan-out", body(false), nil)
+	})
+	h, err := wf.Handle(ctx, "fan")
+	require.NoError(t, err)
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "r0@0 r1@1 r2@2 r3@3 r4@4 ", out)
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 0; i < 5; i++ {
+		require.Equal(t, 1, runs[i], "call %d ran once, replayed after the restart", i)
+	}
+}
+
+// TestRetryAfterAndResumeFailedStep: a step honours RetryAfter; a run that
+// failed on a step can be resumed so that the step runs again.
+func TestRetryAfterAndResumeFailedStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	var providerUp atomic.Bool
+	var gaps []time.Duration
+	var last time.Time
+	var wf *durable.Workflow[int, string]
+	e := b.engine(t, nil, func(e *durable.Engine) {
+		wf = durable.Register(e, "flaky-provider", func(wctx durable.Context, in int) (string, error) {
+			return durable.Step(wctx, "call", func(ctx context.Context) (string, error) {
+				now := time.Now()
+				if !last.IsZero() {
+					gaps = append(gaps, now.Sub(last))
+				}
+				last = now
+				calls.Add(1)
+				if !providerUp.Load() {
+					return "", durable.RetryAfter(errors.New("429 slow down"), 120*time.Millisecond)
+				}
+				return "ok", nil
+			}, &durable.StepOpts{Retry: &durable.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Second}})
+		}, nil)
+	})
+	ctx := ctxT(t)
+	h, err := wf.Start(ctx, 1, &durable.StartOpts{ID: "flaky"})
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.ErrorContains(t, err, "429 slow down")
+	require.EqualValues(t, 3, calls.Load())
+	for _, g := range gaps {
+		require.GreaterOrEqual(t, g, 120*time.Millisecond, "the step waited as told")
+	}
+
+	// Resuming replays the recorded failure...
+	require.NoError(t, e.Resume(ctx, "flaky", nil))
+	_, err = h.Result(ctx)
+	require.ErrorContains(t, err, "429 slow down")
+	require.EqualValues(t, 3, calls.Load())
+	// ...unless asked to retry the failed step.
+	providerUp.Store(true)
+	require.NoError(t, e.Resume(ctx, "flaky", &durable.ResumeOpts{RetryFailedStep: true}))
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "ok", out)
+	require.EqualValues(t, 4, calls.Load())
+}
