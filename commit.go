@@ -2,9 +2,11 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -199,15 +201,20 @@ func (e *Engine) writeFinish(ctx context.Context, w *finishWrite) (bool, error) 
 }
 
 func (e *Engine) finishOne(ctx context.Context, w *finishWrite) (bool, error) {
-	rows, err := e.pool.Query(ctx, e.q.FinishWorkflow, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err)
+	var notify bool
+	err := e.pool.QueryRow(ctx, e.q.FinishOne, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err).Scan(&notify)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
-	n := 0
-	for rows.Next() {
-		n++
+	if notify { // a waiter in another process asked; the finish is committed
+		if _, err := e.pool.Exec(ctx, e.q.NotifyDone, w.id); err != nil {
+			e.log.Warn("durable: notify finish", "workflow_id", w.id, "err", err) // its poll will see it
+		}
 	}
-	return n == 1, rows.Err()
+	return true, nil
 }
 
 func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
@@ -265,13 +272,8 @@ func (e *Engine) startOne(ctx context.Context, w *startWrite) (bool, error) {
 	if w.parent != "" {
 		parent = w.parent
 	}
-	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, w.id, w.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, w.input, parent, nil, w.deadline)
-	if err != nil {
-		return false, err
-	}
-	inserted := rows.Next()
-	rows.Close()
-	return inserted, rows.Err()
+	tag, err := e.pool.Exec(ctx, e.q.InsertOwned, w.id, w.name, e.cfg.AppVersion, e.cfg.ExecutorID, w.input, parent, w.deadline)
+	return tag.RowsAffected() == 1, err
 }
 
 func (e *Engine) flushStarts(items []*batchItem[*startWrite]) {

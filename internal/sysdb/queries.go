@@ -32,6 +32,9 @@ type Queries struct {
 	LoadStepsMany       string
 	InsertStep          string
 	InsertSteps         string
+	InsertOwned         string
+	FinishOne           string
+	NotifyDone          string
 	InsertWorkflows     string
 	FinishWorkflows     string
 	InsertStepTx        string
@@ -70,6 +73,22 @@ func New(schema string) *Queries {
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id)
 SELECT CASE WHEN $8::text IS NULL THEN '' ELSE pg_notify('` + channel + `', $8::text)::text END FROM ins`),
+
+		// InsertWorkflow for one run owned by this executor: the plainest
+		// statement, as it is half of a short run's cost.
+		// $1 id, $2 name, $3 app_version, $4 executor_id, $5 input, $6 parent_id, $7 deadline.
+		InsertOwned: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline)
+VALUES ($1, $2, 'pending', $3, $4, 1, $5, $6, $7)
+ON CONFLICT (id) DO NOTHING`),
+
+		// FinishWorkflow without the notification, which the caller sends
+		// after the commit only when a remote waiter asked for it.
+		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
+		FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
+WHERE id = $1 AND epoch = $2 AND status = 'pending'
+RETURNING notify`),
+
+		NotifyDone: "SELECT pg_notify('" + channel + "', 'd:' || $1::text)",
 
 		// InsertWorkflow (owned by this executor) for many runs at once.
 		// $1 ids, $2 names, $3 app_version, $4 executor_id, $5 inputs,
