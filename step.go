@@ -195,23 +195,25 @@ func Step[R any](wctx Context, name string, fn func(ctx context.Context) (R, err
 	return runStep(r, pos, name, rec, fn, opts)
 }
 
+// stepPolicy resolves a step's retry policy and per-attempt timeout: the
+// step's own, or the engine's Config.StepRetry.
+func (r *run) stepPolicy(opts *StepOpts) (RetryPolicy, time.Duration) {
+	if opts == nil {
+		return r.e.cfg.StepRetry, 0
+	}
+	if opts.Retry != nil {
+		return opts.Retry.withDefaults(), opts.Timeout
+	}
+	return r.e.cfg.StepRetry, opts.Timeout
+}
+
 // runStep runs (or replays) the step at pos.
 func runStep[R any](r *run, pos int, name string, rec *stepRecord, fn func(ctx context.Context) (R, error), opts *StepOpts) (R, error) {
 	var zero R
 	if rec != nil {
 		return replay[R](r, rec)
 	}
-	var policy RetryPolicy
-	var timeout time.Duration
-	if opts != nil {
-		timeout = opts.Timeout
-		if opts.Retry != nil {
-			policy = opts.Retry.withDefaults()
-		}
-	}
-	if policy.MaxAttempts == 0 {
-		policy = r.e.cfg.StepRetry
-	}
+	policy, timeout := r.stepPolicy(opts)
 	started := time.Now()
 	out, attempts, err := attempt(r, pos, name, policy, timeout, fn)
 	if h := r.halted(); h != nil {
@@ -369,10 +371,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 	if opts != nil {
 		o = *opts
 	}
-	policy := r.e.cfg.StepRetry
-	if o.Retry != nil {
-		policy = o.Retry.withDefaults()
-	}
+	policy, _ := r.stepPolicy(&StepOpts{Retry: o.Retry})
 	if o.ConflictRetries == 0 {
 		o.ConflictRetries = TxConflictRetriesDefault
 	}
@@ -527,14 +526,7 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 	if rec != nil && rec.status != stepIntent {
 		return replay[R](r, rec)
 	}
-	policy := r.e.cfg.StepRetry
-	var timeout time.Duration
-	if opts != nil {
-		timeout = opts.Timeout
-		if opts.Retry != nil {
-			policy = opts.Retry.withDefaults()
-		}
-	}
+	policy, timeout := r.stepPolicy(opts)
 	started := time.Now()
 	var out R
 	attempts := 0
