@@ -1,0 +1,356 @@
+//go:build unix
+
+// Command research runs a cron-scheduled research agent (every minute) on
+// two replicas at once, and shows that each tick ran once: no leader, no
+// lock service, only the tick's deterministic workflow ID.
+//
+// Run it from the repository root:
+//
+//	scripts/with-postgres go run ./examples/research
+//
+// The parent starts two replica processes (re-executions of itself) that
+// both declare the schedule with agentkit.Schedule, waits for -ticks ticks
+// (3 by default, so about three minutes), stops the replicas and prints
+// which replica ran each tick. Each run is an agent whose model (an offline
+// scripted server in each replica) calls the save_report tool, a
+// transaction step writing one row to research.reports. The demo drops
+// and recreates the schemas research and research_durable on every run.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/agentkit"
+	"github.com/durable-go/durable/agentkit/agentkittest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+const (
+	envReplica   = "RESEARCH_REPLICA" // JSON replicaConfig: run as a replica
+	agentName    = "market-research"
+	scheduleName = "market-research"
+	appVersion   = "research-1"
+)
+
+type options struct {
+	Schema   string // app schema; the engine's is Schema + "_durable"; default "research"
+	Spec     string // cron spec; default every minute
+	Ticks    int    // ticks to wait for; default 3
+	Replicas int    // default 2
+}
+
+type replicaConfig struct {
+	N      int    `json:"n"`
+	Schema string `json:"schema"`
+	Spec   string `json:"spec"`
+}
+
+func main() {
+	if os.Getenv(envReplica) != "" {
+		os.Exit(replicaMain())
+	}
+	var o options
+	flag.StringVar(&o.Spec, "spec", "* * * * *", "cron spec of the schedule (a leading seconds field is allowed)")
+	flag.IntVar(&o.Ticks, "ticks", 3, "ticks to wait for")
+	flag.IntVar(&o.Replicas, "replicas", 2, "replica processes")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Stdout, o)
+	stop()
+	if err != nil {
+		if !errors.As(err, new(*failedError)) {
+			fmt.Fprintln(os.Stderr, "research:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+type failedError struct{ msg string }
+
+func (e *failedError) Error() string { return e.msg }
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func newEngine(pool *pgxpool.Pool, schema, executor string) (*durable.Engine, error) {
+	return durable.New(pool, &durable.Config{Schema: schema + "_durable", AppVersion: appVersion, ExecutorID: executor,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PollInterval: 500 * time.Millisecond})
+}
+
+func run(ctx context.Context, out io.Writer, o options) error {
+	if o.Schema == "" {
+		o.Schema = "research"
+	}
+	if o.Spec == "" {
+		o.Spec = "* * * * *"
+	}
+	if o.Ticks <= 0 {
+		o.Ticks = 3
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 2
+	}
+	w := &syncWriter{w: out}
+	say := func(format string, args ...any) { fmt.Fprintf(w, "[parent] "+format+"\n", args...) }
+	dsn := os.Getenv("DATABASE_URL")
+	if dsn == "" {
+		return errors.New("DATABASE_URL is not set; from the repository root run: scripts/with-postgres go run ./examples/research")
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	s := pgx.Identifier{o.Schema}.Sanitize()
+	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+s+` CASCADE;
+DROP SCHEMA IF EXISTS `+pgx.Identifier{o.Schema + "_durable"}.Sanitize()+` CASCADE;
+CREATE SCHEMA `+s+`;
+CREATE TABLE `+s+`.reports (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id  text NOT NULL, -- deliberately not unique: a second run of a tick would show
+    replica int NOT NULL,
+    summary text NOT NULL,
+    at      timestamptz NOT NULL DEFAULT clock_timestamp()
+)`); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	if err := durable.Migrate(ctx, pool, o.Schema+"_durable"); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "research: a cron agent (%q) on %d replicas runs once per tick\n\n", o.Spec, o.Replicas)
+
+	var procs []*exec.Cmd
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+		}
+	}()
+	for n := 1; n <= o.Replicas; n++ {
+		b, _ := json.Marshal(replicaConfig{N: n, Schema: o.Schema, Spec: o.Spec})
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Env = append(os.Environ(), envReplica+"="+string(b))
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, cmd)
+		say("started replica %d (pid %d)", n, cmd.Process.Pid)
+	}
+
+	// Wait for Ticks finished runs of the schedule.
+	eng, err := newEngine(pool, o.Schema, "research-parent")
+	if err != nil {
+		return err
+	}
+	prefix := "sched:" + scheduleName + ":"
+	list := func() ([]durable.WorkflowInfo, error) {
+		runs, _, err := eng.ListWorkflows(ctx, &durable.ListParams{IDPrefix: prefix, OmitPayloads: true, Limit: durable.ListLimitMax})
+		return runs, err
+	}
+	say("waiting for %d ticks", o.Ticks)
+	for {
+		runs, err := list()
+		if err != nil {
+			return err
+		}
+		finished := 0
+		for _, r := range runs {
+			if r.Status.Finished() {
+				finished++
+			}
+		}
+		if finished >= o.Ticks {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	// Stop the replicas; a tick that fires meanwhile may leave a run
+	// pending, which the report shows.
+	for _, p := range procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		_ = p.Wait()
+	}
+	procs = nil
+	say("stopped the replicas")
+
+	runs, err := list()
+	if err != nil {
+		return err
+	}
+	type report struct {
+		replica int
+		summary string
+	}
+	reports := map[string][]report{}
+	rows, err := pool.Query(ctx, `SELECT run_id, replica, summary FROM `+s+`.reports ORDER BY id`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id string
+		var r report
+		if err := rows.Scan(&id, &r.replica, &r.summary); err != nil {
+			rows.Close()
+			return err
+		}
+		reports[id] = append(reports[id], r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].ID < runs[j].ID })
+	fmt.Fprintf(w, "\nRuns of schedule %q (one workflow ID per tick: sched:<name>:<tick>)\n", scheduleName)
+	var bad []string
+	byReplica := map[int]int{}
+	for _, r := range runs {
+		tick := strings.TrimPrefix(r.ID, prefix)
+		line := fmt.Sprintf("  tick %s  %-8s", tick, r.Status)
+		for _, rep := range reports[r.ID] {
+			line += fmt.Sprintf("  replica %d: %s", rep.replica, rep.summary)
+			byReplica[rep.replica]++
+		}
+		fmt.Fprintln(w, line)
+		if r.Status == durable.StatusSuccess && len(reports[r.ID]) != 1 {
+			bad = append(bad, fmt.Sprintf("tick %s has %d reports", tick, len(reports[r.ID])))
+		}
+	}
+	var extra []string
+	for id := range reports {
+		if !strings.HasPrefix(id, prefix) {
+			extra = append(extra, id)
+		}
+	}
+	if len(extra) > 0 {
+		bad = append(bad, fmt.Sprintf("reports of runs that are not ticks: %v", extra))
+	}
+	finished := 0
+	for _, r := range runs {
+		if r.Status == durable.StatusSuccess {
+			finished++
+		}
+	}
+	if finished < o.Ticks {
+		bad = append(bad, fmt.Sprintf("%d ticks succeeded, want %d", finished, o.Ticks))
+	}
+	var per []string
+	for n := 1; n <= o.Replicas; n++ {
+		per = append(per, fmt.Sprintf("replica %d ran %d", n, byReplica[n]))
+	}
+	fmt.Fprintf(w, "\n%s\n", strings.Join(per, ", "))
+	if len(bad) > 0 {
+		msg := "FAILED: " + strings.Join(bad, "; ")
+		fmt.Fprintln(w, "\n"+msg)
+		return &failedError{msg}
+	}
+	fmt.Fprintf(w, "\nOK: %d ticks, each run once (one workflow, one report row) across %d replicas\n", finished, o.Replicas)
+	return nil
+}
+
+// replicaMain is the entry of a replica process.
+func replicaMain() int {
+	var cfg replicaConfig
+	if err := json.Unmarshal([]byte(os.Getenv(envReplica)), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "research replica: bad %s: %v\n", envReplica, err)
+		return 2
+	}
+	if err := runReplica(cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "    [replica %d pid %d] error: %v\n", cfg.N, os.Getpid(), err)
+		return 1
+	}
+	return 0
+}
+
+type reportArgs struct {
+	Summary string `json:"summary"`
+}
+
+func runReplica(cfg replicaConfig) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	say := func(format string, args ...any) {
+		fmt.Printf("    [replica %d pid %d] %s\n", cfg.N, os.Getpid(), fmt.Sprintf(format, args...))
+	}
+	// The model: save a report on the first turn, then answer.
+	srv := agentkittest.NewServer(func(req *agentkittest.Request) agentkittest.Reply {
+		if req.Turn == 0 {
+			args, _ := json.Marshal(reportArgs{Summary: "3 new competitors' prices; " + strings.TrimPrefix(req.LastUser(), "Research the market as of ")})
+			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "save_report", Arguments: args}}}
+		}
+		return agentkittest.Reply{Text: "Report saved."}
+	})
+	defer srv.Close()
+	model, err := agentkit.NewOpenAI(agentkit.OpenAIConfig{BaseURL: srv.URL, Model: "scripted"})
+	if err != nil {
+		return err
+	}
+	eng, err := newEngine(pool, cfg.Schema, fmt.Sprintf("research-%d", cfg.N))
+	if err != nil {
+		return err
+	}
+	table := pgx.Identifier{cfg.Schema, "reports"}.Sanitize()
+	save := agentkit.TxTool("save_report", "Save the research report.",
+		json.RawMessage(`{"type":"object","properties":{"summary":{"type":"string"}},"required":["summary"]}`),
+		func(ctx context.Context, tx pgx.Tx, a reportArgs) (string, error) {
+			info, _ := agentkit.ToolCallFrom(ctx)
+			if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (run_id, replica, summary) VALUES ($1, $2, $3)`, info.RunID, cfg.N, a.Summary); err != nil {
+				return "", err
+			}
+			say("ran %s: saved its report", info.RunID)
+			return "saved", nil
+		}, nil)
+	agent := agentkit.Define(eng, agentName, agentkit.AgentConfig{Model: model, System: "You research the market.", Tools: []*agentkit.Tool{save}})
+	if err := agentkit.Schedule(agent, scheduleName, cfg.Spec, func(tick time.Time) string {
+		return "Research the market as of " + tick.UTC().Format(time.RFC3339)
+	}, nil); err != nil {
+		return err
+	}
+	if err := eng.Launch(ctx); err != nil {
+		return err
+	}
+	say("engine launched as executor %q with schedule %q (%s)", eng.ExecutorID(), scheduleName, cfg.Spec)
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return eng.Shutdown(sctx)
+}
