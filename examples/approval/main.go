@@ -238,6 +238,10 @@ CREATE TABLE IF NOT EXISTS `+pgx.Identifier{schema, "refunds"}.Sanitize()+` (
 		for {
 			select {
 			case err := <-resCh:
+				if err != nil && ctx.Err() != nil {
+					say("stopping; run %s stays pending and resumes when the agent starts again", ticket)
+					return nil
+				}
 				if err != nil {
 					return fmt.Errorf("run %s: %w", ticket, err)
 				}
