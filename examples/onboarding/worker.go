@@ -238,7 +238,6 @@ SELECT $1, $2, g FROM generate_series(1, $3) g`, r.WorkspaceID, c, recordsPerChu
 		return r, fmt.Errorf("generate config: %w", err)
 	}
 	r.Config = res.Final
-	a.say("%-22s configuration of agent run %s: %s", "3 generate-config", h.ID(), oneLine(r.Config, 60))
 
 	// 4. The subscription, deduplicated by the step's idempotency key.
 	r.Subscription, err = durable.Step(wctx, "create-subscription", a.effectStep("4 create-subscription", a.cfg.PaymentsURL,
@@ -348,7 +347,11 @@ func runWorker(cfg workerConfig) error {
 	a := &app{cfg: cfg, pool: pool, schema: pgx.Identifier{cfg.AppSchema}.Sanitize(), http: &http.Client{Timeout: 30 * time.Second}, out: os.Stdout}
 	counted := agentkit.ModelFunc(func(ctx context.Context, req *agentkit.Request) (*agentkit.Response, error) {
 		a.say("%-22s asking the model %s (only ever for a turn that was never recorded)", "3 generate-config", cfg.ModelName)
-		return model.Generate(ctx, req)
+		resp, err := model.Generate(ctx, req)
+		if err == nil {
+			a.say("%-22s the model answered (recorded with the step): %s", "3 generate-config", oneLine(resp.Message.Text(), 50))
+		}
+		return resp, err
 	})
 	wf := register(eng, a, counted)
 	if err := eng.Launch(ctx); err != nil {
