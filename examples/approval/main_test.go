@@ -126,3 +126,37 @@ func TestApprovalAcrossRestart(t *testing.T) {
 		t.Fatalf("a second decision: exit %d, want 1", code)
 	}
 }
+
+// TestDeny denies the refund from another process: the model is told why,
+// and nothing is refunded.
+func TestDeny(t *testing.T) {
+	if os.Getenv("DATABASE_URL") == "" {
+		t.Skip("DATABASE_URL not set; run with scripts/with-postgres")
+	}
+	ctx := context.Background()
+	const schema = "approval_test_deny"
+	var out lockedBuffer
+	defer func() { t.Log("\n" + out.String()) }()
+	if code := cli(ctx, &out, []string{"-schema", schema, "reset"}); code != 0 {
+		t.Fatalf("reset: exit %d", code)
+	}
+	a := startCLI(t, &out, "-schema", schema, "agent", "-ticket", "ticket-2")
+	waitFor(t, "the agent to ask for approval", func() bool { return strings.Contains(out.String(), "deny ticket-2 call_0_0") })
+	var pend lockedBuffer
+	if code := cli(ctx, &pend, []string{"-schema", schema, "pending", "ticket-2"}); code != 0 || !strings.HasPrefix(pend.String(), "call_0_0 refund ") {
+		t.Fatalf("pending: exit %d: %q", code, pend.String())
+	}
+	if code := cli(ctx, &out, []string{"-schema", schema, "deny", "ticket-2", "call_0_0", "over the limit"}); code != 0 {
+		t.Fatalf("deny: exit %d", code)
+	}
+	kill := time.AfterFunc(30*time.Second, func() { _ = a.Process.Kill() })
+	defer kill.Stop()
+	if err := a.Wait(); err != nil {
+		t.Fatalf("agent: %v", err)
+	}
+	for _, want := range []string{"Reason: over the limit", "refunds issued: 0 (provider calls: 0)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q", want)
+		}
+	}
+}
