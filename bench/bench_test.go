@@ -35,6 +35,7 @@ func TestSmoke(t *testing.T) {
 	o.Database = "durable_bench_smoke"
 	o.Rounds, o.N, o.TputTotal, o.StatsN, o.Warmup = 1, 20, 40, 20, 2
 	o.QLatN, o.DrainN, o.DrainRounds, o.RecoveryN = 20, 20, 1, 20
+	o.PeerN, o.PeerDrainN, o.RiverLatN = 10, 50, 2
 	o.OutDir = t.TempDir()
 	o.DropAfter = true
 	if testing.Verbose() {
@@ -76,7 +77,7 @@ func TestSmoke(t *testing.T) {
 		want = append(want, s+"_us", s+"_p50_us", s+"_p99_us")
 	}
 	want = append(want, "ratio_floor_tx", "ratio_floor_select", "ratio_wf0", "ratio_wf1", "ratio_wf10",
-		"ratio_step_overhead", "ratio_txwf", "ratio_txstep_cost",
+		"ratio_step_overhead", "ratio_txwf",
 		"ratio_qlat_local", "ratio_qlat_local_p50", "ratio_qlat_local_p99",
 		"ratio_qlat_client", "ratio_qlat_client_p50", "ratio_qlat_client_p99",
 		"ratio_qlat_local_enqueue_p50", "ratio_qlat_client_enqueue_p50",
@@ -90,12 +91,22 @@ func TestSmoke(t *testing.T) {
 		want = append(want, fmt.Sprintf("tput_wf1_c%d_per_s", c), fmt.Sprintf("tput_wf1_c%d_lat_us", c),
 			fmt.Sprintf("tput_insert_c%d_per_s", c), fmt.Sprintf("tput_insert_c%d_lat_us", c), fmt.Sprintf("ratio_tput_c%d", c))
 	}
+	want = append(want, "dbos_wf0_us", "dbos_wf1_us", "dbos_wf10_us", "ratio_dbos_wf0", "ratio_wf0_vs_dbos",
+		"dbos_drain_per_s", "dbos_drain_enqueue_per_s", "ratio_drain_vs_dbos",
+		"river_drain_per_s", "river_tuned_drain_per_s", "ratio_drain_vs_river", "ratio_drain_vs_river_tuned",
+		"river_lat_us", "river_lat_p50_us", "river_lat_p99_us")
+	for _, c := range o.Concurrency {
+		want = append(want, fmt.Sprintf("tput_dbos_c%d_per_s", c), fmt.Sprintf("ratio_tput_vs_dbos_c%d", c))
+		if c >= 32 {
+			want = append(want, fmt.Sprintf("tput_nogc_c%d_per_s", c), fmt.Sprintf("ratio_gc_vs_nogc_c%d", c))
+		}
+	}
 	for _, k := range want {
 		if v, ok := median[k].(float64); !ok || v <= 0 {
 			t.Errorf("median.%s missing or not positive: %v", k, median[k])
 		}
 	}
-	for _, k := range []string{"step_overhead_us", "txstep_cost_us"} { // differences: may be negative on a noisy machine
+	for _, k := range []string{"step_overhead_us", "txstep_cost_us", "ratio_txstep_cost", "dbos_step_overhead_us"} { // differences: may be negative on a noisy machine
 		if _, ok := median[k].(float64); !ok {
 			t.Errorf("median.%s missing", k)
 		}
@@ -175,8 +186,8 @@ func TestSmoke(t *testing.T) {
 	}
 
 	targets := doc["targets"].([]any)
-	if n := len(targets); n != 7 {
-		t.Errorf("targets: got %d, want 7", n)
+	if n := len(targets); n != 12 {
+		t.Errorf("targets: got %d, want 12", n)
 	}
 	for _, x := range targets {
 		tg := x.(map[string]any)

@@ -28,25 +28,32 @@ type Result struct {
 
 // Params are the options that shape the numbers.
 type Params struct {
-	Rounds      int   `json:"rounds"`
-	Blocks      int   `json:"blocks"`
-	N           int   `json:"n"`
-	NK10        int   `json:"n_k10"`
-	TputTotal   int   `json:"tput_total"`
-	Concurrency []int `json:"concurrency"`
-	StatsN      int   `json:"stats_n"`
-	Warmup      int   `json:"warmup"`
-	MaxConns    int   `json:"max_conns"`
-	QLatN       int   `json:"qlat_n"`
-	DrainN      int   `json:"drain_n"`
-	DrainRounds int   `json:"drain_rounds"`
-	RecoveryN   int   `json:"recovery_n"`
+	Rounds         int   `json:"rounds"`
+	Blocks         int   `json:"blocks"`
+	N              int   `json:"n"`
+	NK10           int   `json:"n_k10"`
+	TputTotal      int   `json:"tput_total"`
+	Concurrency    []int `json:"concurrency"`
+	StatsN         int   `json:"stats_n"`
+	Warmup         int   `json:"warmup"`
+	MaxConns       int   `json:"max_conns"`
+	QLatN          int   `json:"qlat_n"`
+	DrainN         int   `json:"drain_n"`
+	DrainRounds    int   `json:"drain_rounds"`
+	RecoveryN      int   `json:"recovery_n"`
+	DBOS           bool  `json:"dbos"`
+	River          bool  `json:"river"`
+	GroupCommitCmp bool  `json:"group_commit_cmp"`
+	PeerN          int   `json:"peer_n"`
+	PeerDrainN     int   `json:"peer_drain_n"`
+	RiverLatN      int   `json:"river_lat_n"`
 }
 
 func paramsOf(o *Options) Params {
 	return Params{Rounds: o.Rounds, Blocks: o.Blocks, N: o.N, NK10: o.nK10(), TputTotal: o.TputTotal, Concurrency: o.Concurrency,
 		StatsN: o.StatsN, Warmup: o.Warmup, MaxConns: o.MaxConns,
-		QLatN: o.QLatN, DrainN: o.DrainN, DrainRounds: o.DrainRounds, RecoveryN: o.RecoveryN}
+		QLatN: o.QLatN, DrainN: o.DrainN, DrainRounds: o.DrainRounds, RecoveryN: o.RecoveryN,
+		DBOS: o.DBOS, River: o.River, GroupCommitCmp: o.GroupCommitCmp, PeerN: o.PeerN, PeerDrainN: o.PeerDrainN, RiverLatN: o.RiverLatN}
 }
 
 // Round holds every number of one round; keys ending in _us are mean µs
@@ -128,6 +135,7 @@ func derive(v map[string]float64, conc []int) {
 			div("ratio_"+q+"_enqueue_p50", v[q+"_enqueue_p50_us"], v["floor_insert_p50_us"])
 		}
 	}
+	derivePeers(v, conc, div)
 	if _, ok := v["drain_per_s"]; ok {
 		div("ratio_drain_insert_c32", v["drain_per_s"], v["drain_floor_insert_c32_per_s"])
 		div("ratio_drain_floor", v["drain_per_s"], v["drain_floor_per_s"])
@@ -217,6 +225,11 @@ func targets(r *Result) []Target {
 		cmp("enqueue-to-start p50 < 5 ms", "qlat_client_p50_us", get("qlat_client_p50_us"), "<", targetQLatP50US),
 		cmp("drain >= 9,000 wf/s (5x DBOS Go's ~1,800/s)", "drain_per_s", get("drain_per_s"), ">=", targetDrainPerS),
 		recTarget,
+		cmp("per-step overhead >= 3x lower than DBOS Go's (same run)", "ratio_step_vs_dbos", get("ratio_step_vs_dbos"), ">=", 3),
+		cmp("1-step throughput at 32 goroutines >= 5x DBOS Go's (same run)", "ratio_tput_vs_dbos_c32", get("ratio_tput_vs_dbos_c32"), ">=", 5),
+		cmp("drain >= 5x DBOS Go's (same run)", "ratio_drain_vs_dbos", get("ratio_drain_vs_dbos"), ">=", 5),
+		cmp("drain >= River's no-op jobs, River defaults (same run)", "ratio_drain_vs_river", get("ratio_drain_vs_river"), ">=", 1),
+		cmp("drain >= River's no-op jobs, `river bench` tuning (same run)", "ratio_drain_vs_river_tuned", get("ratio_drain_vs_river_tuned"), ">=", 1),
 	}
 }
 
@@ -341,6 +354,7 @@ func (r *Result) Markdown() string {
 	fmt.Fprintf(&sb, "\nStatement counts: %s. Write transactions (XIDs assigned) and WAL are cluster-wide: exact only when nothing else writes to the server.\n", c.StatementsNote)
 
 	r.queueMarkdown(&sb, row, res)
+	r.peersMarkdown(&sb, row, res)
 
 	fmt.Fprintf(&sb, "\nReference, NOT measured in this run: DBOS Go (measured separately on this machine type, see shared research): "+
 		"%.1fx floor per step, %.0f statements per step, 0-step workflow %.0fx; queue latency (enqueue to completion seen) %.0f ms at its default "+

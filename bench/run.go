@@ -34,29 +34,42 @@ type Options struct {
 	DrainN      int   // workflows per queue drain
 	DrainRounds int   // rounds (the first ones) that also measure a queue drain (0: skip)
 	RecoveryN   int   // runs recovered after a SIGKILL, once per run (0: skip)
-	OutDir      string
-	DropAfter   bool
-	Progress    io.Writer // nil: silent
+	// Peers in the same run (peers.go).
+	DBOS           bool // DBOS Transact Go: sequential, throughput and drain
+	River          bool // River: drain (defaults and tuned) and insert-to-start latency
+	GroupCommitCmp bool // durable with DisableGroupCommit at the throughput levels >= 32
+	PeerN          int  // DBOS ops per sequential scenario and round (10 steps: PeerN/5)
+	PeerDrainN     int  // jobs/workflows per DBOS and River drain
+	RiverLatN      int  // River insert-to-start samples per drain round
+	OutDir         string
+	DropAfter      bool
+	Progress       io.Writer // nil: silent
 }
 
 // DefaultOptions are the settings of a default run (about 2 minutes on the
 // project's 2-vCPU machine).
 func DefaultOptions() Options {
 	return Options{
-		Database:    "durable_bench",
-		Rounds:      5,
-		Blocks:      10,
-		N:           1000,
-		TputTotal:   1000,
-		Concurrency: []int{1, 8, 32},
-		StatsN:      500,
-		Warmup:      20,
-		MaxConns:    40,
-		QLatN:       300,
-		DrainN:      10000,
-		DrainRounds: 3,
-		RecoveryN:   10000,
-		OutDir:      "results",
+		Database:       "durable_bench",
+		Rounds:         5,
+		Blocks:         10,
+		N:              1000,
+		TputTotal:      1000,
+		Concurrency:    []int{1, 8, 32, 128},
+		StatsN:         500,
+		Warmup:         20,
+		MaxConns:       40,
+		QLatN:          300,
+		DrainN:         10000,
+		DrainRounds:    3,
+		RecoveryN:      10000,
+		DBOS:           true,
+		River:          true,
+		GroupCommitCmp: true,
+		PeerN:          500,
+		PeerDrainN:     4000,
+		RiverLatN:      30,
+		OutDir:         "results",
 	}
 }
 
@@ -77,10 +90,8 @@ func (o *Options) validate() error {
 	case (o.DrainRounds > 0 || o.RecoveryN > 0) && o.MaxConns < floorDrainConc:
 		return fmt.Errorf("the drain and recovery floors use %d connections: maxconns %d is too small", floorDrainConc, o.MaxConns)
 	}
-	for _, c := range o.Concurrency {
-		if c > o.MaxConns {
-			return fmt.Errorf("concurrency %d exceeds maxconns %d", c, o.MaxConns)
-		}
+	if o.PeerN < 1 || o.PeerDrainN < 1 || o.RiverLatN < 0 {
+		return errors.New("peer-n and peer-drain-n must be at least 1, river-lat-n at least 0")
 	}
 	return nil
 }
@@ -118,6 +129,8 @@ type bench struct {
 	// the wake-up and dispatch.
 	lastEnqueue time.Duration
 	enqueueCall [2][]time.Duration
+
+	peers *peers // nil until openPeers
 
 	stmtsOK   bool   // pg_stat_statements works (statementsAvailable)
 	stmtsNote string // "" until checked
@@ -172,6 +185,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if r < o.DrainRounds {
 			if res.DrainTop, err = b.drain(ctx, r, round.Values); err != nil {
 				return nil, fmt.Errorf("round %d: queue drain: %w", r+1, err)
+			}
+			if err := b.peerDrains(ctx, r, round.Values); err != nil {
+				return nil, fmt.Errorf("round %d: %w", r+1, err)
 			}
 		}
 		derive(round.Values, o.Concurrency)
@@ -322,6 +338,9 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 	}
 	b.cqstart = durable.Register(b.client, "qstart", notHere[int, int], nil)
 	b.cqlat = b.client.QueueRef(qlatQueue)
+	if err := b.openPeers(ctx); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -337,6 +356,7 @@ func notHere[P, R any](durable.Context, P) (R, error) {
 func (b *bench) close(drop bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	b.closePeers(ctx, drop)
 	if b.eng != nil {
 		if err := b.eng.Shutdown(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: shutdown:", err)

@@ -58,7 +58,7 @@ func (b *bench) seqScenarios() []seqScenario {
 			seqScenario{name: "qlat_local", n: o.QLatN, timed: b.enqueueToStart(false)},
 			seqScenario{name: "qlat_client", n: o.QLatN, timed: b.enqueueToStart(true)})
 	}
-	return s
+	return append(s, b.peerSeqScenarios()...)
 }
 
 func (b *bench) concScenarios() []concScenario {
@@ -67,6 +67,7 @@ func (b *bench) concScenarios() []concScenario {
 		s = append(s,
 			concScenario{fmt.Sprintf("tput_wf1_c%d", c), c, b.workflow(b.steps, 1)},
 			concScenario{fmt.Sprintf("tput_insert_c%d", c), c, b.rawInsert})
+		s = append(s, b.peerConcScenarios(c)...)
 	}
 	return s
 }

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// derivePeers adds the per-round ratios of the peers (peers.go).
+func derivePeers(v map[string]float64, conc []int, div func(key string, x, y float64)) {
+	a := v["floor_insert_us"]
+	if _, ok := v["dbos_wf0_us"]; ok {
+		v["dbos_step_overhead_us"] = (v["dbos_wf10_us"] - v["dbos_wf0_us"]) / 10
+		div("ratio_dbos_wf0", v["dbos_wf0_us"], a)
+		div("ratio_dbos_wf1", v["dbos_wf1_us"], a)
+		div("ratio_dbos_wf10", v["dbos_wf10_us"], a)
+		div("ratio_dbos_step_overhead", v["dbos_step_overhead_us"], a)
+		div("ratio_step_vs_dbos", v["dbos_step_overhead_us"], v["step_overhead_us"])
+		div("ratio_wf0_vs_dbos", v["dbos_wf0_us"], v["wf0_us"])
+		div("ratio_wf1_vs_dbos", v["dbos_wf1_us"], v["wf1_us"])
+		div("ratio_wf10_vs_dbos", v["dbos_wf10_us"], v["wf10_us"])
+	}
+	for _, c := range conc {
+		wf, ins := v[fmt.Sprintf("tput_wf1_c%d_per_s", c)], v[fmt.Sprintf("tput_insert_c%d_per_s", c)]
+		if d, ok := v[fmt.Sprintf("tput_dbos_c%d_per_s", c)]; ok {
+			div(fmt.Sprintf("ratio_tput_vs_dbos_c%d", c), wf, d)
+			div(fmt.Sprintf("ratio_tput_dbos_c%d", c), d, ins)
+		}
+		if n, ok := v[fmt.Sprintf("tput_nogc_c%d_per_s", c)]; ok {
+			div(fmt.Sprintf("ratio_gc_vs_nogc_c%d", c), wf, n)
+			div(fmt.Sprintf("ratio_tput_nogc_c%d", c), n, ins)
+		}
+	}
+	if _, ok := v["river_lat_us"]; ok {
+		div("ratio_river_lat_p50", v["river_lat_p50_us"], v["floor_insert_p50_us"])
+		div("ratio_river_lat_p99", v["river_lat_p99_us"], v["floor_insert_p99_us"])
+	}
+	if d, ok := v["drain_per_s"]; ok {
+		ins := v["drain_floor_insert_c32_per_s"]
+		for _, k := range []string{"dbos", "river", "river_tuned"} {
+			if x, ok := v[k+"_drain_per_s"]; ok {
+				div("ratio_drain_vs_"+k, d, x)
+				div("ratio_"+k+"_drain_insert_c32", x, ins)
+			}
+		}
+	}
+}
+
+// peersMarkdown renders the peers measured in this run.
+func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, ratio, target, result string), res func(string) (string, string)) {
+	m := r.Median
+	p := r.Params
+	has := func(k string) bool { _, ok := m[k]; return ok }
+	if !has("dbos_wf0_us") && !has("river_drain_per_s") && !has(fmt.Sprintf("tput_nogc_c%d_per_s", 32)) && !has(fmt.Sprintf("tput_nogc_c%d_per_s", 128)) {
+		return
+	}
+	fmt.Fprintf(sb, "\n### Peers, measured in this run\n\n")
+	fmt.Fprintf(sb, "DBOS Transact Go v1.8.0 (own database, defaults: 20-connection pool; ApplicationVersion pinned): sequential scenarios %d ops per round "+
+		"(10 steps: %d) in the same interleaved blocks as the durable ones; throughput with the same goroutine counts and %d ops per level. "+
+		"Drains (in the %d drain rounds): %d pre-enqueued 1-step DBOS workflows (8-goroutine client enqueue, timed from Launch) and %d River v0.51.2 "+
+		"no-op jobs (InsertMany before Start, timed from Start to the last completion event), against the durable drain of %d: compare rates. "+
+		"\"durable/DBOS\" is how many times faster durable is.\n\n",
+		p.PeerN, max(1, p.PeerN/5), p.TputTotal, p.DrainRounds, p.PeerDrainN, p.PeerDrainN, p.DrainN)
+	sb.WriteString("| metric | value | ratio | target | result |\n|---|---|---|---|---|\n")
+	x := func(k, of string) string {
+		if !has(k) {
+			return ""
+		}
+		return strings.TrimSpace(fmtX(m[k], of))
+	}
+	if has("dbos_wf0_us") {
+		row("DBOS workflow, 0 steps", fmtUS(m["dbos_wf0_us"]), x("ratio_dbos_wf0", "floor A")+"; "+x("ratio_wf0_vs_dbos", "durable's (DBOS/durable)"), "", "")
+		row("DBOS workflow, 1 step", fmtUS(m["dbos_wf1_us"]), x("ratio_dbos_wf1", "floor A")+"; "+x("ratio_wf1_vs_dbos", "durable's"), "", "")
+		row("DBOS workflow, 10 steps", fmtUS(m["dbos_wf10_us"]), x("ratio_dbos_wf10", "floor A")+"; "+x("ratio_wf10_vs_dbos", "durable's"), "", "")
+		tn, tr := res("ratio_step_vs_dbos")
+		row("DBOS per-step overhead = (wf10 - wf0) / 10", fmtUS(m["dbos_step_overhead_us"]),
+			x("ratio_dbos_step_overhead", "floor A")+"; "+x("ratio_step_vs_dbos", "durable's (DBOS/durable)"), tn, tr)
+	}
+	for _, c := range p.Concurrency {
+		k := fmt.Sprintf("tput_dbos_c%d", c)
+		if has(k + "_per_s") {
+			tn, tr := res(fmt.Sprintf("ratio_tput_vs_dbos_c%d", c))
+			row(fmt.Sprintf("DBOS 1-step workflows, %d goroutine(s)", c),
+				fmt.Sprintf("%.0f wf/s (mean lat %s)", m[k+"_per_s"], fmtUS(m[k+"_lat_us"])),
+				x(fmt.Sprintf("ratio_tput_dbos_c%d", c), "INSERT/s")+"; durable/DBOS "+x(fmt.Sprintf("ratio_tput_vs_dbos_c%d", c), ""), tn, tr)
+		}
+	}
+	for _, c := range p.Concurrency {
+		k := fmt.Sprintf("tput_nogc_c%d", c)
+		if has(k + "_per_s") {
+			g := m[fmt.Sprintf("ratio_gc_vs_nogc_c%d", c)]
+			win := "group commit wins"
+			if g < 1 {
+				win = "DisableGroupCommit wins"
+			}
+			row(fmt.Sprintf("durable with DisableGroupCommit, 1-step workflows, %d goroutines", c),
+				fmt.Sprintf("%.0f wf/s (mean lat %s)", m[k+"_per_s"], fmtUS(m[k+"_lat_us"])),
+				x(fmt.Sprintf("ratio_tput_nogc_c%d", c), "INSERT/s")+fmt.Sprintf("; group commit / without: %.2fx (%s)", g, win), "", "")
+		}
+	}
+	if has("dbos_drain_per_s") {
+		tn, tr := res("ratio_drain_vs_dbos")
+		row(fmt.Sprintf("DBOS queue drain: %d pre-enqueued 1-step workflows, Launch -> all SUCCESS", p.PeerDrainN),
+			fmt.Sprintf("%.0f wf/s (%.2f s; Launch %.0f ms; enqueue %.0f/s)", m["dbos_drain_per_s"], m["dbos_drain_s"], m["dbos_drain_launch_ms"], m["dbos_drain_enqueue_per_s"]),
+			x("ratio_dbos_drain_insert_c32", "INSERT/s at 32 goroutines")+"; durable/DBOS "+x("ratio_drain_vs_dbos", ""), tn, tr)
+	}
+	if has("river_drain_per_s") {
+		tn, tr := res("ratio_drain_vs_river")
+		row(fmt.Sprintf("River drain, defaults (MaxWorkers 100): %d no-op jobs", p.PeerDrainN),
+			fmt.Sprintf("%.0f jobs/s (%.2f s; InsertMany %.0f/s)", m["river_drain_per_s"], m["river_drain_s"], m["river_drain_insert_per_s"]),
+			x("ratio_river_drain_insert_c32", "INSERT/s at 32 goroutines")+"; durable/River "+x("ratio_drain_vs_river", ""), tn, tr)
+		tn, tr = res("ratio_drain_vs_river_tuned")
+		row(fmt.Sprintf("River drain, `river bench` tuning (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms): %d no-op jobs", p.PeerDrainN),
+			fmt.Sprintf("%.0f jobs/s (%.2f s)", m["river_tuned_drain_per_s"], m["river_tuned_drain_s"]),
+			x("ratio_river_tuned_drain_insert_c32", "INSERT/s at 32 goroutines")+"; durable/River "+x("ratio_drain_vs_river_tuned", ""), tn, tr)
+	}
+	if has("river_lat_p50_us") {
+		row("River insert-to-start (Insert -> Work begins), idle queue, defaults: p50", fmtUS(m["river_lat_p50_us"]), x("ratio_river_lat_p50", "floor A p50"), "", "")
+		row("River insert-to-start: p99", fmtUS(m["river_lat_p99_us"]), x("ratio_river_lat_p99", "floor A p99"), "", "")
+	}
+	for _, c := range []int{32, 128} {
+		if g, ok := m[fmt.Sprintf("ratio_gc_vs_nogc_c%d", c)]; ok {
+			w := "group commit (the default) wins"
+			if g < 1 {
+				w = "DisableGroupCommit wins"
+			}
+			fmt.Fprintf(sb, "\nGroup commit at %d goroutines: %.0f wf/s with, %.0f wf/s without (%.2fx): %s.", c,
+				m[fmt.Sprintf("tput_wf1_c%d_per_s", c)], m[fmt.Sprintf("tput_nogc_c%d_per_s", c)], g, w)
+		}
+	}
+	sb.WriteString("\n")
+}
