@@ -58,6 +58,7 @@ type WorkflowInfo struct {
 	Queue            string // queue it was enqueued on; "" when started directly
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	StartedAt        time.Time // when a queued run was last claimed by an executor; zero otherwise
 	RecoveryAttempts int
 	Deadline         time.Time       // zero: none
 	Error            error           // the recorded error of a failed, cancelled or dead run, else nil
@@ -89,14 +90,17 @@ func (e *Engine) ListWorkflows(ctx context.Context, p *ListParams) (runs []Workf
 		var w WorkflowInfo
 		var status string
 		var executor, parent, queue *string
-		var deadline *time.Time
+		var deadline, started *time.Time
 		var errb, input, output []byte
 		if err := rows.Scan(&w.ID, &w.Name, &status, &w.AppVersion, &executor, &parent, &queue, &w.CreatedAt, &w.UpdatedAt,
-			&w.RecoveryAttempts, &deadline, &errb, &input, &output); err != nil {
+			&w.RecoveryAttempts, &deadline, &errb, &started, &input, &output); err != nil {
 			return nil, "", fmt.Errorf("durable: list workflows: %w", err)
 		}
 		w.Status = Status(status)
 		w.Executor, w.Parent, w.Queue = deref(executor), deref(parent), deref(queue)
+		if started != nil {
+			w.StartedAt = *started
+		}
 		if deadline != nil {
 			w.Deadline = *deadline
 		}

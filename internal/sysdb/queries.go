@@ -165,8 +165,8 @@ SELECT id, (CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END):
 		// raises SQLSTATE DU001, which aborts the transaction (see
 		// checkpoint_refused in schema.sql).
 		InsertStepTx: r(`WITH ins AS (
-	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
-	SELECT $1, $2, $3, $4, $5, $6, $7, $8
+	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at, finished_at)
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp()
 	FROM {{schema}}.workflows w
 	WHERE w.id = $1 AND w.epoch = $9 AND w.status = 'pending'
 	FOR SHARE OF w

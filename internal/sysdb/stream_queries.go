@@ -138,7 +138,7 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	}
 	var b strings.Builder
 	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
-	recovery_attempts, deadline, error, ` + payloads + `
+	recovery_attempts, deadline, error, started_at, ` + payloads + `
 FROM {{schema}}.workflows`)
 	if len(where) > 0 {
 		b.WriteString("\nWHERE ")
