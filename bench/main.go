@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -42,7 +43,15 @@ func main() {
 	flag.StringVar(&o.Database, "db", o.Database, "database to drop, create and benchmark in")
 	flag.StringVar(&o.OutDir, "out", o.OutDir, "folder for latest.json and latest.md (empty: write nothing)")
 	flag.BoolVar(&o.DropAfter, "drop", o.DropAfter, "drop the benchmark database at the end")
+	render := flag.String("render", "", "only re-render latest.md and the charts into -out from this latest.json")
 	flag.Parse()
+	if *render != "" {
+		if err := renderFrom(*render, o.OutDir); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	var err error
 	if o.Concurrency, err = parseInts(*conc); err != nil {
@@ -91,4 +100,20 @@ func joinInts(v []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// renderFrom re-renders latest.md and the charts of a saved latest.json.
+func renderFrom(file, dir string) error {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var r Result
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if dir == "" {
+		dir = "."
+	}
+	return r.write(dir)
 }

@@ -110,20 +110,32 @@ func (b *bench) openPeers(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) closePeers(ctx context.Context, drop bool) {
+// stopPeers shuts the peers down (after the rounds, so that recovery and
+// the counting batches run without their background statements).
+func (b *bench) stopPeers(ctx context.Context) {
 	p := b.peers
 	if p == nil {
 		return
 	}
 	if p.dbosCtx != nil {
 		dbos.Shutdown(p.dbosCtx, 10*time.Second)
+		p.dbosCtx = nil
 	}
 	if p.nogcEng != nil {
 		_ = p.nogcEng.Shutdown(ctx)
+		p.nogcEng = nil
 	}
 	if p.nogcPl != nil {
 		p.nogcPl.Close()
+		p.nogcPl = nil
 	}
+}
+
+func (b *bench) closePeers(ctx context.Context, drop bool) {
+	if b.peers == nil {
+		return
+	}
+	b.stopPeers(ctx)
 	if drop {
 		for _, s := range []string{"dbos", "dbosq", "river"} {
 			dropDB(b.o.URL, b.o.dbName(s))

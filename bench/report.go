@@ -253,7 +253,10 @@ func (r *Result) write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "latest.json"), append(js, '\n'), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "latest.md"), []byte(r.Markdown()), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "latest.md"), []byte(r.Markdown()), 0o644); err != nil {
+		return err
+	}
+	return r.writeCharts(dir)
 }
 
 func fmtUS(v float64) string {

@@ -196,6 +196,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Rounds = append(res.Rounds, round)
 	}
 	res.Median = medians(res.Rounds)
+	b.stopPeers(ctx)
 
 	if o.RecoveryN > 0 {
 		o.logf("bench: recovery of %d runs after a SIGKILL", o.RecoveryN)
