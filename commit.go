@@ -95,6 +95,19 @@ func (b *batcher[T]) next() {
 	}()
 }
 
+// writeSingly handles a multi-row statement that failed: a transient error
+// goes back to every item (each retries), any other is retried row by row,
+// so one bad row cannot fail the writes of other runs.
+func writeSingly[T any](items []*batchItem[T], err error, one func(*batchItem[T])) {
+	if isTransient(err) {
+		setAll(items, err)
+		return
+	}
+	for _, it := range items {
+		one(it)
+	}
+}
+
 func setAll[T any](items []*batchItem[T], err error) {
 	for _, it := range items {
 		it.err = err
@@ -169,7 +182,11 @@ func (e *Engine) flushSteps(items []*batchItem[*stepWrite]) {
 	}
 	rows, err := e.pool.Query(ctx, e.q.InsertSteps, ids, pos, names, statuses, outputs, errs, attempts, started, epochs)
 	if err != nil {
-		setAll(items, err)
+		writeSingly(items, err, func(it *batchItem[*stepWrite]) {
+			w := it.v
+			tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, w.output, w.errb, w.attempts, w.started, w.epoch)
+			it.ok, it.err = tag.RowsAffected() == 1, err
+		})
 		return
 	}
 	for rows.Next() {
@@ -235,7 +252,7 @@ func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
 	}
 	rows, err := e.pool.Query(ctx, e.q.FinishWorkflows, ids, epochs, statuses, outputs, errs)
 	if err != nil {
-		setAll(items, err)
+		writeSingly(items, err, func(it *batchItem[*finishWrite]) { it.ok, it.err = e.finishOne(ctx, it.v) })
 		return
 	}
 	for rows.Next() {
@@ -299,7 +316,7 @@ func (e *Engine) flushStarts(items []*batchItem[*startWrite]) {
 	}
 	rows, err := e.pool.Query(ctx, e.q.InsertWorkflows, ids, names, e.cfg.AppVersion, e.cfg.ExecutorID, inputs, parents, deadlines)
 	if err != nil {
-		setAll(items, err)
+		writeSingly(items, err, func(it *batchItem[*startWrite]) { it.ok, it.err = e.startOne(ctx, it.v) })
 		return
 	}
 	for rows.Next() {

@@ -288,14 +288,18 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		r.halt(r.deadlineError()) // the code gave up on its context's deadline
 	}
 	if h := r.halted(); h != nil {
-		if !errors.Is(h, ErrNonDeterministic) && !errors.Is(h, ErrDecode) && !errors.Is(h, context.DeadlineExceeded) {
-			// Fenced, cancelled, parked or shutting down: not ours to finish.
-			if !errors.Is(h, ErrShutdown) && !errors.Is(h, errParked) && !errors.Is(h, ErrCancelled) {
+		if errors.Is(h, ErrShutdown) || errors.Is(h, errParked) || errors.Is(h, ErrCancelled) || errors.Is(h, ErrFenced) {
+			// Not ours to finish: the run goes on elsewhere or later, or
+			// was already ended by a cancel.
+			if errors.Is(h, ErrFenced) {
 				e.log.Warn("durable: run stopped", "workflow_id", r.id, "workflow", r.name, "reason", h)
 			}
 			e.hub.wake(r.id, nil)
 			return
 		}
+		// Non-determinism, an undecodable record, the deadline, or a
+		// database error the engine could not ride out: the run fails
+		// visibly instead of sitting pending forever.
 		out, err = nil, h
 	}
 	if err != nil && (errors.Is(err, ErrShutdown) || e.hardCtx.Err() != nil) {
