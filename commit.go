@@ -219,7 +219,8 @@ func (e *Engine) writeFinish(ctx context.Context, w *finishWrite) (bool, error) 
 
 func (e *Engine) finishOne(ctx context.Context, w *finishWrite) (bool, error) {
 	var notify bool
-	err := e.pool.QueryRow(ctx, e.q.FinishOne, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err).Scan(&notify)
+	var parent *string
+	err := e.pool.QueryRow(ctx, e.q.FinishOne, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err).Scan(&notify, &parent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -229,6 +230,16 @@ func (e *Engine) finishOne(ctx context.Context, w *finishWrite) (bool, error) {
 	if notify { // a waiter in another process asked; the finish is committed
 		if _, err := e.pool.Exec(ctx, e.q.NotifyDone, w.id); err != nil {
 			e.log.Warn("durable: notify finish", "workflow_id", w.id, "err", err) // its poll will see it
+		}
+	}
+	if parent != nil { // a parent parked in Await on this run wakes up
+		rows, err := e.pool.Query(ctx, e.q.WakeParent, w.id, *parent)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			e.log.Warn("durable: wake parent", "workflow_id", w.id, "parent", *parent, "err", err)
 		}
 	}
 	return true, nil

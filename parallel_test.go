@@ -133,3 +133,56 @@ func TestRetryAfterAndResumeFailedStep(t *testing.T) {
 	require.Equal(t, "ok", out)
 	require.EqualValues(t, 4, calls.Load())
 }
+
+// TestAwaitChildParks: a parent awaiting a long child parks (no goroutine)
+// and is woken by the child's finish; the outcome is recorded and an error
+// of the child comes back as recorded.
+func TestAwaitChildParks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var parent *durable.Workflow[string, string]
+	var child *durable.Workflow[string, string]
+	var parentEntries atomic.Int32
+	e := b.engine(t, func(c *durable.Config) { c.ParkThreshold = 20 * time.Millisecond }, func(e *durable.Engine) {
+		child = durable.Register(e, "approver", func(wctx durable.Context, in string) (string, error) {
+			d, ok, err := durable.Recv[string](wctx, "decision", time.Hour)
+			if err != nil || !ok {
+				return "", fmt.Errorf("recv: %v %v", ok, err)
+			}
+			if d == "no" {
+				return "", durable.Permanent(errors.New("denied by " + in))
+			}
+			return d + " by " + in, nil
+		}, nil)
+		parent = durable.Register(e, "requester", func(wctx durable.Context, in string) (string, error) {
+			parentEntries.Add(1)
+			h, err := child.StartChild(wctx, in, nil)
+			if err != nil {
+				return "", err
+			}
+			return h.Await(wctx)
+		}, nil)
+	})
+	ctx := ctxT(t)
+	for _, tc := range []struct{ decision, want string }{{"yes", "yes by ann"}, {"no", "denied by ann"}} {
+		id := "req-" + tc.decision
+		h, err := parent.Start(ctx, "ann", &durable.StartOpts{ID: id})
+		require.NoError(t, err)
+		parked := fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND executor_id IS NULL AND wait_topic = $2`, b.schema)
+		require.Eventually(t, func() bool {
+			var n int
+			_ = b.pool.QueryRow(ctx, parked, id, "child:"+id+"/0").Scan(&n)
+			return n == 1
+		}, 10*time.Second, 2*time.Millisecond, "the parent parks on its child")
+		require.NoError(t, durable.Send(ctx, e, id+"/0", "decision", tc.decision, nil))
+		out, err := h.Result(ctx)
+		if tc.decision == "yes" {
+			require.NoError(t, err)
+			require.Equal(t, tc.want, out)
+		} else {
+			require.ErrorIs(t, err, durable.ErrPermanent)
+			require.ErrorContains(t, err, tc.want)
+		}
+	}
+	require.EqualValues(t, 4, parentEntries.Load(), "each parent ran twice: before parking and on its wake-up")
+}

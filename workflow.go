@@ -468,3 +468,81 @@ func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []by
 	e.launch(e.newRun(id, def.name, 1, nil, nil), def, input)
 	return true, nil
 }
+
+// awaited is the recorded outcome of a child awaited with Handle.Await.
+type awaited struct {
+	Status Status          `json:"status"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  json.RawMessage `json:"error,omitempty"`
+}
+
+// Await waits, from workflow code, for the run h follows (typically a child
+// started with StartChild) and returns its result. The outcome is recorded
+// as a step of the caller, so a replay gets the same answer without
+// waiting. A wait longer than Config.ParkThreshold parks the caller: it
+// holds no goroutine, and the child's finish wakes it on any executor.
+func (h *Handle[R]) Await(wctx Context) (R, error) {
+	var zero R
+	r := wctx.workflowRun()
+	name := "durable.await:" + h.id
+	pos, rec, err := r.begin(name)
+	if err != nil {
+		return zero, err
+	}
+	if rec == nil {
+		started := time.Now()
+		waitUntil := started.Add(r.e.cfg.ParkThreshold)
+		for {
+			w := r.e.hub.subscribe(h.id)
+			info, err := r.e.readRun(r.e.hardCtx, r.e.pool, h.id)
+			if err != nil {
+				r.e.hub.unsubscribe(h.id, w)
+				if errors.Is(err, ErrWorkflowNotFound) {
+					return zero, err
+				}
+				return zero, r.halt(err)
+			}
+			if info.status.Finished() {
+				r.e.hub.unsubscribe(h.id, w)
+				out, _ := json.Marshal(awaited{Status: info.status, Output: info.output, Error: info.err})
+				if err := r.checkpoint(pos, name, stepDone, out, nil, 1, started); err != nil {
+					return zero, err
+				}
+				rec = &stepRecord{pos: pos, name: name, status: stepDone, output: out}
+				break
+			}
+			if !info.notify {
+				_, _ = r.e.pool.Exec(r.e.hardCtx, r.e.q.WatchWorkflow, h.id) // a remote finish notifies us
+			}
+			remaining := time.Until(waitUntil)
+			if remaining <= 0 {
+				r.e.hub.unsubscribe(h.id, w)
+				return zero, r.parkOnChild(h.id)
+			}
+			err = r.waitFor(w.ch, min(remaining, r.e.cfg.PollInterval))
+			r.e.hub.unsubscribe(h.id, w)
+			if err != nil {
+				return zero, err
+			}
+		}
+	}
+	a, err := replay[awaited](r, rec)
+	if err != nil {
+		return zero, err
+	}
+	return decodeOutcome[R](h.id, &outcome{status: a.Status, output: a.Output, err: a.Error})
+}
+
+// parkOnChild parks the run until child finishes (its finish sets our
+// wake-up time to now).
+func (r *run) parkOnChild(child string) error {
+	err := r.park(time.Now().Add(100*365*24*time.Hour), "child:"+child)
+	// The child may have finished before the park committed: look again.
+	if info, rerr := r.e.readRun(r.e.hardCtx, r.e.pool, child); rerr == nil && info.status.Finished() {
+		rows, qerr := r.e.pool.Query(r.e.hardCtx, r.e.q.WakeParent, child, r.id)
+		if qerr == nil {
+			rows.Close()
+		}
+	}
+	return err
+}

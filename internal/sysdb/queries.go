@@ -35,6 +35,7 @@ type Queries struct {
 	InsertOwned         string
 	FinishOne           string
 	NotifyDone          string
+	WakeParent          string
 	InsertWorkflows     string
 	FinishWorkflows     string
 	InsertStepTx        string
@@ -86,7 +87,14 @@ ON CONFLICT (id) DO NOTHING`),
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
 		FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
-RETURNING notify`),
+RETURNING notify, parent_id`),
+
+		// Wakes a parent parked in Await on child $1.
+		WakeParent: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET wake_at = now()
+	WHERE id = $2 AND status = 'pending' AND executor_id IS NULL AND wait_topic = 'child:' || $1::text
+	RETURNING id)
+SELECT pg_notify('` + channel + `', 'n:' || id)::text FROM u`),
 
 		NotifyDone: "SELECT pg_notify('" + channel + "', 'd:' || $1::text)",
 
@@ -158,8 +166,15 @@ RETURNING workflow_id, pos`),
 upd AS (
 	UPDATE {{schema}}.workflows w SET status = u.status, output = u.output, error = u.error, updated_at = now()
 	FROM u WHERE w.id = u.id AND w.epoch = u.epoch AND w.status = 'pending'
-	RETURNING w.id, w.notify)
-SELECT id, (CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END)::text FROM upd`),
+	RETURNING w.id, w.notify, w.parent_id),
+parents AS (
+	UPDATE {{schema}}.workflows p SET wake_at = now()
+	FROM upd WHERE p.id = upd.parent_id AND p.status = 'pending' AND p.executor_id IS NULL
+		AND p.wait_topic = 'child:' || upd.id
+	RETURNING p.id)
+SELECT id, (CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END)::text FROM upd
+UNION ALL
+SELECT '', pg_notify('` + channel + `', 'n:' || id)::text FROM parents`),
 
 		// InsertStep for a transaction step: instead of touching no row it
 		// raises SQLSTATE DU001, which aborts the transaction (see
