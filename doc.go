@@ -50,7 +50,8 @@
 //   - receive messages with [Recv] and publish progress with [SetEvent];
 //   - branch changed code on [Patched] so in-flight runs keep their path;
 //   - start child workflows with [Workflow.StartChild], which records the
-//     start, rather than Start;
+//     start, rather than Start, and wait for them with [Handle.Await];
+//   - run steps in parallel with [Go], started in a deterministic order;
 //   - not branch on a step error's concrete Go type: a step error is
 //     returned as recorded ([*StepError] wrapping a [*RecordedError]); use
 //     errors.Is with the package's sentinels instead.
