@@ -38,6 +38,7 @@ func main() {
 	flag.BoolVar(&o.River, "river", o.River, "also measure River's drain and insert-to-start latency (own database <db>_river)")
 	flag.BoolVar(&o.GroupCommitCmp, "gc-cmp", o.GroupCommitCmp, "also measure durable with DisableGroupCommit at the throughput levels >= 32")
 	flag.IntVar(&o.PeerN, "peer-n", o.PeerN, "DBOS ops per sequential scenario and round (10 steps: peer-n/5)")
+	flag.IntVar(&o.PeerTput, "peer-tput", o.PeerTput, "DBOS ops per throughput level and round (at most -tput)")
 	flag.IntVar(&o.PeerDrainN, "peer-drain-n", o.PeerDrainN, "workflows/jobs per DBOS and River drain (in the drain rounds)")
 	flag.IntVar(&o.RiverLatN, "river-lat-n", o.RiverLatN, "River insert-to-start samples per drain round (0: skip)")
 	flag.StringVar(&o.Database, "db", o.Database, "database to drop, create and benchmark in")

@@ -178,10 +178,10 @@ func (b *bench) peerSeqScenarios() []seqScenario {
 func (b *bench) peerConcScenarios(c int) []concScenario {
 	var s []concScenario
 	if b.o.DBOS {
-		s = append(s, concScenario{fmt.Sprintf("tput_dbos_c%d", c), c, b.dbosWorkflow(1)})
+		s = append(s, concScenario{name: fmt.Sprintf("tput_dbos_c%d", c), c: c, op: b.dbosWorkflow(1), total: min(b.o.TputTotal, b.o.PeerTput)})
 	}
 	if b.o.GroupCommitCmp && c >= 32 {
-		s = append(s, concScenario{fmt.Sprintf("tput_nogc_c%d", c), c, b.workflow(b.peers.nogcWF, 1)})
+		s = append(s, concScenario{name: fmt.Sprintf("tput_nogc_c%d", c), c: c, op: b.workflow(b.peers.nogcWF, 1)})
 	}
 	return s
 }

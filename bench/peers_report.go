@@ -59,7 +59,7 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		"Drains (in the %d drain rounds): %d pre-enqueued 1-step DBOS workflows (8-goroutine client enqueue, timed from Launch) and %d River v0.51.2 "+
 		"no-op jobs (InsertMany before Start, timed from Start to the last completion event), against the durable drain of %d: compare rates. "+
 		"\"durable/DBOS\" is how many times faster durable is.\n\n",
-		p.PeerN, max(1, p.PeerN/5), p.TputTotal, p.DrainRounds, p.PeerDrainN, p.PeerDrainN, p.DrainN)
+		p.PeerN, max(1, p.PeerN/5), p.PeerTput, p.DrainRounds, p.PeerDrainN, p.PeerDrainN, p.DrainN)
 	sb.WriteString("| metric | value | ratio | target | result |\n|---|---|---|---|---|\n")
 	x := func(k, of string) string {
 		if !has(k) {

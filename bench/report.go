@@ -45,6 +45,7 @@ type Params struct {
 	River          bool  `json:"river"`
 	GroupCommitCmp bool  `json:"group_commit_cmp"`
 	PeerN          int   `json:"peer_n"`
+	PeerTput       int   `json:"peer_tput"`
 	PeerDrainN     int   `json:"peer_drain_n"`
 	RiverLatN      int   `json:"river_lat_n"`
 }
@@ -53,7 +54,7 @@ func paramsOf(o *Options) Params {
 	return Params{Rounds: o.Rounds, Blocks: o.Blocks, N: o.N, NK10: o.nK10(), TputTotal: o.TputTotal, Concurrency: o.Concurrency,
 		StatsN: o.StatsN, Warmup: o.Warmup, MaxConns: o.MaxConns,
 		QLatN: o.QLatN, DrainN: o.DrainN, DrainRounds: o.DrainRounds, RecoveryN: o.RecoveryN,
-		DBOS: o.DBOS, River: o.River, GroupCommitCmp: o.GroupCommitCmp, PeerN: o.PeerN, PeerDrainN: o.PeerDrainN, RiverLatN: o.RiverLatN}
+		DBOS: o.DBOS, River: o.River, GroupCommitCmp: o.GroupCommitCmp, PeerN: o.PeerN, PeerTput: min(o.PeerTput, o.TputTotal), PeerDrainN: o.PeerDrainN, RiverLatN: o.RiverLatN}
 }
 
 // Round holds every number of one round; keys ending in _us are mean µs

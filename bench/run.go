@@ -39,6 +39,7 @@ type Options struct {
 	River          bool // River: drain (defaults and tuned) and insert-to-start latency
 	GroupCommitCmp bool // durable with DisableGroupCommit at the throughput levels >= 32
 	PeerN          int  // DBOS ops per sequential scenario and round (10 steps: PeerN/5)
+	PeerTput       int  // DBOS ops per throughput level and round (at most TputTotal)
 	PeerDrainN     int  // jobs/workflows per DBOS and River drain
 	RiverLatN      int  // River insert-to-start samples per drain round
 	OutDir         string
@@ -67,7 +68,8 @@ func DefaultOptions() Options {
 		River:          true,
 		GroupCommitCmp: true,
 		PeerN:          500,
-		PeerDrainN:     4000,
+		PeerTput:       500,
+		PeerDrainN:     3000,
 		RiverLatN:      30,
 		OutDir:         "results",
 	}
@@ -90,8 +92,8 @@ func (o *Options) validate() error {
 	case (o.DrainRounds > 0 || o.RecoveryN > 0) && o.MaxConns < floorDrainConc:
 		return fmt.Errorf("the drain and recovery floors use %d connections: maxconns %d is too small", floorDrainConc, o.MaxConns)
 	}
-	if o.PeerN < 1 || o.PeerDrainN < 1 || o.RiverLatN < 0 {
-		return errors.New("peer-n and peer-drain-n must be at least 1, river-lat-n at least 0")
+	if o.PeerN < 1 || o.PeerTput < 1 || o.PeerDrainN < 1 || o.RiverLatN < 0 {
+		return errors.New("peer-n, peer-tput and peer-drain-n must be at least 1, river-lat-n at least 0")
 	}
 	return nil
 }

@@ -37,9 +37,10 @@ func (s *seqScenario) run(ctx context.Context) (time.Duration, error) {
 
 // concScenario is an op run total times per round by c goroutines.
 type concScenario struct {
-	name string
-	c    int
-	op   opFunc
+	name  string
+	c     int
+	op    opFunc
+	total int // ops per round; 0: o.TputTotal
 }
 
 func (b *bench) seqScenarios() []seqScenario {
@@ -65,8 +66,8 @@ func (b *bench) concScenarios() []concScenario {
 	var s []concScenario
 	for _, c := range b.o.Concurrency {
 		s = append(s,
-			concScenario{fmt.Sprintf("tput_wf1_c%d", c), c, b.workflow(b.steps, 1)},
-			concScenario{fmt.Sprintf("tput_insert_c%d", c), c, b.rawInsert})
+			concScenario{name: fmt.Sprintf("tput_wf1_c%d", c), c: c, op: b.workflow(b.steps, 1)},
+			concScenario{name: fmt.Sprintf("tput_insert_c%d", c), c: c, op: b.rawInsert})
 		s = append(s, b.peerConcScenarios(c)...)
 	}
 	return s
@@ -125,7 +126,11 @@ func (b *bench) round(ctx context.Context, r int, out map[string]float64) error 
 	o.logf("round %d/%d  (sequential scenarios: %.1fs)", r+1, o.Rounds, time.Since(t0).Seconds())
 	for _, s := range b.concScenarios() {
 		t0 := time.Now()
-		if err := timeConc(ctx, s.name, s.c, o.TputTotal, s.op, out); err != nil {
+		total := o.TputTotal
+		if s.total > 0 {
+			total = s.total
+		}
+		if err := timeConc(ctx, s.name, s.c, total, s.op, out); err != nil {
 			return err
 		}
 		o.logf("round %d/%d  %-15s %7.0f /s  mean latency %7.1f µs  (%.1fs)", r+1, o.Rounds, s.name,
