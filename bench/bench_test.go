@@ -54,6 +54,11 @@ func TestSmoke(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
+	for _, f := range []string{"latest.md", "latency.png", "throughput.png", "drain.png"} {
+		if st, err := os.Stat(filepath.Join(o.OutDir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s not written: %v", f, err)
+		}
+	}
 	for _, k := range []string{"format", "started_at", "finished_at", "duration_s", "env", "params", "rounds", "median", "counts",
 		"recovery", "drain_top_statements", "targets", "peer_reference"} {
 		if _, ok := doc[k]; !ok {
