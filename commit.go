@@ -18,7 +18,7 @@ import (
 // being one commit per step.
 
 const (
-	groupMaxInflight = 1   // concurrent flushes per kind of write
+	groupMaxInflight = 1   // concurrent flushes per kind of write: while one is in flight the next batch gathers
 	groupMaxBatch    = 500 // rows per statement
 )
 
