@@ -290,12 +290,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, err
 	}
 	hardCtx, hardCancel := context.WithCancelCause(context.Background())
+	q := sysdb.New(c.Schema)
 	e := &Engine{
 		pool:           pool,
 		cfg:            c,
-		q:              sysdb.New(c.Schema),
-		qq:             sysdb.NewQueueQueries(c.Schema, sysdb.New(c.Schema).Channel),
-		wq:             sysdb.NewWaitQueries(c.Schema, sysdb.New(c.Schema).Channel),
+		q:              q,
+		qq:             sysdb.NewQueueQueries(c.Schema, q.Channel),
+		wq:             sysdb.NewWaitQueries(c.Schema, q.Channel),
 		log:            c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation:    randomHex(8),
 		defs:           map[string]*wfDef{},
