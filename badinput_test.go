@@ -452,3 +452,37 @@ func TestReplayReturnsRecordedValues(t *testing.T) {
 	require.EqualValues(t, 1, effectRuns.Load(), "the interrupted effect is resolved, not blindly repeated")
 	require.EqualValues(t, 1, resolved.Load())
 }
+
+// TestDatabaseErrorFailsRunVisibly: a checkpoint the database refuses for
+// good (here its table is gone for a moment) fails the run with that error
+// instead of leaving it pending forever on a live executor.
+func TestDatabaseErrorFailsRunVisibly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var wf *durable.Workflow[int, int]
+	b.engine(t, func(c *durable.Config) { c.DisableGroupCommit = true }, func(e *durable.Engine) {
+		wf = durable.Register(e, "doomed-write", func(wctx durable.Context, in int) (int, error) {
+			return durable.Step(wctx, "s", func(ctx context.Context) (int, error) {
+				close(entered)
+				<-release
+				return 1, nil
+			}, nil)
+		}, nil)
+	})
+	ctx := ctxT(t)
+	h, err := wf.Start(ctx, 1, nil)
+	require.NoError(t, err)
+	<-entered
+	_, err = b.pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %q.steps RENAME TO steps_gone", b.schema))
+	require.NoError(t, err)
+	close(release)
+	require.Eventually(t, func() bool {
+		st, err := h.Status(ctx)
+		return err == nil && st == durable.StatusError
+	}, 30*time.Second, 5*time.Millisecond)
+	_, err = b.pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %q.steps_gone RENAME TO steps", b.schema))
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.ErrorContains(t, err, "record step 0")
+}

@@ -357,3 +357,32 @@ func TestQueueParkedRunsAndSlots(t *testing.T) {
 		})
 	}
 }
+
+// TestQueueDeclaredVersusLiveSettings: a restart with the same declaration
+// keeps limits changed at run time; a deploy that declares other limits
+// replaces them.
+func TestQueueDeclaredVersusLiveSettings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	launch := func(opts durable.QueueOpts) (*durable.Engine, *durable.Queue) {
+		var q *durable.Queue
+		e := b.engine(t, nil, func(e *durable.Engine) { q = durable.RegisterQueue(e, "limits", &opts) })
+		return e, q
+	}
+	declared := durable.QueueOpts{GlobalConcurrency: 3}
+	e1, q1 := launch(declared)
+	require.NoError(t, q1.Update(ctx, durable.QueueOpts{GlobalConcurrency: 9}))
+	require.NoError(t, e1.Shutdown(ctx))
+
+	e2, q2 := launch(declared) // same code restarted
+	st, err := q2.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 9, st.Settings.GlobalConcurrency, "the live change survives a restart of the same code")
+	require.NoError(t, e2.Shutdown(ctx))
+
+	_, q3 := launch(durable.QueueOpts{GlobalConcurrency: 5}) // a deploy declaring other limits
+	st, err = q3.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, st.Settings.GlobalConcurrency, "the new declaration wins")
+}
