@@ -12,18 +12,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 // crashSteps is the workflow of the crash matrix: plain steps call an
@@ -43,10 +41,7 @@ func runChildIfAsked() bool {
 	return true
 }
 
-func killSelf() {
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // never reached
-}
+var killSelf = proctest.KillSelf
 
 func runChild(mode string) error {
 	ctx := context.Background()
@@ -203,80 +198,7 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// child is a running child process.
-type child struct {
-	cmd    *exec.Cmd
-	stdin  interface{ Close() error }
-	lines  chan string
-	stderr *syncBuffer
-	done   chan error
-}
-
-func startChild(t *testing.T, mode, schema, execID string, env ...string) *child {
+func startChild(t *testing.T, mode, schema, execID string, env ...string) *proctest.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "DURABLE_CHILD="+mode, "DURABLE_SCHEMA="+schema, "DURABLE_EXEC_ID="+execID)
-	cmd.Env = append(cmd.Env, env...)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 100), stderr: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stderr = c.stderr
-	require.NoError(t, cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-	}()
-	go func() { c.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("child %s (%s) stderr:\n%s", execID, mode, c.stderr.String())
-		}
-	})
-	return c
-}
-
-// waitLine waits for a stdout line with the given prefix.
-func (c *child) waitLine(t *testing.T, prefix string) string {
-	t.Helper()
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("child exited before printing %q; stderr:\n%s", prefix, c.stderr.String())
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-		case <-timeout:
-			t.Fatalf("child did not print %q; stderr:\n%s", prefix, c.stderr.String())
-		}
-	}
-}
-
-// wait waits for the child to exit and returns its exit error.
-func (c *child) wait(t *testing.T) error {
-	t.Helper()
-	select {
-	case err := <-c.done:
-		return err
-	case <-time.After(60 * time.Second):
-		t.Fatalf("child did not exit; stderr:\n%s", c.stderr.String())
-		return nil
-	}
-}
-
-func killedBySIGKILL(err error) bool {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return false
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+	return proctest.Start(t, append([]string{"DURABLE_CHILD=" + mode, "DURABLE_SCHEMA=" + schema, "DURABLE_EXEC_ID=" + execID}, env...)...)
 }

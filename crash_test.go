@@ -15,6 +15,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 func appTables(t *testing.T, pool *pgxpool.Pool, schema string) func(string) string {
@@ -57,12 +58,12 @@ func TestCrashMatrix(t *testing.T) {
 			env := []string{"DURABLE_LEASE=30s"}
 
 			first := startChild(t, "matrix", schema, "matrix-exec", append(env, fmt.Sprintf("DURABLE_CRASH=%s:%d", tc.point, tc.pos))...)
-			err := first.wait(t)
-			require.True(t, killedBySIGKILL(err), "first child must die by SIGKILL, got %v; stderr:\n%s", err, first.stderr.String())
+			err := first.Wait(t)
+			require.True(t, proctest.KilledBySIGKILL(err), "first child must die by SIGKILL, got %v; stderr:\n%s", err, first.Stderr.String())
 
 			second := startChild(t, "matrix", schema, "matrix-exec", env...)
-			require.Equal(t, "result 461", second.waitLine(t, "result"))
-			require.NoError(t, second.wait(t))
+			require.Equal(t, "result 461", second.WaitLine(t, "result"))
+			require.NoError(t, second.Wait(t))
 
 			// Every step body ran once, except the one interrupted before
 			// its checkpoint (after its effect, or inside its transaction).
@@ -140,19 +141,19 @@ func TestTakeoverAfterExecutorDies(t *testing.T) {
 	const runs = 6
 	lease := "DURABLE_LEASE=1s"
 	b := startChild(t, "worker", schema, "B", lease)
-	b.waitLine(t, "ready")
+	b.WaitLine(t, "ready")
 	c := startChild(t, "worker", schema, "C", lease)
-	c.waitLine(t, "ready")
+	c.WaitLine(t, "ready")
 	a := startChild(t, "worker", schema, "A", lease, fmt.Sprintf("DURABLE_START=%d", runs), "DURABLE_STEPS=10")
-	a.waitLine(t, "ready")
+	a.WaitLine(t, "ready")
 	require.Eventually(t, func() bool {
 		var n int
 		_ = pool.QueryRow(ctx, q("SELECT count(DISTINCT workflow_id) FROM @executions WHERE pos >= 2")).Scan(&n)
 		return n == runs
 	}, 30*time.Second, 5*time.Millisecond)
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGKILL))
 	killedAt := time.Now()
-	require.True(t, killedBySIGKILL(a.wait(t)))
+	require.True(t, proctest.KilledBySIGKILL(a.Wait(t)))
 
 	require.Eventually(t, func() bool {
 		var n int
@@ -190,27 +191,27 @@ func TestFencingRejectsPausedOwner(t *testing.T) {
 	ctx := ctxT(t)
 	lease := "DURABLE_LEASE=1s"
 	b := startChild(t, "worker", schema, "B", lease)
-	b.waitLine(t, "ready")
+	b.WaitLine(t, "ready")
 	a := startChild(t, "worker", schema, "A", lease, "DURABLE_START=1", "DURABLE_STEPS=3", "DURABLE_BLOCK=2s")
-	a.waitLine(t, "ready")
-	a.waitLine(t, "blocking")
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+	a.WaitLine(t, "ready")
+	a.WaitLine(t, "blocking")
+	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGSTOP))
 
 	var status, output string
 	require.Eventually(t, func() bool {
 		_ = pool.QueryRow(ctx, q("SELECT status, coalesce(output::text, '') FROM @workflows WHERE id = 'A-0'")).Scan(&status, &output)
 		return status == "success"
 	}, 30*time.Second, 5*time.Millisecond)
-	require.Contains(t, output, fmt.Sprintf("by %d", b.cmd.Process.Pid))
+	require.Contains(t, output, fmt.Sprintf("by %d", b.Cmd.Process.Pid))
 
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGCONT))
 	require.Eventually(t, func() bool {
-		return strings.Contains(a.stderr.String(), "no longer owns the workflow")
+		return strings.Contains(a.Stderr.String(), "no longer owns the workflow")
 	}, 30*time.Second, 10*time.Millisecond, "the resumed old owner must be fenced")
 
 	var step0 string
 	require.NoError(t, pool.QueryRow(ctx, q("SELECT output::text FROM @steps WHERE workflow_id = 'A-0' AND pos = 0")).Scan(&step0))
-	require.Contains(t, step0, fmt.Sprintf("by %d", b.cmd.Process.Pid), "the new owner's checkpoint stands")
+	require.Contains(t, step0, fmt.Sprintf("by %d", b.Cmd.Process.Pid), "the new owner's checkpoint stands")
 	var pids []int
 	rows, err := pool.Query(ctx, q("SELECT pid FROM @executions WHERE workflow_id = 'A-0' AND pos = 0 ORDER BY at"))
 	require.NoError(t, err)
@@ -219,7 +220,7 @@ func TestFencingRejectsPausedOwner(t *testing.T) {
 		require.NoError(t, rows.Scan(&p))
 		pids = append(pids, p)
 	}
-	require.Equal(t, []int{a.cmd.Process.Pid, b.cmd.Process.Pid}, pids)
+	require.Equal(t, []int{a.Cmd.Process.Pid, b.Cmd.Process.Pid}, pids)
 	_ = context.Background
 }
 
@@ -234,12 +235,12 @@ func TestDeadLetterAfterRepeatedCrashes(t *testing.T) {
 	env := []string{"DURABLE_LEASE=30s", "DURABLE_MAXREC=2", "DURABLE_CRASH=before:1"}
 	for i := 0; i < 3; i++ { // first run, then recovery attempts 1 and 2: all crash
 		c := startChild(t, "matrix", schema, "dl-exec", env...)
-		require.True(t, killedBySIGKILL(c.wait(t)), "run %d must crash; stderr:\n%s", i, c.stderr.String())
+		require.True(t, proctest.KilledBySIGKILL(c.Wait(t)), "run %d must crash; stderr:\n%s", i, c.Stderr.String())
 	}
 	c := startChild(t, "matrix", schema, "dl-exec", env...)
-	line := c.waitLine(t, "dead-lettered")
+	line := c.WaitLine(t, "dead-lettered")
 	require.Contains(t, line, "dead-lettered after 2 recovery attempts")
-	require.NoError(t, c.wait(t))
+	require.NoError(t, c.Wait(t))
 	var status string
 	var attempts int
 	require.NoError(t, pool.QueryRow(ctxT(t), q("SELECT status, recovery_attempts FROM @workflows WHERE id = 'matrix-run'")).Scan(&status, &attempts))

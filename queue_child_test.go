@@ -16,6 +16,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 type jobIn struct {
@@ -95,10 +96,10 @@ func TestQueueLimitsAcrossProcesses(t *testing.T) {
 	schema := pgtest.Schema(t)
 	q := queueTables(t, pool, schema)
 	ctx := ctxT(t)
-	var children []*child
+	var children []*proctest.Child
 	for _, id := range []string{"A", "B", "C"} {
 		c := startChild(t, "queue", schema, id, "DURABLE_LEASE=2s")
-		c.waitLine(t, "ready")
+		c.WaitLine(t, "ready")
 		children = append(children, c)
 	}
 	client, job := queueClient(t, pool, schema)
@@ -146,7 +147,7 @@ func TestQueueLimitsAcrossProcesses(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*) FROM @intervals")).Scan(&steps))
 	require.Equal(t, total, steps, "every run's step ran exactly once")
 	for _, c := range children {
-		require.NoError(t, c.stdin.Close())
+		require.NoError(t, c.Stdin.Close())
 	}
 }
 
@@ -160,9 +161,9 @@ func TestQueueClaimedRunsSurviveExecutorKill(t *testing.T) {
 	q := queueTables(t, pool, schema)
 	ctx := ctxT(t)
 	a := startChild(t, "queue", schema, "A", "DURABLE_LEASE=1s")
-	a.waitLine(t, "ready")
+	a.WaitLine(t, "ready")
 	b := startChild(t, "queue", schema, "B", "DURABLE_LEASE=1s")
-	b.waitLine(t, "ready")
+	b.WaitLine(t, "ready")
 	client, job := queueClient(t, pool, schema)
 	const n = 8
 	for i := 0; i < n; i++ {
@@ -174,8 +175,8 @@ func TestQueueClaimedRunsSurviveExecutorKill(t *testing.T) {
 		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE executor_id = 'A' AND status = 'pending'")).Scan(&held)
 		return held > 0
 	}, 30*time.Second, 2*time.Millisecond)
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
-	require.True(t, killedBySIGKILL(a.wait(t)))
+	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGKILL))
+	require.True(t, proctest.KilledBySIGKILL(a.Wait(t)))
 
 	require.Eventually(t, func() bool {
 		var done int
@@ -200,5 +201,5 @@ func TestQueueClaimedRunsSurviveExecutorKill(t *testing.T) {
 	require.Equal(t, n, checkpoints, "one checkpoint per run")
 	require.LessOrEqual(t, maxOverlap(t, pool, q, "j.queue = 'global' AND i.queue = 'global'"), 4)
 	t.Logf("A held %d claimed runs at the kill; %d step executions completed for %d runs", held, finished, n)
-	require.NoError(t, b.stdin.Close())
+	require.NoError(t, b.Stdin.Close())
 }

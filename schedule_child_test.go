@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 // registerTickWriter registers "record-tick": it writes its tick, as
@@ -87,23 +88,23 @@ func TestScheduleExactlyOnceAcrossReplicas(t *testing.T) {
 	a := startChild(t, "schedule", b.schema, "A", lease)
 	bb := startChild(t, "schedule", b.schema, "B", lease)
 	c := startChild(t, "schedule", b.schema, "C", lease)
-	for _, ch := range []*child{a, bb, c} {
-		ch.waitLine(t, "ready")
+	for _, ch := range []*proctest.Child{a, bb, c} {
+		ch.WaitLine(t, "ready")
 	}
 	waitMore(3)
 
-	require.NoError(t, bb.cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, bb.Cmd.Process.Signal(syscall.SIGKILL))
 	killedAt := time.Now().UTC()
-	require.True(t, killedBySIGKILL(bb.wait(t)))
+	require.True(t, proctest.KilledBySIGKILL(bb.Wait(t)))
 	waitMore(2)
 	bb = startChild(t, "schedule", b.schema, "B", lease)
-	bb.waitLine(t, "ready")
+	bb.WaitLine(t, "ready")
 	waitMore(3)
-	for _, ch := range []*child{a, bb, c} {
-		require.NoError(t, ch.stdin.Close())
+	for _, ch := range []*proctest.Child{a, bb, c} {
+		require.NoError(t, ch.Stdin.Close())
 	}
-	for _, ch := range []*child{a, bb, c} {
-		require.NoError(t, ch.wait(t), ch.stderr.String())
+	for _, ch := range []*proctest.Child{a, bb, c} {
+		require.NoError(t, ch.Wait(t), ch.Stderr.String())
 	}
 	elapsed := time.Since(start)
 

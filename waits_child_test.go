@@ -15,6 +15,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 // registerWaiters registers the workflows of the wait tests.
@@ -100,21 +101,21 @@ func TestRecvSurvivesKillAndSendWhileDown(t *testing.T) {
 			ctx := ctxT(t)
 			env := []string{"DURABLE_LEASE=30s", "DURABLE_PARK=" + park, "DURABLE_START=recv", "DURABLE_RUN=r1"}
 			c := startChild(t, "waits", schema, "receiver", env...)
-			c.waitLine(t, "ready")
+			c.WaitLine(t, "ready")
 			require.Eventually(t, func() bool { // the recv deadline is recorded: the run is waiting
 				var n int
 				_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @steps WHERE workflow_id = 'r1'")).Scan(&n)
 				return n == 1
 			}, 30*time.Second, 5*time.Millisecond)
-			require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
-			require.True(t, killedBySIGKILL(c.wait(t)))
+			require.NoError(t, c.Cmd.Process.Signal(syscall.SIGKILL))
+			require.True(t, proctest.KilledBySIGKILL(c.Wait(t)))
 
 			client, err := durable.New(pool, &durable.Config{Schema: schema, AppVersion: "crash"})
 			require.NoError(t, err)
 			require.NoError(t, durable.Send(ctx, client, "r1", "go", "the answer", nil))
 
 			c2 := startChild(t, "waits", schema, "receiver", "DURABLE_LEASE=30s", "DURABLE_PARK="+park)
-			c2.waitLine(t, "ready")
+			c2.WaitLine(t, "ready")
 			recv, _, _ := registerWaiters(client)
 			h, err := recv.Handle(ctx, "r1")
 			require.NoError(t, err)
@@ -139,7 +140,7 @@ func TestSleepSurvivesKill(t *testing.T) {
 	q := waitsQ(schema)
 	ctx := ctxT(t)
 	c := startChild(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s", "DURABLE_START=nap", "DURABLE_RUN=n1")
-	c.waitLine(t, "ready")
+	c.WaitLine(t, "ready")
 	var wake time.Time
 	require.Eventually(t, func() bool {
 		var out string
@@ -151,12 +152,12 @@ func TestSleepSurvivesKill(t *testing.T) {
 		return err == nil
 	}, 30*time.Second, 5*time.Millisecond)
 	time.Sleep(time.Until(wake.Add(-2 * time.Second))) // second 1 of the 3-second sleep
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
-	require.True(t, killedBySIGKILL(c.wait(t)))
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGKILL))
+	require.True(t, proctest.KilledBySIGKILL(c.Wait(t)))
 
 	restart := time.Now()
 	c2 := startChild(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s")
-	c2.waitLine(t, "ready")
+	c2.WaitLine(t, "ready")
 	var status string
 	require.Eventually(t, func() bool {
 		_ = pool.QueryRow(ctx, q("SELECT status FROM @workflows WHERE id = 'n1'")).Scan(&status)
@@ -185,23 +186,23 @@ func TestWaitersInOtherProcessesAreNotified(t *testing.T) {
 	ctx := ctxT(t)
 	h, err := watched.Start(ctx, "", &durable.StartOpts{ID: "w1"})
 	require.NoError(t, err)
-	var watchers []*child
+	var watchers []*proctest.Child
 	for _, id := range []string{"watcher-1", "watcher-2"} {
 		c := startChild(t, "waits", b.schema, id, "DURABLE_LEASE=30s", "DURABLE_POLL=1m", "DURABLE_START=watch", "DURABLE_RUN=w1")
-		c.waitLine(t, "waiting")
+		c.WaitLine(t, "waiting")
 		watchers = append(watchers, c)
 	}
 	time.Sleep(300 * time.Millisecond) // let both enter their wait
 	sent := time.Now()
 	require.NoError(t, durable.Send(ctx, e, "w1", "go", "", nil))
 	for _, c := range watchers {
-		require.Equal(t, "event half true <nil>", c.waitLine(t, "event"))
+		require.Equal(t, "event half true <nil>", c.WaitLine(t, "event"))
 	}
 	t.Logf("both watchers saw the event %v after the send", time.Since(sent).Round(time.Millisecond))
 	sent = time.Now()
 	require.NoError(t, durable.Send(ctx, e, "w1", "go2", "", nil))
 	for _, c := range watchers {
-		require.Equal(t, "result done <nil>", c.waitLine(t, "result"))
+		require.Equal(t, "result done <nil>", c.WaitLine(t, "result"))
 	}
 	t.Logf("both watchers saw the result %v after the send", time.Since(sent).Round(time.Millisecond))
 	_, err = h.Result(ctx)

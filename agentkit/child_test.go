@@ -8,20 +8,16 @@ package agentkit_test
 // survive the kills.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +27,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit"
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 func runChildIfAsked() bool {
@@ -45,10 +42,7 @@ func runChildIfAsked() bool {
 	return true
 }
 
-func killSelf() {
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // never reached
-}
+var killSelf = proctest.KillSelf
 
 type amountArgs struct {
 	Amount int `json:"amount"`
@@ -162,93 +156,17 @@ func runChild() error {
 	return e.Shutdown(sctx)
 }
 
-// child is a running child process.
-type child struct {
-	cmd    *exec.Cmd
-	lines  chan string
-	stderr *syncBuffer
-	done   chan error
-}
-
-func startChild(t *testing.T, schema string, env ...string) *child {
+func startChild(t *testing.T, schema string, env ...string) *proctest.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "AGENTKIT_CHILD=1", "AGENTKIT_SCHEMA="+schema)
-	cmd.Env = append(cmd.Env, env...)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	c := &child{cmd: cmd, lines: make(chan string, 100), stderr: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stderr = c.stderr
-	require.NoError(t, cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-	}()
-	go func() { c.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("child stderr:\n%s", c.stderr.String())
-		}
-	})
-	return c
-}
-
-// waitLine waits for a stdout line with the given prefix.
-func (c *child) waitLine(t *testing.T, prefix string) string {
-	t.Helper()
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("child exited before printing %q; stderr:\n%s", prefix, c.stderr.String())
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-		case <-timeout:
-			t.Fatalf("child did not print %q; stderr:\n%s", prefix, c.stderr.String())
-		}
-	}
-}
-
-func (c *child) wait(t *testing.T) error {
-	t.Helper()
-	select {
-	case err := <-c.done:
-		return err
-	case <-time.After(60 * time.Second):
-		t.Fatalf("child did not exit; stderr:\n%s", c.stderr.String())
-		return nil
-	}
-}
-
-func (c *child) kill(t *testing.T) {
-	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
-	require.True(t, killedBySIGKILL(c.wait(t)))
+	return proctest.Start(t, append([]string{"AGENTKIT_CHILD=1", "AGENTKIT_SCHEMA=" + schema}, env...)...)
 }
 
 // result waits for the child's result line and its clean exit.
-func (c *child) result(t *testing.T) agentkit.Result {
+func childResult(t *testing.T, c *proctest.Child) agentkit.Result {
 	t.Helper()
-	line := c.waitLine(t, "result ")
+	line := c.WaitLine(t, "result ")
 	var res agentkit.Result
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "result ")), &res))
-	require.NoError(t, c.wait(t))
+	require.NoError(t, c.Wait(t))
 	return res
-}
-
-func killedBySIGKILL(err error) bool {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return false
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit"
 	"github.com/durable-go/durable/agentkit/agentkittest"
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 // crashTurns is the model's side of the crash agent: eleven turns of tool
@@ -98,33 +99,33 @@ func runCrashScenario(t *testing.T, crash bool) *crashOutcome {
 	if !crash {
 		c := startChild(t, v.schema, env...)
 		approve(waitPending(t, pe, "crash-run"))
-		res = c.result(t)
+		res = childResult(t, c)
 	} else {
 		// 1. Killed while the model call of turn 4 is in flight.
 		c := startChild(t, v.schema, env...)
 		select {
 		case <-held:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("turn 4 was never requested; stderr:\n%s", c.stderr.String())
+			t.Fatalf("turn 4 was never requested; stderr:\n%s", c.Stderr.String())
 		}
-		c.kill(t)
+		c.Kill(t)
 
 		// 2. Killed after charging 30 (the provider saw it) and before
 		// the charge's checkpoint.
 		c = startChild(t, v.schema, append(env, "AGENTKIT_KILL_KEY=crash-run/6/call_5_0")...)
-		require.True(t, killedBySIGKILL(c.wait(t)), "stderr:\n%s", c.stderr.String())
+		require.True(t, proctest.KilledBySIGKILL(c.Wait(t)), "stderr:\n%s", c.Stderr.String())
 		require.Equal(t, 1, prov.Calls()["crash-run/6/call_5_0"])
 
 		// 3. Killed while waiting for the approval of turn 8; the decision
 		// is sent while no process runs the agent.
 		c = startChild(t, v.schema, env...)
 		p := waitPending(t, pe, "crash-run")
-		c.kill(t)
+		c.Kill(t)
 		approve(p)
 
 		// 4. Runs to the end.
 		c = startChild(t, v.schema, env...)
-		res = c.result(t)
+		res = childResult(t, c)
 	}
 	rows, err := v.pool.Query(ctx, "SELECT idem_key || '=' || entry FROM "+ledger+" ORDER BY 1")
 	require.NoError(t, err)
@@ -242,11 +243,11 @@ func TestCrashAtTurnLimit(t *testing.T) {
 	env := []string{"AGENTKIT_MODEL_URL=" + srv.URL, "AGENTKIT_PROVIDER_URL=" + prov.URL}
 
 	c := startChild(t, v.schema, append(env, "AGENTKIT_MAX_TURNS=3", "AGENTKIT_KILL_AFTER_MODEL=3")...)
-	require.True(t, killedBySIGKILL(c.wait(t)), "stderr:\n%s", c.stderr.String())
+	require.True(t, proctest.KilledBySIGKILL(c.Wait(t)), "stderr:\n%s", c.Stderr.String())
 	require.Equal(t, map[int]int{0: 1, 1: 1, 2: 1}, srv.TurnCounts())
 
 	c = startChild(t, v.schema, append(env, "AGENTKIT_MAX_TURNS=10")...)
-	res := c.result(t)
+	res := childResult(t, c)
 	require.Equal(t, agentkit.OutcomeLimitTurns, res.Outcome)
 	require.Equal(t, 3, res.Turns)
 	require.Equal(t, map[int]int{0: 1, 1: 1, 2: 1}, srv.TurnCounts(), "no turn after the limit")
@@ -255,7 +256,7 @@ func TestCrashAtTurnLimit(t *testing.T) {
 
 	// Yet another process start finds the run finished and does nothing.
 	c = startChild(t, v.schema, append(env, "AGENTKIT_MAX_TURNS=10")...)
-	require.Equal(t, res, c.result(t))
+	require.Equal(t, res, childResult(t, c))
 	require.Len(t, srv.Requests(), 3)
 }
 
