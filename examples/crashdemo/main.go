@@ -26,14 +26,13 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/examples/internal/demo"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -73,45 +72,17 @@ func main() {
 	flag.BoolVar(&o.Verbose, "v", false, "print the engine's logs of the workers")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Stdout, o)
-	stop()
-	if err != nil {
-		if !errors.As(err, new(*failedError)) {
-			fmt.Fprintln(os.Stderr, "crashdemo:", err)
-		}
-		os.Exit(1)
-	}
-}
-
-// failedError is returned by run when a check failed; the FAILED line has
-// been printed already.
-type failedError struct{ msg string }
-
-func (e *failedError) Error() string { return e.msg }
-
-// syncWriter serialises the writes of the parent and of the workers' output
-// copiers.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+	demo.Main("crashdemo", func(ctx context.Context, out io.Writer) error { return run(ctx, out, o) })
 }
 
 // run is the whole demo: set up, worker 1, kill, worker 2, report. It
-// returns a *failedError when a check failed.
+// returns a *demo.Failed when a check failed.
 func run(ctx context.Context, out io.Writer, o options) error {
 	o = o.withDefaults()
 	if o.KillAfter < 1 || o.KillAfter >= numSteps {
 		return fmt.Errorf("kill-after must be between 1 and %d", numSteps-1)
 	}
-	w := &syncWriter{w: out}
+	w := demo.NewSyncWriter(out)
 	say := func(format string, args ...any) { fmt.Fprintf(w, "[parent] "+format+"\n", args...) }
 
 	dsn := os.Getenv("DATABASE_URL")
@@ -545,7 +516,7 @@ func report(ctx context.Context, w io.Writer, pool *pgxpool.Pool, o options, in 
 	if len(c.failed) > 0 {
 		msg := "FAILED: " + strings.Join(c.failed, "; ")
 		fmt.Fprintln(w, "\n"+msg)
-		return &failedError{msg: msg}
+		return &demo.Failed{Msg: msg}
 	}
 	rerun := ""
 	if inflight := stepName(ck); len(byStep[inflight]) > 1 {

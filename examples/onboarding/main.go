@@ -37,7 +37,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"sort"
 	"strings"
 	"sync"
@@ -46,6 +45,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit/agentkittest"
+	"github.com/durable-go/durable/examples/internal/demo"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -99,33 +99,7 @@ func main() {
 	flag.Parse()
 	o.ModelBaseURL, o.ModelKey, o.ModelName = os.Getenv("OPENAI_BASE_URL"), os.Getenv("OPENAI_API_KEY"), os.Getenv("OPENAI_MODEL")
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Stdout, o)
-	stop()
-	if err != nil {
-		if !errors.As(err, new(*failedError)) {
-			fmt.Fprintln(os.Stderr, "onboarding:", err)
-		}
-		os.Exit(1)
-	}
-}
-
-// failedError is returned by run when a check failed; the FAILED line has
-// been printed already.
-type failedError struct{ msg string }
-
-func (e *failedError) Error() string { return e.msg }
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+	demo.Main("onboarding", func(ctx context.Context, out io.Writer) error { return run(ctx, out, o) })
 }
 
 // scriptedConfig is the offline model's answer.
@@ -174,14 +148,14 @@ func startServices(o options) (*services, error) {
 	return s, err
 }
 
-// run is the whole demo. It returns a *failedError when a check failed.
+// run is the whole demo. It returns a *demo.Failed when a check failed.
 func run(ctx context.Context, out io.Writer, o options) error {
 	o = o.withDefaults()
 	killer := map[string]int{"payment": 1, "email": 2, "chat": 1} // effect number that triggers the kill
 	if _, ok := killer[o.KillAt]; !ok {
 		return fmt.Errorf("-kill-at %q: want payment, email or chat", o.KillAt)
 	}
-	w := &syncWriter{w: out}
+	w := demo.NewSyncWriter(out)
 	say := func(format string, args ...any) { fmt.Fprintf(w, "[parent] "+format+"\n", args...) }
 
 	dsn := os.Getenv("DATABASE_URL")
@@ -534,7 +508,7 @@ func report(ctx context.Context, w io.Writer, pool *pgxpool.Pool, o options, svc
 	if len(c.failed) > 0 {
 		msg := "FAILED: " + strings.Join(c.failed, "; ")
 		fmt.Fprintln(w, "\n"+msg)
-		return &failedError{msg: msg}
+		return &demo.Failed{Msg: msg}
 	}
 	fmt.Fprintf(w, "\nOK: killed after the %s effect, resumed in a new process; each side effect once, the model asked once, status %s\n", o.KillAt, status)
 	return nil

@@ -21,15 +21,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit"
 	"github.com/durable-go/durable/agentkit/agentkittest"
+	"github.com/durable-go/durable/examples/internal/demo"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -74,21 +73,8 @@ func main() {
 	flag.DurationVar(&o.ModelDelay, "model-delay", 150*time.Millisecond, "how long each model answer takes")
 	flag.DurationVar(&o.ToolDelay, "tool-delay", 100*time.Millisecond, "how long each tool call takes")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Stdout, o)
-	stop()
-	if err != nil {
-		if !errors.As(err, new(*failedError)) {
-			fmt.Fprintln(os.Stderr, "queue:", err)
-		}
-		os.Exit(1)
-	}
+	demo.Main("queue", func(ctx context.Context, out io.Writer) error { return run(ctx, out, o) })
 }
-
-type failedError struct{ msg string }
-
-func (e *failedError) Error() string { return e.msg }
 
 const (
 	queueName = "support-agents"
@@ -99,21 +85,10 @@ type orderArgs struct {
 	OrderID string `json:"order_id"`
 }
 
-// syncWriter serialises the writes of the watcher and of run.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
+// run is the whole example; a *demo.Failed when a limit did not hold.
 func run(ctx context.Context, w io.Writer, o options) error {
 	o = o.withDefaults()
-	out := &syncWriter{w: w}
+	out := demo.NewSyncWriter(w)
 	dsn := os.Getenv("DATABASE_URL")
 	if dsn == "" {
 		return errors.New("DATABASE_URL is not set; from the repository root run: scripts/with-postgres go run ./examples/queue")
@@ -343,7 +318,7 @@ func run(ctx context.Context, w io.Writer, o options) error {
 	if len(bad) > 0 {
 		msg := fmt.Sprintf("FAILED: %v", bad)
 		fmt.Fprintln(out, "\n"+msg)
-		return &failedError{msg}
+		return &demo.Failed{Msg: msg}
 	}
 	fmt.Fprintf(out, "\nOK: %d runs, never more than %d at once nor %d starts per second\n", o.Runs, o.Concurrency, o.Rate)
 	return nil

@@ -30,13 +30,13 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit"
 	"github.com/durable-go/durable/agentkit/agentkittest"
+	"github.com/durable-go/durable/examples/internal/demo"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -70,31 +70,7 @@ func main() {
 	flag.IntVar(&o.Ticks, "ticks", 3, "ticks to wait for")
 	flag.IntVar(&o.Replicas, "replicas", 2, "replica processes")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Stdout, o)
-	stop()
-	if err != nil {
-		if !errors.As(err, new(*failedError)) {
-			fmt.Fprintln(os.Stderr, "research:", err)
-		}
-		os.Exit(1)
-	}
-}
-
-type failedError struct{ msg string }
-
-func (e *failedError) Error() string { return e.msg }
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+	demo.Main("research", func(ctx context.Context, out io.Writer) error { return run(ctx, out, o) })
 }
 
 func newEngine(pool *pgxpool.Pool, schema, executor string) (*durable.Engine, error) {
@@ -115,7 +91,7 @@ func run(ctx context.Context, out io.Writer, o options) error {
 	if o.Replicas <= 0 {
 		o.Replicas = 2
 	}
-	w := &syncWriter{w: out}
+	w := demo.NewSyncWriter(out)
 	say := func(format string, args ...any) { fmt.Fprintf(w, "[parent] "+format+"\n", args...) }
 	dsn := os.Getenv("DATABASE_URL")
 	if dsn == "" {
@@ -276,7 +252,7 @@ CREATE TABLE `+s+`.reports (
 	if len(bad) > 0 {
 		msg := "FAILED: " + strings.Join(bad, "; ")
 		fmt.Fprintln(w, "\n"+msg)
-		return &failedError{msg}
+		return &demo.Failed{Msg: msg}
 	}
 	fmt.Fprintf(w, "\nOK: %d ticks, each run once (one workflow, one report row) across %d replicas\n", finished, o.Replicas)
 	return nil
