@@ -1,14 +1,14 @@
 package durable_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/durable-go/durable/internal/proctest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -30,14 +30,14 @@ type bundle struct {
 	pool   *pgxpool.Pool
 	schema string
 	cfg    *durable.Config
-	logs   *syncBuffer
+	logs   *proctest.Buffer
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
-	logs := &syncBuffer{}
+	logs := &proctest.Buffer{}
 	return &bundle{
 		pool:   pool,
 		schema: schema,
@@ -81,23 +81,6 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func getenvInt(name string) int {

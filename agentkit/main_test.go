@@ -1,12 +1,12 @@
 package agentkit_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/durable-go/durable/internal/proctest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -24,23 +24,6 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -51,12 +34,12 @@ func ctxT(t *testing.T) context.Context {
 type env struct {
 	pool   *pgxpool.Pool
 	schema string
-	logs   *syncBuffer
+	logs   *proctest.Buffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return &env{pool: pgtest.Pool(t), schema: pgtest.Schema(t), logs: &syncBuffer{}}
+	return &env{pool: pgtest.Pool(t), schema: pgtest.Schema(t), logs: &proctest.Buffer{}}
 }
 
 func (v *env) config() *durable.Config {

@@ -3,16 +3,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 // envArgs makes the test binary run cli with these JSON-encoded arguments,
@@ -30,25 +30,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startCLI runs the example as a child process.
-func startCLI(t *testing.T, out *lockedBuffer, args ...string) *exec.Cmd {
+func startCLI(t *testing.T, out *proctest.Buffer, args ...string) *exec.Cmd {
 	t.Helper()
 	b, _ := json.Marshal(args)
 	cmd := exec.Command(os.Args[0])
@@ -80,7 +63,7 @@ func TestApprovalAcrossRestart(t *testing.T) {
 	}
 	ctx := context.Background()
 	const schema = "approval_test"
-	var out lockedBuffer
+	var out proctest.Buffer
 	defer func() { t.Log("\n" + out.String()) }()
 	if code := cli(ctx, &out, []string{"-schema", schema, "reset"}); code != 0 {
 		t.Fatalf("reset: exit %d", code)
@@ -100,7 +83,7 @@ func TestApprovalAcrossRestart(t *testing.T) {
 	waitFor(t, "the restarted agent to wait again", func() bool {
 		return strings.Count(out.String(), "approve ticket-1 call_0_0") == 2
 	})
-	var cliOut lockedBuffer
+	var cliOut proctest.Buffer
 	if code := cli(ctx, &cliOut, []string{"-schema", schema, "approve", "ticket-1", "call_0_0"}); code != 0 {
 		t.Fatalf("approve: exit %d: %s", code, cliOut.String())
 	}
@@ -135,14 +118,14 @@ func TestDeny(t *testing.T) {
 	}
 	ctx := context.Background()
 	const schema = "approval_test_deny"
-	var out lockedBuffer
+	var out proctest.Buffer
 	defer func() { t.Log("\n" + out.String()) }()
 	if code := cli(ctx, &out, []string{"-schema", schema, "reset"}); code != 0 {
 		t.Fatalf("reset: exit %d", code)
 	}
 	a := startCLI(t, &out, "-schema", schema, "agent", "-ticket", "ticket-2")
 	waitFor(t, "the agent to ask for approval", func() bool { return strings.Contains(out.String(), "deny ticket-2 call_0_0") })
-	var pend lockedBuffer
+	var pend proctest.Buffer
 	if code := cli(ctx, &pend, []string{"-schema", schema, "pending", "ticket-2"}); code != 0 || !strings.HasPrefix(pend.String(), "call_0_0 refund ") {
 		t.Fatalf("pending: exit %d: %q", code, pend.String())
 	}
