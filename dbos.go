@@ -265,9 +265,10 @@ type Engine struct {
 	notifyInflight map[string]bool // queue -> a notification is being sent
 	notifyPending  map[string]bool // queue -> another one is wanted after it
 
-	sched *scheduler // cron schedules (schedule.go)
-	bg    *services
-	ready chan struct{}
+	sched   *scheduler    // cron schedules (schedule.go)
+	streamw *streamWriter // stream entries (stream.go)
+	bg      *services
+	ready   chan struct{}
 }
 
 type engineState int
@@ -310,6 +311,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		kick:           make(chan struct{}, 1),
 	}
 	e.initBatchers()
+	e.streamw = newStreamWriter(e)
 	return e, nil
 }
 

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
-	"runtime"
 	"sync"
 	"time"
-	"weak"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -360,17 +358,9 @@ type streamKey struct {
 	closed   bool
 }
 
-// streamWriters holds the writer of each engine, keyed weakly so an engine
-// that is dropped is not kept alive by it.
-var streamWriters sync.Map // weak.Pointer[Engine] -> *streamWriter
-
-// streams returns the engine's stream writer, made on first use.
-func (e *Engine) streams() *streamWriter {
-	k := weak.Make(e)
-	if v, ok := streamWriters.Load(k); ok {
-		return v.(*streamWriter)
-	}
-	w := &streamWriter{
+// newStreamWriter makes the engine's stream writer (in New).
+func newStreamWriter(e *Engine) *streamWriter {
+	return &streamWriter{
 		pool:    e.pool,
 		sq:      sysdb.NewStreamQueries(e.cfg.Schema, e.q.Channel),
 		hub:     e.hub,
@@ -379,12 +369,10 @@ func (e *Engine) streams() *streamWriter {
 		notify:  !e.cfg.PollOnly,
 		space:   make(chan struct{}),
 	}
-	v, loaded := streamWriters.LoadOrStore(k, w)
-	if !loaded {
-		runtime.AddCleanup(e, func(k weak.Pointer[Engine]) { streamWriters.Delete(k) }, k)
-	}
-	return v.(*streamWriter)
 }
+
+// streams returns the engine's stream writer.
+func (e *Engine) streams() *streamWriter { return e.streamw }
 
 // flushStreams waits until every stream entry r queued so far is stored.
 // Call it before recording a step's outcome and before finishing the run.
