@@ -110,12 +110,8 @@ type ForkOpts struct {
 // fromStep is past the run's last recorded step.
 func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts *ForkOpts) (*Handle[R], error) {
 	e := w.e
-	src, err := e.readRun(ctx, e.pool, id)
-	if err != nil {
+	if err := e.checkExisting(ctx, e.pool, id, w.def.name); err != nil {
 		return nil, err
-	}
-	if src.name != w.def.name {
-		return nil, &ConflictError{WorkflowID: id, Existing: src.name, Requested: w.def.name}
 	}
 	newID := ""
 	if opts != nil {
@@ -131,7 +127,7 @@ func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts
 	if err := checkName("workflow ID", newID); err != nil {
 		return nil, err
 	}
-	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var n int
 		if err := tx.QueryRow(ctx, e.wq.CountSteps, id).Scan(&n); err != nil {
 			return err

@@ -634,12 +634,5 @@ func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string
 		e.queueReady(q)
 		return true, nil
 	}
-	info, err := e.readRun(ctx, e.pool, id)
-	if err != nil {
-		return false, err
-	}
-	if info.name != def.name {
-		return false, &ConflictError{WorkflowID: id, Existing: info.name, Requested: def.name}
-	}
-	return false, nil
+	return false, e.checkExisting(ctx, e.pool, id, def.name)
 }

@@ -206,14 +206,23 @@ type queryer interface {
 
 // existing returns a handle to the stored run id, checking it belongs to w.
 func (w *Workflow[P, R]) existing(ctx context.Context, q queryer, id string) (*Handle[R], error) {
-	info, err := w.e.readRun(ctx, q, id)
-	if err != nil {
+	if err := w.e.checkExisting(ctx, q, id, w.def.name); err != nil {
 		return nil, err
 	}
-	if info.name != w.def.name {
-		return nil, &ConflictError{WorkflowID: id, Existing: info.name, Requested: w.def.name}
-	}
 	return &Handle[R]{e: w.e, id: id}, nil
+}
+
+// checkExisting reads the stored run id and checks it is a run of the
+// workflow name: [ErrWorkflowNotFound] or a [*ConflictError] otherwise.
+func (e *Engine) checkExisting(ctx context.Context, q queryer, id, name string) error {
+	info, err := e.readRun(ctx, q, id)
+	if err != nil {
+		return err
+	}
+	if info.name != name {
+		return &ConflictError{WorkflowID: id, Existing: info.name, Requested: name}
+	}
+	return nil
 }
 
 // StartTx inserts a run of w inside the caller's transaction tx: the run
@@ -446,24 +455,12 @@ func NewID(wctx Context) (string, error) {
 // under that ID is a [*ConflictError]. It is the untyped path used by
 // schedules.
 func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
-	rows, err := e.pool.Query(ctx, e.q.InsertWorkflow, id, def.name, e.cfg.AppVersion, e.cfg.ExecutorID, 1, input, nil, nil, nil)
-	if err == nil {
-		created = rows.Next()
-		rows.Close()
-		err = rows.Err()
-	}
+	created, err = e.writeStart(ctx, &startWrite{id: id, name: def.name, input: input})
 	if err != nil {
 		return false, fmt.Errorf("durable: start workflow %q id %q: %w", def.name, id, err)
 	}
 	if !created {
-		info, err := e.readRun(ctx, e.pool, id)
-		if err != nil {
-			return false, err
-		}
-		if info.name != def.name {
-			return false, &ConflictError{WorkflowID: id, Existing: info.name, Requested: def.name}
-		}
-		return false, nil
+		return false, e.checkExisting(ctx, e.pool, id, def.name)
 	}
 	e.launch(e.newRun(id, def.name, 1, nil, nil), def, input)
 	return true, nil

@@ -26,9 +26,7 @@ type Queries struct {
 
 	InsertWorkflow      string
 	WorkflowByID        string
-	FinishWorkflow      string
 	WatchWorkflow       string
-	LoadSteps           string
 	LoadStepsMany       string
 	InsertStep          string
 	InsertSteps         string
@@ -82,8 +80,9 @@ SELECT CASE WHEN $8::text IS NULL THEN '' ELSE pg_notify('` + channel + `', $8::
 VALUES ($1, $2, 'pending', $3, $4, 1, $5, $6, $7)
 ON CONFLICT (id) DO NOTHING`),
 
-		// FinishWorkflow without the notification, which the caller sends
-		// after the commit only when a remote waiter asked for it.
+		// Records a run's final outcome, fenced by its epoch. The notification
+		// for remote waiters (the notify flag, set by WatchWorkflow) is sent
+		// by the caller after the commit, only when one asked.
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
 		FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
@@ -111,23 +110,9 @@ RETURNING id`),
 	notify, parent_id, input, output, error, created_at, updated_at, queue_name, deadline
 FROM {{schema}}.workflows WHERE id = $1`),
 
-		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
-		// The NOTIFY is only sent when a remote waiter asked for it (see
-		// WatchWorkflow). RETURNING sees the latest committed flag: a waiter
-		// either set it before this update (and is notified) or finds the
-		// run finished when it tries to set it.
-		FinishWorkflow: r(`WITH u AS (
-	UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
-	WHERE id = $1 AND epoch = $2 AND status = 'pending'
-	RETURNING id, notify)
-SELECT CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END FROM u`),
-
 		// A waiter in another process asks to be notified of the finish.
 		// No row: the run is not pending any more.
 		WatchWorkflow: r(`UPDATE {{schema}}.workflows SET notify = true WHERE id = $1 AND status IN ('pending', 'enqueued')`),
-
-		LoadSteps: r(`SELECT workflow_id, pos, name, status, output, error, attempts
-FROM {{schema}}.steps WHERE workflow_id = $1 ORDER BY pos`),
 
 		LoadStepsMany: r(`SELECT workflow_id, pos, name, status, output, error, attempts
 FROM {{schema}}.steps WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, pos`),
@@ -159,7 +144,8 @@ FOR SHARE OF w
 ON CONFLICT (workflow_id, pos) DO NOTHING
 RETURNING workflow_id, pos`),
 
-		// FinishWorkflow for many runs at once (group commit).
+		// FinishOne for many runs at once (group commit), waking parked
+		// parents and notifying in the same statement.
 		// $1 ids, $2 epochs, $3 statuses, $4 outputs, $5 errors.
 		FinishWorkflows: r(`WITH u AS (
 	SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error)),
