@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Match them with [errors.Is]; most are also matched by the
@@ -258,7 +259,8 @@ func decodeError(b []byte) error {
 	}
 	var rec RecordedError
 	if err := json.Unmarshal(b, &rec); err != nil || rec.Message == "" {
-		return &RecordedError{Kind: kindError, Message: "durable: undecodable recorded error: " + string(b)}
+		// Valid UTF-8 only, so recording this error again stores the same text.
+		return &RecordedError{Kind: kindError, Message: "durable: undecodable recorded error: " + strings.ToValidUTF8(string(b), "\uFFFD")}
 	}
 	return &rec
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -61,6 +62,15 @@ type QueueOpts struct {
 func (o QueueOpts) validate(name string) error {
 	bad := func(field, msg string) error {
 		return fmt.Errorf("%w: queue %q: QueueOpts.%s %s", ErrInvalidArgument, name, field, msg)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"GlobalConcurrency", o.GlobalConcurrency}, {"WorkerConcurrency", o.WorkerConcurrency},
+		{"PartitionConcurrency", o.PartitionConcurrency}, {"RateLimit", o.RateLimit}} {
+		if f.v > math.MaxInt32 {
+			return bad(f.name, "must be at most 2147483647")
+		}
 	}
 	switch {
 	case o.GlobalConcurrency < 0:
@@ -277,6 +287,9 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 	}
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("%w: EnqueueOpts.Timeout %v is negative", ErrInvalidArgument, o.Timeout)
+	}
+	if o.Priority < math.MinInt32 || o.Priority > math.MaxInt32 {
+		return nil, fmt.Errorf("%w: EnqueueOpts.Priority %d is outside the 32-bit range", ErrInvalidArgument, o.Priority)
 	}
 	if o.DedupID != "" {
 		if err := checkName("dedup ID", o.DedupID); err != nil {

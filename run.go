@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
@@ -180,7 +181,11 @@ func jitter(d time.Duration, frac float64) time.Duration {
 	if frac <= 0 || d <= 0 {
 		return d
 	}
-	return time.Duration(float64(d) * (1 + frac*(2*rand.Float64()-1)))
+	j := float64(d) * (1 + frac*(2*rand.Float64()-1))
+	if j >= math.MaxInt64 { // a conversion would overflow
+		return math.MaxInt64
+	}
+	return time.Duration(j)
 }
 
 // checkpoint writes the outcome of a step: the one statement of the live

@@ -76,9 +76,9 @@ func (p RetryPolicy) validate(field string) error {
 		return bad("BaseDelay", "must not be negative")
 	case p.MaxDelay < 0:
 		return bad("MaxDelay", "must not be negative")
-	case p.Factor != 0 && p.Factor < 1:
+	case p.Factor != 0 && !(p.Factor >= 1): // NaN too
 		return bad("Factor", "must be at least 1")
-	case p.Jitter > 1:
+	case p.Jitter > 1 || math.IsNaN(p.Jitter):
 		return bad("Jitter", "must be at most 1")
 	}
 	return nil
@@ -93,6 +93,9 @@ func (p RetryPolicy) Delay(n int) time.Duration {
 	}
 	return time.Duration(d)
 }
+
+// wait is the wait after failed attempt n, jitter included.
+func (p RetryPolicy) wait(n int) time.Duration { return jitter(p.Delay(n), max(p.Jitter, 0)) }
 
 // RetryAfter wraps err so that the step's next attempt waits d (capped by
 // the policy's MaxDelay) instead of the policy's backoff: for a provider
@@ -276,7 +279,7 @@ func attempt[R any](r *run, pos int, name string, policy RetryPolicy, timeout ti
 			return out, n, err
 		}
 		r.e.log.Debug("durable: step failed, retrying", "workflow_id", r.id, "step", name, "attempt", n, "err", err)
-		delay := jitter(policy.Delay(n), max(policy.Jitter, 0))
+		delay := policy.wait(n)
 		var ra *retryAfterError
 		if errors.As(err, &ra) {
 			delay = min(ra.after, policy.MaxDelay)
@@ -412,7 +415,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		if errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
 			return record[R](r, pos, name, zero, n, err, started)
 		}
-		if serr := r.sleep(jitter(policy.Delay(n), max(policy.Jitter, 0))); serr != nil {
+		if serr := r.sleep(policy.wait(n)); serr != nil {
 			return zero, serr
 		}
 		n++

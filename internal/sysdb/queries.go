@@ -1,6 +1,8 @@
 package sysdb
 
 import (
+	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +19,23 @@ const Marker = "{{schema}}"
 // schema.
 func Render(sql, schema string) string {
 	return strings.ReplaceAll(sql, Marker, pgx.Identifier{schema}.Sanitize())
+}
+
+// maxChannelLen is the longest LISTEN/NOTIFY channel name Postgres takes
+// (NAMEDATALEN - 1 bytes): pg_notify refuses a longer one.
+const maxChannelLen = 63
+
+// ChannelName returns the LISTEN/NOTIFY channel of schema: "durable:" and
+// the schema name, or, when that is too long for Postgres, a prefix of the
+// name and a hash of the whole name.
+func ChannelName(schema string) string {
+	c := "durable:" + schema
+	if len(c) <= maxChannelLen {
+		return c
+	}
+	h := fnv.New32a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("%s_%08x", c[:maxChannelLen-9], h.Sum32())
 }
 
 // Queries is the set of statements for one schema.
@@ -56,7 +75,7 @@ type Queries struct {
 // New renders all statements for schema.
 func New(schema string) *Queries {
 	r := func(s string) string { return Render(s, schema) }
-	channel := "durable:" + schema
+	channel := ChannelName(schema)
 	return &Queries{
 		Schema:  schema,
 		Channel: channel,

@@ -1,0 +1,323 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// The fuzz targets of the root package: every decoder of stored data and
+// every parser of user input that is not plain encoding/json. `go test`
+// runs their seeds; `go test -run='^$' -fuzz=FuzzX` explores.
+
+// FuzzDecodeError: any stored error envelope, even a corrupt one, reads
+// back as a non-nil error with a message, and recording that error again
+// stores the same envelope (a failure re-recorded by a resumed parent or a
+// second reader does not drift).
+func FuzzDecodeError(f *testing.F) {
+	for _, err := range []error{
+		errors.New("plain"), Permanent(errors.New("card declined")), context.Canceled, context.DeadlineExceeded,
+		&PanicError{Value: "boom", Stack: "goroutine 1"}, &NonDeterminismError{WorkflowID: "w", Recorded: "a", Called: "b"},
+		&DecodeError{WorkflowID: "w", What: "input", Err: errors.New("bad")}, &PayloadTooLargeError{What: "x", Size: 2, Limit: 1},
+		&DeadLetterError{WorkflowID: "w", Attempts: 3, Limit: 2}, ErrNotRegistered, ErrCancelled,
+	} {
+		f.Add(encodeError(err))
+	}
+	for _, s := range []string{`{}`, `null`, `"text"`, `[1,2]`, `{"kind":"permanent"}`, `{"message":""}`, `{"kind":7,"message":"m"}`,
+		`{"kind":"nope","message":"m","stack":"s","extra":1}`, `{"message":"\u0000'; DROP TABLE steps;--"}`, "\xff\xfe", ``} {
+		f.Add([]byte(s))
+	}
+	sentinels := []error{ErrPermanent, ErrCancelled, context.Canceled, context.DeadlineExceeded, ErrPanic, ErrNonDeterministic,
+		ErrDecode, ErrPayloadTooLarge, ErrDeadLetter, ErrNotRegistered, ErrWorkflowNotFound, ErrInvalidArgument}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := decodeError(b)
+		if err == nil || err.Error() == "" {
+			t.Fatalf("decodeError(%q) = %v: want an error with a message", b, err)
+		}
+		var re *RecordedError
+		if !errors.As(err, &re) {
+			t.Fatalf("decodeError(%q) is %T, want *RecordedError", b, err)
+		}
+		again := decodeError(encodeError(err))
+		var re2 *RecordedError
+		if !errors.As(again, &re2) || *re2 != *re {
+			t.Fatalf("re-recording %+v gives %+v", re, again)
+		}
+		for _, s := range sentinels {
+			if errors.Is(err, s) != errors.Is(again, s) {
+				t.Fatalf("errors.Is(%v) differs after re-recording %+v", s, re)
+			}
+		}
+	})
+}
+
+// FuzzListCursor: any cursor string is refused or decodes to a valid ID,
+// and every cursor ListWorkflows hands out decodes to what it encoded.
+func FuzzListCursor(f *testing.F) {
+	f.Add(encodeListCursor(time.UnixMicro(1700000000123456), "run-1"), int64(1700000000123456), "run-1")
+	f.Add("MS4xMjMu", int64(-1), "a.b.c")
+	f.Add("", int64(0), "")
+	f.Add("!!!", int64(math.MinInt64), "ünï'\"\\")
+	f.Add(encodeListCursor(time.UnixMicro(0), "x\x00y"), int64(math.MaxInt64), "\xff")
+	f.Fuzz(func(t *testing.T, c string, us int64, id string) {
+		if at, got, ok := decodeListCursor(c); ok {
+			if checkName("id", got) != nil {
+				t.Fatalf("cursor %q decodes to an invalid ID %q", c, got)
+			}
+			if at2, got2, ok2 := decodeListCursor(encodeListCursor(at, got)); !ok2 || !at2.Equal(at) || got2 != got {
+				t.Fatalf("cursor %q: re-encoding (%v, %q) gives (%v, %q, %v)", c, at, got, at2, got2, ok2)
+			}
+		}
+		if _, err := (ListParams{Cursor: c}).filter(); err != nil && !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("bad cursor %q: %v does not match ErrInvalidArgument", c, err)
+		}
+		if checkName("id", id) != nil {
+			return
+		}
+		at, got, ok := decodeListCursor(encodeListCursor(time.UnixMicro(us), id))
+		if !ok || at.UnixMicro() != us || got != id {
+			t.Fatalf("cursor of (%d, %q) decodes to (%d, %q, %v)", us, id, at.UnixMicro(), got, ok)
+		}
+	})
+}
+
+// FuzzCheckName: the one validator of IDs, names, keys and topics accepts
+// exactly the non-empty valid UTF-8 strings of at most 255 bytes without
+// NUL, and Postgres stores every string it accepts unchanged (so an
+// accepted name can never fail, or be altered, in the database).
+func FuzzCheckName(f *testing.F) {
+	for _, s := range []string{"run-1", "", "nul\x00", "bad\xff", strings.Repeat("x", 255), strings.Repeat("é", 128),
+		`'; DROP TABLE workflows; --`, `$1`, `%`, `_`, `\`, `"`, "😀", "\u2028\ufeff", "\U0010FFFF", "\xed\xa0\x80"} {
+		f.Add(s)
+	}
+	pool := pgtest.Pool(f)
+	f.Fuzz(func(t *testing.T, s string) {
+		err := checkName("name", s)
+		want := s != "" && len(s) <= maxNameLen && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+		if (err == nil) != want {
+			t.Fatalf("checkName(%q) = %v, want accepted=%v", s, err, want)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("checkName(%q) = %v: not ErrInvalidArgument", s, err)
+			}
+			return
+		}
+		var got string
+		if err := pool.QueryRow(context.Background(), "SELECT $1::text", s).Scan(&got); err != nil || got != s {
+			t.Fatalf("Postgres stores accepted name %q as %q (%v)", s, got, err)
+		}
+	})
+}
+
+// FuzzSchemaName: Config.Schema is accepted or refused with
+// ErrInvalidArgument, MigrationSQL agrees with New, and for every accepted
+// schema the engine's notification channel works: Postgres accepts it in
+// pg_notify and LISTEN hears it under the same name.
+func FuzzSchemaName(f *testing.F) {
+	for _, s := range []string{"durable", "", "A", "_x$1", "bad schema", "1abc", "x;drop", `"q"`, strings.Repeat("s", 55),
+		strings.Repeat("s", 56), strings.Repeat("s", 63), strings.Repeat("s", 64), "ünï"} {
+		f.Add(s)
+	}
+	pool := pgtest.Pool(f)
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, s string) {
+		e, err := New(pool, &Config{Schema: s})
+		_, serr := MigrationSQL(s)
+		if (err == nil) != (serr == nil) {
+			t.Fatalf("schema %q: New says %v but MigrationSQL says %v", s, err, serr)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) || !errors.Is(serr, ErrInvalidArgument) {
+				t.Fatalf("schema %q: %v / %v: not ErrInvalidArgument", s, err, serr)
+			}
+			return
+		}
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, e.q.ListenStmt); err != nil {
+			t.Fatalf("schema %q: %s: %v", s, e.q.ListenStmt, err)
+		}
+		defer conn.Exec(ctx, "UNLISTEN *")
+		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, 'probe')", e.q.Channel); err != nil {
+			t.Fatalf("schema %q: pg_notify on channel %q: %v", s, e.q.Channel, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n, err := conn.Conn().WaitForNotification(wctx)
+		if err != nil || n.Channel != e.q.Channel || n.Payload != "probe" {
+			t.Fatalf("schema %q: LISTEN heard %+v (%v), want channel %q", s, n, err, e.q.Channel)
+		}
+	})
+}
+
+// FuzzParseSpec: a cron spec (with an optional zone) from code or from the
+// schedules table parses or fails without a panic, and a parsed spec
+// yields ticks in order, after the time asked, within the range asked.
+func FuzzParseSpec(f *testing.F) {
+	for _, s := range []string{"* * * * *", "*/5 * * * * *", "0 9 * * 1-5", "CRON_TZ=Europe/Paris 30 8 * * *", "TZ=UTC @daily",
+		"@every 90s", "@every 1ns", "@every -5s", "0 0 30 2 *", "TZ=", "CRON_TZ=Nowhere/Land * * * * *", "CRON_TZ=UTC",
+		"60 * * * *", "* * * * * * *", "@reboot", "1-0 * * * *", "*/0 * * * *", "?", "TZ=../../etc/passwd * * * * *",
+		"  CRON_TZ=America/New_York\t0 0 * * *", "0 0 29 2 *", "@yearly", "@every 2562047h"} {
+		f.Add(s, "", int64(1764400000))
+		f.Add(s, "Asia/Kolkata", int64(-1))
+	}
+	f.Add("* * * * *", "Local", int64(0))
+	f.Add("0 2 * * *", "America/Sao_Paulo", int64(2208988800))
+	f.Fuzz(func(t *testing.T, spec, zone string, sec int64) {
+		var loc *time.Location
+		if zone != "" {
+			l, err := time.LoadLocation(zone)
+			if err != nil {
+				return
+			}
+			loc = l
+		}
+		ts, err := parseSpec(spec, loc)
+		if err != nil {
+			if ts != nil {
+				t.Fatalf("parseSpec(%q) returned a spec and %v", spec, err)
+			}
+			return
+		}
+		// Ticks between 1900 and 2200, to second precision like the
+		// schedules' cursors.
+		const span = 300 * 365 * 24 * 3600
+		after := time.Unix(-2208988800+((sec%span)+span)%span, 0).UTC()
+		n := ts.next(after)
+		if !n.IsZero() && (!n.After(after) || n.Location() != time.UTC) {
+			t.Fatalf("spec %q: next(%v) = %v", spec, after, n)
+		}
+		now := after.Add(48 * time.Hour)
+		ticks, _ := ts.due(after, now, 3)
+		if len(ticks) > 3 {
+			t.Fatalf("spec %q: due kept %d ticks, asked 3", spec, len(ticks))
+		}
+		for i, tk := range ticks {
+			if !tk.After(after) || tk.After(now) || (i > 0 && !tk.After(ticks[i-1])) {
+				t.Fatalf("spec %q: due(%v, %v) = %v", spec, after, now, ticks)
+			}
+		}
+		to := after.Add(24 * time.Hour)
+		between, err := ts.between(after, after, to, 50)
+		if err != nil {
+			return
+		}
+		for i, tk := range between {
+			if tk.Before(after) || !tk.Before(to) || (i > 0 && !tk.After(between[i-1])) {
+				t.Fatalf("spec %q: between(%v, %v) = %v", spec, after, to, between)
+			}
+		}
+	})
+}
+
+// FuzzTickID: ScheduledTime reads the tick back from any workflow ID
+// without a panic, and gets exactly the tick of every scheduled or
+// manually triggered run, whatever the schedule's name.
+func FuzzTickID(f *testing.F) {
+	f.Add("nightly", int64(1764400000000000000), false)
+	f.Add("a:b:2026-11-29T00:00:00Z", int64(1), true)
+	f.Add("sched:x", int64(-6795364578871345152), false)
+	f.Add("ü'\"\\%_", int64(math.MaxInt64), true)
+	f.Add("sched:n:manual:2026-11-29T16:20:15.123456789+02:00", int64(math.MinInt64), false)
+	f.Fuzz(func(t *testing.T, name string, ns int64, manual bool) {
+		parseTickID(name) // any ID: no panic
+		if checkName("schedule name", name) != nil {
+			return
+		}
+		tick := time.Unix(0, ns).UTC()
+		id := tickID(name, tick)
+		if manual {
+			id = schedIDPrefix + name + manualSuffix + ":" + tick.Format(time.RFC3339Nano)
+		}
+		got, ok := parseTickID(id)
+		if !ok || !got.Equal(tick) {
+			t.Fatalf("parseTickID(%q) = %v, %v; want %v", id, got, ok, tick)
+		}
+	})
+}
+
+// FuzzRetryPolicy: a policy is refused with ErrInvalidArgument or gives
+// waits between 0 and twice MaxDelay (jitter included) for every attempt.
+func FuzzRetryPolicy(f *testing.F) {
+	f.Add(3, int64(time.Millisecond), int64(time.Second), 2.0, 0.2, 5)
+	f.Add(0, int64(0), int64(0), 0.0, 0.0, 1)
+	f.Add(1, int64(math.MaxInt64), int64(math.MaxInt64), 1e308, 1.0, math.MaxInt)
+	f.Add(-1, int64(-1), int64(-1), 0.5, 2.0, -3)
+	f.Add(2, int64(1), int64(math.MaxInt64), math.NaN(), math.NaN(), 2)
+	f.Add(2, int64(1), int64(math.MaxInt64), math.Inf(1), math.Inf(-1), 64)
+	f.Fuzz(func(t *testing.T, attempts int, base, maxDelay int64, factor, jit float64, n int) {
+		p := RetryPolicy{MaxAttempts: attempts, BaseDelay: time.Duration(base), MaxDelay: time.Duration(maxDelay), Factor: factor, Jitter: jit}
+		if err := p.validate("p"); err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("%+v: %v is not ErrInvalidArgument", p, err)
+			}
+			return
+		}
+		if n < 1 {
+			n = 1
+		}
+		p = p.withDefaults()
+		d := p.Delay(n)
+		if d < 0 || d > p.MaxDelay {
+			t.Fatalf("%+v: Delay(%d) = %v, outside [0, %v]", p, n, d, p.MaxDelay)
+		}
+		if w := p.wait(n); w < 0 || (p.MaxDelay <= math.MaxInt64/2 && w > 2*p.MaxDelay) {
+			t.Fatalf("%+v: wait(%d) = %v, outside [0, 2×%v]", p, n, w, p.MaxDelay)
+		}
+	})
+}
+
+// FuzzQueueOpts: queue limits are refused with ErrInvalidArgument or
+// accepted; the accepted ones are what the queues table can hold.
+func FuzzQueueOpts(f *testing.F) {
+	f.Add(5, 2, 1, 10, int64(time.Second), true)
+	f.Add(0, 0, 0, 0, int64(0), false)
+	f.Add(-1, math.MaxInt, math.MinInt, 1, int64(time.Microsecond), false)
+	f.Add(math.MaxInt32+1, 0, 0, 1, int64(math.MaxInt64), false)
+	f.Fuzz(func(t *testing.T, global, worker, partition, rate int, period int64, release bool) {
+		o := QueueOpts{GlobalConcurrency: global, WorkerConcurrency: worker, PartitionConcurrency: partition,
+			RateLimit: rate, RatePeriod: time.Duration(period), ReleaseSlotWhileParked: release}
+		err := o.validate("q")
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("%+v: %v is not ErrInvalidArgument", o, err)
+			}
+			return
+		}
+		for _, v := range []int{global, worker, partition, rate} {
+			if v < 0 || v > math.MaxInt32 {
+				t.Fatalf("%+v accepted, but %d does not fit the queues table's integer columns", o, v)
+			}
+		}
+	})
+}
+
+// FuzzNotifyPayload: a notification on the engine's channel (anyone with
+// access to the database can send one) is ignored or acted on, never a
+// panic.
+func FuzzNotifyPayload(f *testing.F) {
+	for _, s := range []string{"d:run-1", "n:x", "m:run", "e:run", "s:run", "c:3:run-1", "c::", "c:-1:x", "c:99999999999999999999:x",
+		"q:work", "q:", "x", "", ":", "d:", "c:1", "\x00:\xff"} {
+		f.Add(s)
+	}
+	e, err := New(pgtest.Pool(f), nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := TryRegisterQueue(e, "work", nil); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, payload string) {
+		e.onNotify(payload)
+	})
+}
