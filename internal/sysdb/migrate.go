@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,20 +90,30 @@ func Migrate(ctx context.Context, conn *pgx.Conn, migs []Migration, schema strin
 		// A fresh context: the lock must be released even if ctx ended.
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", LockKey(schema))
 	}()
-	if _, err := conn.Exec(ctx, Render("CREATE SCHEMA IF NOT EXISTS {{schema}}", schema)); err != nil {
-		return nil, fmt.Errorf("create schema: %w", err)
+	// Nothing to apply means no DDL at all, so a role with only DML grants
+	// on a schema a DBA migrated still launches.
+	missing, err := Missing(ctx, conn, migs, schema)
+	if err != nil || len(missing) == 0 {
+		return nil, err
+	}
+	// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
+	// the schema exists; a role that owns only its schema has none.
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("look up schema: %w", err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, Render("CREATE SCHEMA IF NOT EXISTS {{schema}}", schema)); err != nil {
+			return nil, fmt.Errorf("create schema: %w", err)
+		}
 	}
 	if _, err := conn.Exec(ctx, Render(versionTable, schema)); err != nil {
 		return nil, fmt.Errorf("create version table: %w", err)
 	}
-	done, err := appliedVersions(ctx, conn, schema)
-	if err != nil {
-		return nil, err
-	}
 	var applied []int
 	for _, m := range migs {
-		if done[m.Version] {
-			continue // applied; a missing lower version is still applied below
+		if !slices.Contains(missing, m.Version) {
+			continue // applied; a missing lower version is still applied
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, Render(m.SQL, schema)); err != nil {
