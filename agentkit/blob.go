@@ -83,8 +83,23 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('agentkit.migrate:' || $1))", schema); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+s+`;
-CREATE TABLE IF NOT EXISTS `+s+`.agentkit_blobs (
+		// Nothing to do runs no DDL, so a role with only DML grants works;
+		// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
+		// the schema exists, which a role owning only its schema lacks.
+		var schemaExists, tableExists bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1), to_regclass($2) IS NOT NULL",
+			schema, s+".agentkit_blobs").Scan(&schemaExists, &tableExists); err != nil {
+			return err
+		}
+		if tableExists {
+			return nil
+		}
+		if !schemaExists {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+s); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s+`.agentkit_blobs (
 	sha256     text PRIMARY KEY,
 	size       integer NOT NULL,
 	data       bytea NOT NULL,
