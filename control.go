@@ -21,6 +21,9 @@ type CancelOpts struct {
 // again. Its result is an error matching [ErrCancelled] and
 // context.Canceled. Cancelling a finished run is a no-op.
 func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error {
+	if err := checkName("workflow ID", id); err != nil {
+		return err
+	}
 	children := opts != nil && opts.Children
 	errb := encodeError(fmt.Errorf("durable: workflow %q was cancelled: %w", id, ErrCancelled))
 	rows, err := e.pool.Query(ctx, e.wq.Cancel, id, children, errb)
@@ -67,6 +70,9 @@ type ResumeOpts struct {
 // goes back to its queue). Its recovery attempts start again from zero.
 // opts may be nil.
 func (e *Engine) Resume(ctx context.Context, id string, opts *ResumeOpts) error {
+	if err := checkName("workflow ID", id); err != nil {
+		return err
+	}
 	resumed := false
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, e.wq.Resume, id)
@@ -176,6 +182,6 @@ func Patched(wctx Context, name string) (bool, error) {
 	if rec, ok := r.steps[pos]; ok && rec.name != marker {
 		return false, nil // recorded under the old code: no marker here
 	}
-	_, err := Step(wctx, marker, func(context.Context) (bool, error) { return true, nil }, &StepOpts{Retry: noRetry})
+	_, err := step(wctx, marker, func(context.Context) (bool, error) { return true, nil }, &StepOpts{Retry: noRetry})
 	return err == nil, err
 }

@@ -41,14 +41,23 @@ func SendTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, id, topic string, 
 // SendStep sends a message from workflow code, as a recorded step whose
 // idempotency key makes the send happen once across retries and replays.
 func SendStep[T any](wctx Context, id, topic string, msg T) error {
+	if err := checkName("workflow ID", id); err != nil {
+		return err
+	}
+	if err := checkName("topic", topic); err != nil {
+		return err
+	}
 	r := wctx.workflowRun()
-	_, err := Step(wctx, "durable.send:"+topic, func(ctx context.Context) (struct{}, error) {
+	_, err := step(wctx, "durable.send:"+topic, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, send(ctx, r.e, r.e.pool, id, topic, msg, &SendOpts{IdempotencyKey: IdempotencyKey(ctx)})
 	}, nil)
 	return err
 }
 
 func send[T any](ctx context.Context, e *Engine, db queryer, id, topic string, msg T, opts *SendOpts) error {
+	if err := checkName("workflow ID", id); err != nil {
+		return err
+	}
 	if err := checkName("topic", topic); err != nil {
 		return err
 	}
@@ -94,7 +103,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 	if timeout < 0 {
 		return msg, false, fmt.Errorf("%w: Recv with a negative timeout %v", ErrInvalidArgument, timeout)
 	}
-	deadline, err := Step(wctx, "durable.recv-deadline:"+topic, func(context.Context) (time.Time, error) {
+	deadline, err := step(wctx, "durable.recv-deadline:"+topic, func(context.Context) (time.Time, error) {
 		return time.Now().Add(timeout), nil
 	}, &StepOpts{Retry: noRetry})
 	if err != nil {
@@ -247,6 +256,12 @@ func SetEvent[T any](wctx Context, key string, value T) error {
 // up to timeout for it to be set (woken by a notification). ok is false
 // when the timeout passed, or the workflow finished, without the key set.
 func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout time.Duration) (value T, ok bool, err error) {
+	if err := checkName("workflow ID", id); err != nil {
+		return value, false, err
+	}
+	if err := checkName("event key", key); err != nil {
+		return value, false, err
+	}
 	if timeout < 0 {
 		return value, false, fmt.Errorf("%w: GetEvent with a negative timeout %v", ErrInvalidArgument, timeout)
 	}

@@ -183,6 +183,9 @@ func (q *Queue) Resume(ctx context.Context) error {
 }
 
 func (q *Queue) exec(ctx context.Context, what, sql string, args ...any) error {
+	if err := checkName("queue name", q.name); err != nil {
+		return err
+	}
 	rows, err := q.e.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("durable: %s queue %q: %w", what, q.name, err)
@@ -210,6 +213,9 @@ type QueueStats struct {
 
 // Stats returns the queue's depth, running count and live settings.
 func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
+	if err := checkName("queue name", q.name); err != nil {
+		return QueueStats{}, err
+	}
 	st := QueueStats{Name: q.name}
 	var period int64
 	err := q.e.pool.QueryRow(ctx, q.e.qq.Settings, q.name).Scan(&st.Settings.GlobalConcurrency, &st.Settings.WorkerConcurrency,
@@ -280,6 +286,9 @@ func (w *Workflow[P, R]) EnqueueTx(ctx context.Context, tx pgx.Tx, q *Queue, in 
 func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P, opts *EnqueueOpts, notify bool) (*Handle[R], error) {
 	if q == nil {
 		return nil, fmt.Errorf("%w: enqueue needs a queue", ErrInvalidArgument)
+	}
+	if err := checkName("queue name", q.name); err != nil {
+		return nil, err
 	}
 	var o EnqueueOpts
 	if opts != nil {

@@ -321,6 +321,9 @@ func (e *Engine) SetScheduleSpec(ctx context.Context, name, spec string, loc *ti
 // remove it from the code too to delete it for good. Runs already started
 // are not touched.
 func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
 	s := e.schedules()
 	tag, err := e.pool.Exec(ctx, s.q.Delete, name)
 	if err != nil {
@@ -806,6 +809,9 @@ func (s *scheduler) list(ctx context.Context) ([]*schedRow, error) {
 }
 
 func (s *scheduler) get(ctx context.Context, name string) (*schedRow, error) {
+	if err := checkName("schedule name", name); err != nil {
+		return nil, err
+	}
 	r, err := scanSchedRow(s.e.pool.QueryRow(ctx, s.q.Get, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)

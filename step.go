@@ -186,13 +186,20 @@ func IdempotencyKey(ctx context.Context) string {
 // error is returned again on replay. fn's result must survive a JSON round
 // trip: the value returned, live or on replay, is the decoded record.
 func Step[R any](wctx Context, name string, fn func(ctx context.Context) (R, error), opts *StepOpts) (R, error) {
-	var zero R
-	r := wctx.workflowRun()
 	if err := checkName("step name", name); err != nil {
+		var zero R
 		return zero, err
 	}
+	return step(wctx, name, fn, opts)
+}
+
+// step is [Step] for the engine's own steps, whose names put a prefix
+// before a checked topic, key or name and so may be longer than a user's.
+func step[R any](wctx Context, name string, fn func(ctx context.Context) (R, error), opts *StepOpts) (R, error) {
+	r := wctx.workflowRun()
 	pos, rec, err := r.begin(name)
 	if err != nil {
+		var zero R
 		return zero, err
 	}
 	return runStep(r, pos, name, rec, fn, opts)

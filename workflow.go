@@ -422,6 +422,9 @@ type runInfo struct {
 }
 
 func (e *Engine) readRun(ctx context.Context, q queryer, id string) (*runInfo, error) {
+	if err := checkName("workflow ID", id); err != nil {
+		return nil, err
+	}
 	var ri runInfo
 	var status string
 	err := q.QueryRow(ctx, e.q.WorkflowByID, id).Scan(&ri.id, &ri.name, &status, &ri.appVersion, &ri.executor, &ri.epoch,
