@@ -2,12 +2,21 @@ package durable
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"math"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/durable-go/durable/internal/pgtest"
 )
@@ -325,4 +334,142 @@ func FuzzNotifyPayload(f *testing.F) {
 	f.Fuzz(func(t *testing.T, payload string) {
 		e.onNotify(payload)
 	})
+}
+
+type storedIn struct {
+	N int
+	S string
+}
+
+type storedOut struct {
+	A []int
+	N int
+	S string
+}
+
+// FuzzStoredRun: whatever JSON the database holds for a run (input,
+// output, recorded error, a step's output or error), reading the run and
+// replaying it ends with a value or a typed error: never a panic, never a
+// run that hangs. Rows are written the way a corrupt or foreign writer
+// would, then read by Handle.Result, Status, ListWorkflows and ListSteps,
+// and replayed by the engine, which claims the run as an orphan.
+func FuzzStoredRun(f *testing.F) {
+	good := []string{`{"N":1,"S":"x"}`, `[1]`, `{"kind":"permanent","message":"m"}`, `{"A":[1],"N":1,"S":"x"}`, `{"kind":"error","message":"boom"}`}
+	f.Add(good[0], good[1], good[2], good[3], good[4], false, uint8(0))
+	f.Add(good[0], good[1], good[2], good[3], good[4], true, uint8(1))
+	for i, bad := range []string{`"str"`, `null`, `{"N":"x"}`, `[1,2]`, `1e400`, `{"N":1e20}`, `"\u0000"`, `{"A":{"x":1}}`, `{}`, `true`,
+		`{"kind":"panic","message":"p","stack":"s"}`, `{"message":"\ud800"}`, `not json`} {
+		f.Add(bad, good[1], good[2], good[3], good[4], false, uint8(i))
+		f.Add(good[0], bad, bad, bad, bad, i%2 == 0, uint8(i))
+	}
+	pool := pgtest.Pool(f)
+	schema := pgtest.Schema(f)
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "fuzz", LeaseTTL: time.Second, PollInterval: 100 * time.Millisecond,
+		StepRetry: RetryPolicy{BaseDelay: time.Millisecond}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		f.Fatal(err)
+	}
+	wf := Register(e, "stored", func(wctx Context, in storedIn) (storedOut, error) {
+		a, err := Step(wctx, "a", func(ctx context.Context) ([]int, error) { return []int{in.N}, nil }, nil)
+		if err != nil {
+			return storedOut{}, err
+		}
+		return storedOut{A: a, N: in.N, S: in.S}, nil
+	}, nil)
+	ctx := context.Background()
+	if err := e.Launch(ctx); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = e.Shutdown(ctx) })
+	tbl := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	var seq atomic.Int64
+	statuses := []Status{StatusSuccess, StatusError, StatusCancelled, StatusDead}
+	f.Fuzz(func(t *testing.T, input, stepOut, stepErr, output, errJSON string, stepFailed bool, status uint8) {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		// Finished runs, read back.
+		st := statuses[int(status)%len(statuses)]
+		id := fmt.Sprintf("done-%d", seq.Add(1))
+		var out, errv any
+		if st == StatusSuccess {
+			out = output
+		} else {
+			errv = errJSON
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO `+tbl("workflows")+` (id, name, status, app_version, input, output, error)
+VALUES ($1, 'stored', $2, 'fuzz', $3::json, $4::json, $5::json)`, id, st, input, out, errv); err != nil {
+			if isInvalidJSON(err) {
+				return // Postgres only stores valid JSON
+			}
+			t.Fatal(err)
+		}
+		h, err := wf.Handle(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.Result(ctx)
+		switch {
+		case st == StatusSuccess && err != nil && !errors.Is(err, ErrDecode):
+			t.Fatalf("success with output %q: %v is not ErrDecode", output, err)
+		case st != StatusSuccess && err == nil:
+			t.Fatalf("status %s with error %q: Result gave no error", st, errJSON)
+		}
+		if got, err := h.Status(ctx); err != nil || got != st {
+			t.Fatalf("Status = %s, %v; want %s", got, err, st)
+		}
+		runs, _, err := e.ListWorkflows(ctx, &ListParams{IDPrefix: id})
+		if err != nil || len(runs) == 0 || (st != StatusSuccess) != (runs[0].Error != nil) {
+			t.Fatalf("ListWorkflows(%q) = %+v, %v", id, runs, err)
+		}
+
+		// A pending run with a recorded step, replayed by the engine.
+		id = fmt.Sprintf("replay-%d", seq.Add(1))
+		stepStatus, so, se := "done", any(stepOut), any(nil)
+		if stepFailed {
+			stepStatus, so, se = "error", nil, stepErr
+		}
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+tbl("workflows")+` (id, name, status, app_version, input)
+VALUES ($1, 'stored', 'pending', 'fuzz', $2::json)`, id, input); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+tbl("steps")+` (workflow_id, pos, name, status, output, error)
+VALUES ($1, 0, 'a', $2, $3::json, $4::json)`, id, stepStatus, so, se); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "SELECT pg_notify($1, 'n:' || $2::text)", e.q.Channel, id)
+			return err
+		})
+		if err != nil {
+			if isInvalidJSON(err) {
+				return
+			}
+			t.Fatal(err)
+		}
+		h, err = wf.Handle(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := h.Result(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("replay of input %q, step %s %q/%q never finished", input, stepStatus, stepOut, stepErr)
+		}
+		if err == nil {
+			var in storedIn
+			var a []int
+			if stepFailed || json.Unmarshal([]byte(input), &in) != nil || json.Unmarshal([]byte(stepOut), &a) != nil ||
+				res.N != in.N || res.S != in.S || !slices.Equal(res.A, a) {
+				t.Fatalf("replay of input %q, step %s %q/%q gave %+v", input, stepStatus, stepOut, stepErr, res)
+			}
+		}
+		if _, err := e.ListSteps(ctx, id); err != nil {
+			t.Fatalf("ListSteps(%q): %v", id, err)
+		}
+	})
+}
+
+// isInvalidJSON reports Postgres refusing a value for a json column.
+func isInvalidJSON(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "22P02" || pe.Code == "22032" || pe.Code == "22021" || pe.Code == "22P05")
 }
