@@ -345,10 +345,12 @@ type storedOut struct {
 	A []int
 	N int
 	S string
+	M string // the S of the message received
 }
 
 // FuzzStoredRun: whatever JSON the database holds for a run (input,
-// output, recorded error, a step's output or error), reading the run and
+// output, recorded error, a step's output or error, an event, a stream
+// entry, a message), reading the run and
 // replaying it ends with a value or a typed error: never a panic, never a
 // run that hangs. Rows are written the way a corrupt or foreign writer
 // would, then read by Handle.Result, Status, ListWorkflows and ListSteps,
@@ -374,7 +376,11 @@ func FuzzStoredRun(f *testing.F) {
 		if err != nil {
 			return storedOut{}, err
 		}
-		return storedOut{A: a, N: in.N, S: in.S}, nil
+		msg, _, err := Recv[storedIn](wctx, "t", 0)
+		if err != nil {
+			return storedOut{}, err
+		}
+		return storedOut{A: a, N: in.N, S: in.S, M: msg.S}, nil
 	}, nil)
 	ctx := context.Background()
 	if err := e.Launch(ctx); err != nil {
@@ -421,6 +427,20 @@ VALUES ($1, 'stored', $2, 'fuzz', $3::json, $4::json, $5::json)`, id, st, input,
 		if err != nil || len(runs) == 0 || (st != StatusSuccess) != (runs[0].Error != nil) {
 			t.Fatalf("ListWorkflows(%q) = %+v, %v", id, runs, err)
 		}
+		// Its event and stream entry hold the output text.
+		if _, err := pool.Exec(ctx, `WITH ev AS (INSERT INTO `+tbl("events")+` (workflow_id, key, value) VALUES ($1, 'k', $2::json))
+INSERT INTO `+tbl("streams")+` (workflow_id, key, off, value) VALUES ($1, 'k', 0, $2::json)`, id, output); err != nil {
+			if isInvalidJSON(err) {
+				return
+			}
+			t.Fatal(err)
+		}
+		if _, _, err := GetEvent[storedOut](ctx, e, id, "k", 0); err != nil && !errors.Is(err, ErrDecode) {
+			t.Fatalf("GetEvent of %q: %v is not ErrDecode", output, err)
+		}
+		if _, _, err := StreamEntries[storedOut](ctx, e, id, "k", 0, 0); err != nil && !errors.Is(err, ErrDecode) {
+			t.Fatalf("StreamEntries of %q: %v is not ErrDecode", output, err)
+		}
 
 		// A pending run with a recorded step, replayed by the engine.
 		id = fmt.Sprintf("replay-%d", seq.Add(1))
@@ -435,6 +455,9 @@ VALUES ($1, 'stored', 'pending', 'fuzz', $2::json)`, id, input); err != nil {
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO `+tbl("steps")+` (workflow_id, pos, name, status, output, error)
 VALUES ($1, 0, 'a', $2, $3::json, $4::json)`, id, stepStatus, so, se); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+tbl("messages")+` (workflow_id, topic, payload) VALUES ($1, 't', $2::json)`, id, errJSON); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, "SELECT pg_notify($1, 'n:' || $2::text)", e.q.Channel, id)
@@ -455,10 +478,10 @@ VALUES ($1, 0, 'a', $2, $3::json, $4::json)`, id, stepStatus, so, se); err != ni
 			t.Fatalf("replay of input %q, step %s %q/%q never finished", input, stepStatus, stepOut, stepErr)
 		}
 		if err == nil {
-			var in storedIn
+			var in, msg storedIn
 			var a []int
 			if stepFailed || json.Unmarshal([]byte(input), &in) != nil || json.Unmarshal([]byte(stepOut), &a) != nil ||
-				res.N != in.N || res.S != in.S || !slices.Equal(res.A, a) {
+				json.Unmarshal([]byte(errJSON), &msg) != nil || res.N != in.N || res.S != in.S || !slices.Equal(res.A, a) || res.M != msg.S {
 				t.Fatalf("replay of input %q, step %s %q/%q gave %+v", input, stepStatus, stepOut, stepErr, res)
 			}
 		}
