@@ -157,10 +157,10 @@ func (c *Config) validate() error {
 	switch {
 	case !schemaNameRE.MatchString(c.Schema):
 		return bad("Schema", "%q must be a plain identifier (letters, digits, _ and $, at most 63 bytes, not starting with a digit)", c.Schema)
-	case len(c.AppVersion) > maxNameLen:
-		return bad("AppVersion", "is longer than %d bytes", maxNameLen)
-	case len(c.ExecutorID) > maxNameLen:
-		return bad("ExecutorID", "is longer than %d bytes", maxNameLen)
+	case checkName("Config.AppVersion", c.AppVersion) != nil:
+		return checkName("Config.AppVersion", c.AppVersion)
+	case checkName("Config.ExecutorID", c.ExecutorID) != nil:
+		return checkName("Config.ExecutorID", c.ExecutorID)
 	case c.LeaseTTL < LeaseTTLMin:
 		return bad("LeaseTTL", "%v is below the minimum %v", c.LeaseTTL, LeaseTTLMin)
 	case c.PollInterval < 0:

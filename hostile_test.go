@@ -92,7 +92,17 @@ func TestHostileInput(t *testing.T) {
 	named := map[string]*durable.Workflow[string, string]{}
 	queues := map[string]*durable.Queue{}
 	var invalidInWorkflow *durable.Workflow[string, []string]
-	e := b.engine(t, nil, func(e *durable.Engine) {
+	for _, s := range invalidNames {
+		_, err := durable.New(b.pool, &durable.Config{ExecutorID: s})
+		requireInvalid(t, err, "Config.ExecutorID %q", s)
+		_, err = durable.New(b.pool, &durable.Config{AppVersion: s})
+		requireInvalid(t, err, "Config.AppVersion %q", s)
+	}
+	hostileConfig := func(c *durable.Config) {
+		c.ExecutorID = `exec'; DROP TABLE executors; --`
+		c.AppVersion = `v"1\%_`
+	}
+	e := b.engine(t, hostileConfig, func(e *durable.Engine) {
 		all = durable.Register(e, "hostile", body, nil)
 		plain = durable.Register(e, "plain", echo, nil)
 		for _, s := range hostileNames {
