@@ -175,8 +175,8 @@ func FuzzSchemaName(f *testing.F) {
 }
 
 // FuzzParseSpec: a cron spec (with an optional zone) from code or from the
-// schedules table parses or fails without a panic, and a parsed spec
-// yields ticks in order, after the time asked, within the range asked.
+// schedules table parses or fails without a panic, an accepted spec can be
+// stored, and a parsed spec yields ticks in order, after the time asked, within the range asked.
 func FuzzParseSpec(f *testing.F) {
 	for _, s := range []string{"* * * * *", "*/5 * * * * *", "0 9 * * 1-5", "CRON_TZ=Europe/Paris 30 8 * * *", "TZ=UTC @daily",
 		"@every 90s", "@every 1ns", "@every -5s", "0 0 30 2 *", "TZ=", "CRON_TZ=Nowhere/Land * * * * *", "CRON_TZ=UTC",
@@ -202,6 +202,9 @@ func FuzzParseSpec(f *testing.F) {
 				t.Fatalf("parseSpec(%q) returned a spec and %v", spec, err)
 			}
 			return
+		}
+		if !utf8.ValidString(spec) || strings.ContainsRune(spec, 0) {
+			t.Fatalf("parseSpec accepted %q, which the schedules table cannot store", spec)
 		}
 		// Ticks between 1900 and 2200, to second precision like the
 		// schedules' cursors.
