@@ -154,13 +154,15 @@ func (c *Config) validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: Config.%s %s", ErrInvalidArgument, field, fmt.Sprintf(format, args...))
 	}
+	if err := checkName("Config.AppVersion", c.AppVersion); err != nil {
+		return err
+	}
+	if err := checkName("Config.ExecutorID", c.ExecutorID); err != nil {
+		return err
+	}
 	switch {
 	case !schemaNameRE.MatchString(c.Schema):
 		return bad("Schema", "%q must be a plain identifier (letters, digits, _ and $, at most 63 bytes, not starting with a digit)", c.Schema)
-	case checkName("Config.AppVersion", c.AppVersion) != nil:
-		return checkName("Config.AppVersion", c.AppVersion)
-	case checkName("Config.ExecutorID", c.ExecutorID) != nil:
-		return checkName("Config.ExecutorID", c.ExecutorID)
 	case c.LeaseTTL < LeaseTTLMin:
 		return bad("LeaseTTL", "%v is below the minimum %v", c.LeaseTTL, LeaseTTLMin)
 	case c.PollInterval < 0:
