@@ -229,11 +229,10 @@ WHERE id = $1 AND incarnation = $2`),
 		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5/$6 after.
 		ClaimOwn: r(`UPDATE {{schema}}.workflows w
 SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
-FROM (SELECT id FROM {{schema}}.workflows
+WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
 		AND queue_name IS NULL AND (created_at, id) > ($5::timestamptz, $6::text)
-	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
-WHERE w.id = c.id
+	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.created_at`),
 
 		// Reconcile: pending runs this executor owns in the database but is
@@ -245,11 +244,10 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 		// $6 age.
 		ReconcileOwn: r(`UPDATE {{schema}}.workflows w
 SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
-FROM (SELECT id FROM {{schema}}.workflows
+WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
 		AND queue_name IS NULL AND updated_at < now() - $6::interval AND id <> ALL($5::text[])
-	ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) c
-WHERE w.id = c.id
+	ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
 
 		// Reconcile for queued runs: back to their queue, like the runs of a
@@ -269,14 +267,13 @@ SELECT queue_name, count(*), pg_notify('` + channel + `', 'q:' || queue_name)::t
 SET executor_id = $1, epoch = w.epoch + 1,
 	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
 	wake_at = NULL, wait_topic = NULL, updated_at = now()
-FROM (SELECT o.id FROM {{schema}}.workflows o
+WHERE w.id = ANY(ARRAY(SELECT o.id FROM {{schema}}.workflows o
 	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[])
 	AND (o.queue_name IS NULL OR o.wake_at IS NOT NULL)
 	AND (o.executor_id IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
 	AND (o.wake_at IS NULL OR o.wake_at <= now() OR o.executor_id IS NOT NULL)
-	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) c
-WHERE w.id = c.id
+	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
 
 		// Pending runs of this executor that this binary cannot run are
