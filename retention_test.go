@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -330,4 +331,47 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%WITH victims AS%' AND query LIKE
 	res, err := e.Prune(ctx, time.Now().Add(-24*time.Hour), nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), res.Runs)
+}
+
+// TestRetentionBackground: Config.Retention prunes old runs by itself, in
+// one executor at a time (the one holding the schema's retention lock).
+func TestRetentionBackground(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	require.NoError(t, durable.Migrate(ctx, b.pool, b.schema))
+	seedFinished(t, b.pool, b.schema, "old-", 30, 2)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	_, err := b.pool.Exec(ctx, `INSERT INTO `+s+`.workflows (id, name, status, app_version, updated_at)
+VALUES ('recent', 'seeded', 'success', 'test', now() - interval '1 hour'),
+	('old-pending', 'seeded', 'pending', 'other-version', now() - interval '90 days')`)
+	require.NoError(t, err)
+
+	// Another executor's pass holds the lock: this one skips its passes.
+	holder, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", "durable.retention:"+b.schema)
+	require.NoError(t, err)
+
+	b.engine(t, func(c *durable.Config) {
+		c.Retention = 30 * 24 * time.Hour
+		c.RetentionInterval = 20 * time.Millisecond
+	}, nil)
+	require.Eventually(t, func() bool { return strings.Contains(b.logs.String(), "retention pass skipped") },
+		30*time.Second, 10*time.Millisecond)
+	count := func() (old, other int) {
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id LIKE 'old-%' AND status = 'success'),
+	count(*) FILTER (WHERE id IN ('recent', 'old-pending')) FROM `+s+`.workflows`).Scan(&old, &other))
+		return
+	}
+	old, other := count()
+	require.Equal(t, 30, old)
+	require.Equal(t, 2, other)
+
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_unlock(hashtext($1))", "durable.retention:"+b.schema)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { old, _ := count(); return old == 0 }, 30*time.Second, 10*time.Millisecond)
+	_, other = count()
+	require.Equal(t, 2, other, "a recent run and a pending run stay")
 }
