@@ -541,6 +541,8 @@ func (e *Engine) onNotify(payload string) {
 		if v, ok := e.active.Load(id); ok && v.(*run).epoch <= epoch {
 			v.(*run).cancelCause(ErrCancelled)
 		}
+	case 'k': // a manual tick of a schedule was asked for
+		e.schedules().wake()
 	case 'q': // work for a queue
 		if q := e.queues[payload[2:]]; q != nil {
 			q.wake()

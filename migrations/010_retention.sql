@@ -12,3 +12,9 @@ CREATE INDEX IF NOT EXISTS workflows_finished_idx
 -- covers the unconsumed ones), so pruning a run does not scan the table.
 CREATE INDEX IF NOT EXISTS messages_workflow_idx
     ON {{schema}}.messages (workflow_id);
+
+-- Manual ticks asked for by a process that does not declare the schedule
+-- (Engine.TriggerSchedule from the CLI): an executor that declares it
+-- starts each one and removes it.
+ALTER TABLE {{schema}}.schedules
+    ADD COLUMN IF NOT EXISTS triggers timestamptz[] NOT NULL DEFAULT '{}';
