@@ -138,9 +138,14 @@ func cmdShow(ctx context.Context, c *cli, args []string) error {
 		fmt.Fprintln(c.stdout, "(no steps recorded)")
 		return nil
 	}
-	t := c.table("POS", "NAME", "STATUS", "ATTEMPTS", "STARTED", "DURATION", "ERROR")
+	// AT is the step's start from the run's creation: the timeline.
+	t := c.table("POS", "NAME", "STATUS", "ATTEMPTS", "STARTED", "AT", "DURATION", "ERROR")
 	for _, s := range steps {
-		t.row(strconv.Itoa(s.Pos), s.Name, s.Status, strconv.Itoa(s.Attempts), fmtTime(s.StartedAt),
+		at := "-"
+		if !s.StartedAt.IsZero() {
+			at = "+" + fmtDuration(run.CreatedAt, s.StartedAt)
+		}
+		t.row(strconv.Itoa(s.Pos), s.Name, s.Status, strconv.Itoa(s.Attempts), fmtTime(s.StartedAt), at,
 			fmtDuration(s.StartedAt, s.FinishedAt), errText(s.Err, 60))
 	}
 	return t.flush()

@@ -262,8 +262,8 @@ func TestListAndShow(t *testing.T) {
 	require.Regexp(t, `(?m)^Status\s+success$`, out)
 	require.Regexp(t, `(?m)^Input\s+"ann1"$`, out)
 	require.Regexp(t, `(?m)^Output\s+"hello ANN1"$`, out)
-	require.Regexp(t, `(?m)^POS\s+NAME\s+STATUS\s+ATTEMPTS\s+STARTED\s+DURATION\s+ERROR$`, out)
-	require.Regexp(t, `(?m)^0\s+lookup\s+done\s+1\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\s+\S+s\s*$`, out)
+	require.Regexp(t, `(?m)^POS\s+NAME\s+STATUS\s+ATTEMPTS\s+STARTED\s+AT\s+DURATION\s+ERROR$`, out)
+	require.Regexp(t, `(?m)^0\s+lookup\s+done\s+1\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\s+\+\S+s\s+\S+s\s*$`, out)
 	require.Regexp(t, `(?m)^1\s+format\s+done\s+1\s+`, out)
 
 	var shown struct {
