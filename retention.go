@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -86,15 +88,26 @@ func (e *Engine) Prune(ctx context.Context, before time.Time, opts *PruneOpts) (
 	case o.MaxRuns < 0:
 		return PruneResult{}, fmt.Errorf("%w: PruneOpts.MaxRuns must not be negative", ErrInvalidArgument)
 	}
+	res, _, err := e.prune(ctx, before, o, false)
+	return res, err
+}
+
+// prune deletes in batches. With exclusive, each batch first tries the
+// schema's retention lock inside its own transaction, and the pass stops
+// (skipped) when another executor holds it. The lock is taken per batch
+// transaction, not per session, so it needs no sticky connection (it
+// holds behind PgBouncer in transaction mode) and can never be left
+// behind; concurrent prunes would be safe anyway (SKIP LOCKED), the lock
+// only saves executors from doing the same walk at once.
+func (e *Engine) prune(ctx context.Context, before time.Time, o PruneOpts, exclusive bool) (total PruneResult, skipped bool, err error) {
 	if o.BatchSize == 0 {
 		o.BatchSize = PruneBatchDefault
 	}
-	var total PruneResult
 	var afterAt time.Time
 	afterID := ""
 	for o.MaxRuns == 0 || total.Runs < int64(o.MaxRuns) {
 		if err := ctx.Err(); err != nil {
-			return total, fmt.Errorf("durable: prune: %w", err)
+			return total, false, fmt.Errorf("durable: prune: %w", err)
 		}
 		limit := o.BatchSize
 		if o.MaxRuns > 0 {
@@ -103,10 +116,30 @@ func (e *Engine) Prune(ctx context.Context, before time.Time, opts *PruneOpts) (
 		var b PruneResult
 		var lastAt *time.Time
 		var lastID *string
-		err := e.pool.QueryRow(ctx, e.rq.PruneBatch, before, afterAt, afterID, limit).
-			Scan(&b.Runs, &b.Steps, &b.Messages, &b.Events, &b.Streams, &lastAt, &lastID)
+		batch := func(q queryer) error {
+			return q.QueryRow(ctx, e.rq.PruneBatch, before, afterAt, afterID, limit).
+				Scan(&b.Runs, &b.Steps, &b.Messages, &b.Events, &b.Streams, &lastAt, &lastID)
+		}
+		if exclusive {
+			err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+				var got bool
+				if err := tx.QueryRow(ctx, e.rq.TryLock, sysdb.RetentionLockKey(e.cfg.Schema)).Scan(&got); err != nil {
+					return err
+				}
+				if !got {
+					skipped = true
+					return nil
+				}
+				return batch(tx)
+			})
+		} else {
+			err = batch(e.pool)
+		}
 		if err != nil {
-			return total, fmt.Errorf("durable: prune runs finished before %s: %w", before.Format(time.RFC3339), err)
+			return total, false, fmt.Errorf("durable: prune runs finished before %s: %w", before.Format(time.RFC3339), err)
+		}
+		if skipped {
+			return total, true, nil
 		}
 		if b.Runs > 0 {
 			b.Batches = 1
@@ -118,11 +151,11 @@ func (e *Engine) Prune(ctx context.Context, before time.Time, opts *PruneOpts) (
 		}
 		afterAt, afterID = *lastAt, *lastID
 	}
-	return total, nil
+	return total, false, nil
 }
 
 // retentionLoop prunes runs older than Config.Retention every
-// Config.RetentionInterval, in one executor at a time. The first pass
+// Config.RetentionInterval, one executor at a time (see prune). The first pass
 // comes soon after Launch (within a minute), so processes restarted more
 // often than the interval still prune.
 func (e *Engine) retentionLoop(ctx context.Context) {
@@ -143,32 +176,14 @@ func (e *Engine) retentionLoop(ctx context.Context) {
 	}
 }
 
-// retentionPass runs one Prune under the schema's retention lock, or
-// nothing when another executor holds it.
+// retentionPass runs one prune, unless another executor is running one.
 func (e *Engine) retentionPass(ctx context.Context) error {
-	conn, err := e.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	key := sysdb.RetentionLockKey(e.cfg.Schema)
-	var got bool
-	if err := conn.QueryRow(ctx, e.rq.TryLock, key).Scan(&got); err != nil {
-		return err
-	}
-	if !got {
+	started := time.Now()
+	res, skipped, err := e.prune(ctx, started.Add(-e.cfg.Retention), PruneOpts{}, true)
+	if skipped && res.Runs == 0 {
 		e.log.Debug("durable: retention pass skipped: another executor is running one")
 		return nil
 	}
-	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), e.rq.Unlock, key); err != nil {
-			// A session lock left behind would stop every later pass:
-			// drop the connection instead of returning it to the pool.
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
-	started := time.Now()
-	res, err := e.Prune(ctx, started.Add(-e.cfg.Retention), nil)
 	if res.Runs > 0 || err != nil {
 		e.log.Info("durable: retention pass", "runs", res.Runs, "steps", res.Steps, "messages", res.Messages,
 			"events", res.Events, "streams", res.Streams, "batches", res.Batches, "took", time.Since(started), "err", err)

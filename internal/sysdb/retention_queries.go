@@ -4,7 +4,6 @@ package sysdb
 type RetentionQueries struct {
 	PruneBatch string
 	TryLock    string
-	Unlock     string
 }
 
 // NewRetentionQueries renders the retention statements for schema.
@@ -46,10 +45,10 @@ SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM s), (SELECT count(*) FROM
 	(SELECT count(*) FROM e), (SELECT count(*) FROM st),
 	(SELECT updated_at FROM last), (SELECT id FROM last)`),
 
-		// One executor at a time runs the background retention pass of a
-		// schema: a session advisory lock, tried, never waited for.
-		TryLock: `SELECT pg_try_advisory_lock(hashtext($1))`,
-		Unlock:  `SELECT pg_advisory_unlock(hashtext($1))`,
+		// One executor at a time runs a batch of the background retention
+		// pass of a schema: a transaction advisory lock, tried, never
+		// waited for.
+		TryLock: `SELECT pg_try_advisory_xact_lock(hashtext($1))`,
 	}
 }
 
