@@ -375,3 +375,30 @@ VALUES ('recent', 'seeded', 'success', 'test', now() - interval '1 hour'),
 	_, other = count()
 	require.Equal(t, 2, other, "a recent run and a pending run stay")
 }
+
+// TestPruneKeepsRecentQueueStarts: a queue's rate limit counts the starts
+// of its period from the runs' rows, so a run that started within the
+// period stays, however old the cutoff says it is.
+func TestPruneKeepsRecentQueueStarts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[int, int]
+	var limited, plain *durable.Queue
+	e := b.engine(t, nil, func(e *durable.Engine) {
+		wf = durable.Register(e, "prune-q", func(wctx durable.Context, in int) (int, error) { return in, nil }, nil)
+		limited = durable.RegisterQueue(e, "prune-limited", &durable.QueueOpts{RateLimit: 5, RatePeriod: time.Hour})
+		plain = durable.RegisterQueue(e, "prune-plain", nil)
+	})
+	ctx := ctxT(t)
+	for _, q := range []*durable.Queue{limited, plain} {
+		h, err := wf.Enqueue(ctx, q, 1, &durable.EnqueueOpts{ID: "run-" + q.Name()})
+		require.NoError(t, err)
+		_, err = h.Result(ctx)
+		require.NoError(t, err)
+	}
+	res, err := e.Prune(ctx, dbNow(t, b.pool), nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.Runs)
+	require.Equal(t, 0, rowsOf(t, b.pool, b.schema, "run-prune-plain")["workflows"])
+	require.Equal(t, 1, rowsOf(t, b.pool, b.schema, "run-prune-limited")["workflows"], "started within the rate period")
+}
