@@ -58,10 +58,10 @@ func (r *PruneResult) add(o PruneResult) {
 // events and stream entries. It works from any process, launched or not.
 //
 // It deletes in batches of PruneOpts.BatchSize runs, each batch one short
-// transaction that skips rows locked by others (FOR UPDATE SKIP LOCKED),
-// so it never waits on live work and live work waits on it for at most
-// one batch's deletes of rows nobody else uses. A pending or queued run is
-// never touched, and neither are:
+// transaction that skips rows locked by others (FOR UPDATE SKIP LOCKED):
+// it never waits on live work, and the only rows it locks are those of
+// the finished runs it deletes. A pending or queued run is never touched,
+// and neither are:
 //   - a child run whose parent exists and did not itself finish before
 //     before: a parent may still await its child, so a child goes with its
 //     parent or after it;
@@ -73,8 +73,8 @@ func (r *PruneResult) add(o PruneResult) {
 // [Engine.BackfillSchedule] over its tick starts the tick again. So keep
 // finished runs for longer than anything may still ask for them.
 //
-// If ctx ends, Prune stops after the batch in flight and returns what it
-// deleted with ctx's error; the batches done stay done.
+// If ctx ends, Prune stops (the batch in flight rolls back) and returns
+// what the committed batches deleted, with ctx's error.
 func (e *Engine) Prune(ctx context.Context, before time.Time, opts *PruneOpts) (PruneResult, error) {
 	var o PruneOpts
 	if opts != nil {
