@@ -64,6 +64,8 @@ type Queries struct {
 	Heartbeat           string
 	ReleaseLease        string
 	ClaimOwn            string
+	ReconcileOwn        string
+	RequeueOwn          string
 	ClaimOrphans        string
 	ReleaseUnrunnable   string
 	CountOtherVersions  string
@@ -102,8 +104,18 @@ ON CONFLICT (id) DO NOTHING`),
 		// Records a run's final outcome, fenced by its epoch. The notification
 		// for remote waiters (the notify flag, set by WatchWorkflow) is sent
 		// by the caller after the commit, only when one asked.
+		//
+		// The commit does not wait for its WAL flush (synchronous_commit off
+		// for this one statement's transaction): a finish record is the only
+		// write that replay can re-create. If Postgres itself crashes before
+		// the flush (the WAL writer flushes within a few hundred ms, and any
+		// later synchronous commit flushes it too), the run reads as pending
+		// again; its executor's reconcile pass (reconcile.go) or a takeover
+		// re-runs it by replay, which returns the same outcome from the
+		// recorded steps without running any of them again.
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
 		FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
 RETURNING notify, parent_id`),
 
@@ -150,7 +162,9 @@ FOR SHARE OF w
 ON CONFLICT (workflow_id, pos) DO NOTHING`),
 
 		// InsertStep for many runs at once (group commit). Returns the rows
-		// written; a missing one was fenced or already recorded.
+		// written; a missing one was fenced or already recorded. The
+		// "w.id = ANY($1)" beside the join makes Postgres find the runs by
+		// key rather than hash the whole table (here and in FinishWorkflows).
 		// $1 workflow_ids, $2 positions, $3 names, $4 statuses, $5 outputs,
 		// $6 errors, $7 attempts, $8 started_at, $9 epochs.
 		InsertSteps: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
@@ -158,19 +172,22 @@ SELECT u.workflow_id, u.pos, u.name, u.status, u.output, u.error, u.attempts, u.
 FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::json[], $6::json[], $7::int[], $8::timestamptz[], $9::bigint[])
 	AS u(workflow_id, pos, name, status, output, error, attempts, started_at, epoch)
 JOIN {{schema}}.workflows w ON w.id = u.workflow_id AND w.epoch = u.epoch AND w.status = 'pending'
+WHERE w.id = ANY($1::text[])
 ORDER BY w.id
 FOR SHARE OF w
 ON CONFLICT (workflow_id, pos) DO NOTHING
 RETURNING workflow_id, pos`),
 
 		// FinishOne for many runs at once (group commit), waking parked
-		// parents and notifying in the same statement.
+		// parents and notifying in the same statement. Its commit does not
+		// wait for the WAL flush either (see FinishOne).
 		// $1 ids, $2 epochs, $3 statuses, $4 outputs, $5 errors.
 		FinishWorkflows: r(`WITH u AS (
-	SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error)),
+	SELECT u.* FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error),
+		(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit),
 upd AS (
 	UPDATE {{schema}}.workflows w SET status = u.status, output = u.output, error = u.error, updated_at = now()
-	FROM u WHERE w.id = u.id AND w.epoch = u.epoch AND w.status = 'pending'
+	FROM u WHERE w.id = ANY($1::text[]) AND w.id = u.id AND w.epoch = u.epoch AND w.status = 'pending'
 	RETURNING w.id, w.notify, w.parent_id),
 parents AS (
 	UPDATE {{schema}}.workflows p SET wake_at = now()
@@ -231,12 +248,35 @@ WHERE id = $1 AND incarnation = $2`),
 		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5/$6 after.
 		ClaimOwn: r(`UPDATE {{schema}}.workflows w
 SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
-FROM (SELECT id FROM {{schema}}.workflows
+WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
 		AND queue_name IS NULL AND (created_at, id) > ($5::timestamptz, $6::text)
-	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
-WHERE w.id = c.id
+	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.created_at`),
+
+		// Reconcile: pending runs this executor owns in the database but is
+		// not running (their finish record was lost in a Postgres crash, or
+		// a write failed while the database was away). $5 lists the runs
+		// executing here; $6 is how long a row must have been left alone, so
+		// a run between its insert and its goroutine is not taken.
+		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5 active IDs,
+		// $6 age.
+		ReconcileOwn: r(`UPDATE {{schema}}.workflows w
+SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
+WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
+	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
+		AND queue_name IS NULL AND updated_at < now() - $6::interval AND id <> ALL($5::text[])
+	ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED))
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
+
+		// Reconcile for queued runs: back to their queue, like the runs of a
+		// dead executor. $1 executor_id, $2 active IDs, $3 age.
+		RequeueOwn: r(`WITH r AS (
+	UPDATE {{schema}}.workflows o SET status = 'enqueued', executor_id = NULL, epoch = o.epoch + 1, updated_at = now()
+	WHERE o.status = 'pending' AND o.queue_name IS NOT NULL AND o.wake_at IS NULL AND o.executor_id = $1
+		AND o.updated_at < now() - $3::interval AND o.id <> ALL($2::text[])
+	RETURNING o.queue_name)
+SELECT queue_name, count(*), pg_notify('` + channel + `', 'q:' || queue_name)::text FROM r GROUP BY queue_name`),
 
 		// Takeover: pending runs whose owner has no live lease, or no owner.
 		// A run that was never claimed (epoch 0, started by StartTx) does not
@@ -246,14 +286,13 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 SET executor_id = $1, epoch = w.epoch + 1,
 	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
 	wake_at = NULL, wait_topic = NULL, updated_at = now()
-FROM (SELECT o.id FROM {{schema}}.workflows o
+WHERE w.id = ANY(ARRAY(SELECT o.id FROM {{schema}}.workflows o
 	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[])
 	AND (o.queue_name IS NULL OR o.wake_at IS NOT NULL)
 	AND (o.executor_id IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
 	AND (o.wake_at IS NULL OR o.wake_at <= now() OR o.executor_id IS NOT NULL)
-	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) c
-WHERE w.id = c.id
+	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
 
 		// Pending runs of this executor that this binary cannot run are
