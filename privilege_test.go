@@ -321,4 +321,17 @@ func exerciseEngine(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schem
 	require.NoError(t, err)
 	require.Equal(t, "recovered x", out)
 	require.NoError(t, e2.ResumeSchedule(ctx, "lp-every-second"))
+
+	// Operations: inspection, queue listing, retention.
+	_, err = e2.Inspect(ctx, id)
+	require.NoError(t, err)
+	queues, err := e2.ListQueues(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, queues)
+	pruned, err := e2.Prune(ctx, time.Now().Add(time.Hour), nil)
+	require.NoError(t, err)
+	require.Positive(t, pruned.Runs)
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+" WHERE id = $1", id).Scan(&left))
+	require.Zero(t, left, "the finished run was pruned")
 }

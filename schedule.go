@@ -352,6 +352,9 @@ func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
 // an executor that declares it starts the run, woken by a notification
 // (within its Config.PollInterval at worst); follow it by its ID.
 func (e *Engine) TriggerSchedule(ctx context.Context, name string, tick time.Time) (string, error) {
+	if err := checkName("schedule name", name); err != nil {
+		return "", err
+	}
 	s := e.schedules()
 	if tick.IsZero() {
 		tick = e.now()
