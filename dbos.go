@@ -252,6 +252,7 @@ type Engine struct {
 	hardCancel context.CancelCauseFunc
 	runs       sync.WaitGroup
 	active     sync.Map // workflow ID -> *run executing here
+	launches   launchGate
 
 	hub         *hub
 	kick        chan struct{} // wakes the sweeper

@@ -466,6 +466,7 @@ func (e *Engine) dispatchLoop(q *Queue) func(ctx context.Context) {
 // before the next one when nothing wakes the loop, and whether more work
 // may be ready right away.
 func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
+	defer e.launches.enter()()
 	poll := e.cfg.PollInterval
 	q.mu.Lock()
 	running := q.running

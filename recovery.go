@@ -158,7 +158,12 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 	for i, c := range got {
 		ids[i] = c.id
 	}
-	steps, err := e.loadSteps(ctx, ids)
+	var steps map[string]map[int]*stepRecord
+	err := e.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
+		var err error
+		steps, err = e.loadSteps(ctx, ids)
+		return err
+	})
 	if err != nil {
 		// Claimed but not started: the runs stay owned by us and pending;
 		// the next boot of this executor or a takeover resumes them.
@@ -202,23 +207,35 @@ func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
 	e.hub.wake(c.id, &outcome{status: StatusDead, err: errb})
 }
 
-// heartbeatLoop renews this executor's lease every LeaseTTL/3.
+// heartbeatLoop renews this executor's lease every LeaseTTL/3. After a
+// failure (the database is away) it tries again sooner, with backoff, so
+// the lease is renewed as soon as the database is back, before peers
+// decide this executor died.
 func (e *Engine) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(e.cfg.LeaseTTL / 3)
+	period := e.cfg.LeaseTTL / 3
+	t := time.NewTimer(period)
 	defer t.Stop()
+	retry := time.Duration(0)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		hctx, cancel := context.WithTimeout(ctx, e.cfg.LeaseTTL/3)
+		hctx, cancel := context.WithTimeout(ctx, period)
 		tag, err := e.pool.Exec(hctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds())
 		cancel()
+		if err != nil {
+			retry = min(max(2*retry, 50*time.Millisecond), period)
+			t.Reset(jitter(retry, 0.2))
+		} else {
+			retry = 0
+			t.Reset(period)
+		}
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				e.log.Warn("durable: heartbeat failed", "err", err)
+				e.log.Warn("durable: heartbeat failed", "err", err, "retry_in", retry)
 			}
 		case tag.RowsAffected() == 0:
 			// The row is gone or another process took this executor ID.
@@ -248,6 +265,9 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			if n < RecoveryBatchDefault {
 				break
 			}
+		}
+		if err := e.adoptStrays(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("durable: resume stray runs", "err", err)
 		}
 		if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
 			e.log.Warn("durable: requeue runs of dead executors", "err", err)
