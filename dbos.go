@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -253,6 +254,7 @@ type Engine struct {
 	runs       sync.WaitGroup
 	active     sync.Map // workflow ID -> *run executing here
 	launches   launchGate
+	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
 
 	hub         *hub
 	kick        chan struct{} // wakes the sweeper

@@ -51,6 +51,39 @@ func notOursToFinish(h error) bool {
 		errors.Is(h, ErrFenced) || isTransient(h)
 }
 
+// wakeParentOfFinished wakes the parent parked on run id if id is finished.
+// A finish whose answer was lost in an outage is retried and then touches
+// no row; the wake-up of the first try may not have happened.
+func (e *Engine) wakeParentOfFinished(ctx context.Context, id string) {
+	err := e.retryBG(ctx, "wake parent", func(ctx context.Context) error {
+		info, err := e.readRun(ctx, e.pool, id)
+		if err != nil || !info.status.Finished() || info.parent == nil {
+			return err
+		}
+		rows, err := e.pool.Query(ctx, e.q.WakeParent, id, *info.parent)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		return err
+	})
+	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrWorkflowNotFound) {
+		e.log.Warn("durable: wake parent", "workflow_id", id, "err", err)
+	}
+}
+
+// judgesLeases reports whether this executor may take over the runs of
+// peers whose lease expired. An executor that was itself cut off from the
+// database (its heartbeat failed) waits LeaseTTL/2 after that: in an outage
+// every lease runs out at once, and the live peers need a moment to renew
+// theirs (they retry within a second) before a lease that expired means a
+// dead executor. Without the wait, the first executor back would take over
+// the runs its live peers are still executing.
+func (e *Engine) judgesLeases() bool {
+	at := e.cutOffAt.Load()
+	return at == 0 || time.Since(time.Unix(0, at)) > e.cfg.LeaseTTL/2
+}
+
 // launchGate counts the places that make a run owned by this executor and
 // then execute it (start, claim, dispatch). adoptStrays only trusts what it
 // reads while none is in flight, so it never mistakes a run about to be

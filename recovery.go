@@ -127,8 +127,8 @@ func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
 
 // claim takes up to one batch of runs with query (ClaimOwn or
 // ClaimOrphans), loads their recorded steps in one query, and executes them.
-func (e *Engine) claim(ctx context.Context, query string) (int, error) {
-	rows, err := e.pool.Query(ctx, query, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault)
+func (e *Engine) claim(ctx context.Context, query string, args ...any) (int, error) {
+	rows, err := e.pool.Query(ctx, query, append([]any{e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault}, args...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -226,7 +226,8 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 		tag, err := e.pool.Exec(hctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds())
 		cancel()
 		if err != nil {
-			retry = min(max(2*retry, 50*time.Millisecond), period)
+			e.cutOffAt.Store(time.Now().UnixNano())
+			retry = min(max(2*retry, 50*time.Millisecond), period, time.Second)
 			t.Reset(jitter(retry, 0.2))
 		} else {
 			retry = 0
@@ -255,7 +256,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	lastCleanup := time.Now()
 	for {
 		for {
-			n, err := e.claim(ctx, e.q.ClaimOrphans)
+			n, err := e.claim(ctx, e.q.ClaimOrphans, e.judgesLeases())
 			if err != nil {
 				if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 					e.log.Warn("durable: takeover sweep failed", "err", err)
@@ -269,8 +270,10 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 		if err := e.adoptStrays(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn("durable: resume stray runs", "err", err)
 		}
-		if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
-			e.log.Warn("durable: requeue runs of dead executors", "err", err)
+		if e.judgesLeases() { // else peers' queued runs stay where they are for now
+			if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
+				e.log.Warn("durable: requeue runs of dead executors", "err", err)
+			}
 		}
 		e.reportOrphansElsewhere(ctx)
 		if time.Since(lastCleanup) > 10*time.Minute {

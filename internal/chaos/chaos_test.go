@@ -85,6 +85,7 @@ type ledger struct {
 	calls     map[string]int
 	effects   []string
 	execs     []execRec
+	runs      []runRec
 	intervals []intervalRec
 }
 
@@ -112,6 +113,13 @@ func (l *ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		l.execs = append(l.execs, rec)
+	case "/run":
+		var rec runRec
+		if err := json.NewDecoder(r.Body).Decode(&rec); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		l.runs = append(l.runs, rec)
 	case "/interval":
 		var rec intervalRec
 		if err := json.NewDecoder(r.Body).Decode(&rec); err != nil {
@@ -327,6 +335,7 @@ func (c *controller) startOne() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var id, kind string
+	var more []string // further runs of a burst
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		c.rejected++
@@ -342,9 +351,15 @@ func (c *controller) startOne() {
 	case n < 60:
 		id, kind = fmt.Sprintf("mm-%d", c.seq), "mixed"
 		_, err = c.w.mixed.StartTx(ctx, tx, mixedIn{SleepMS: c.rng.IntN(600), Msg: true}, &durable.StartOpts{ID: id})
-	case n < 85:
+	case n < 85: // a burst, to press on the queue's limits
 		id, kind = fmt.Sprintf("q-%d", c.seq), "queued"
-		_, err = c.w.queued.EnqueueTx(ctx, tx, c.w.queue, queuedIn{HoldMS: 50 + c.rng.IntN(250)}, &durable.EnqueueOpts{ID: id})
+		burst := 1 + c.rng.IntN(6)
+		for k := 0; k < burst && err == nil; k++ {
+			qid := fmt.Sprintf("%s-%d", id, k)
+			_, err = c.w.queued.EnqueueTx(ctx, tx, c.w.queue, queuedIn{HoldMS: 50 + c.rng.IntN(400)}, &durable.EnqueueOpts{ID: qid})
+			more = append(more, qid)
+		}
+		id, more = more[0], more[1:]
 	default:
 		id, kind = fmt.Sprintf("a-%d", c.seq), "agent"
 		_, err = c.w.agent.Workflow().StartTx(ctx, tx, agentkit.Input{Prompt: "Work, " + id + "."}, &durable.StartOpts{ID: id})
@@ -354,10 +369,13 @@ func (c *controller) startOne() {
 		c.rejected++
 		return
 	}
-	if err := tx.Commit(ctx); err != nil {
-		c.maybe[id] = kind // the COMMIT went out; its answer did not come back
-	} else {
-		c.created[id] = kind
+	err = tx.Commit(ctx)
+	for _, id := range append(more, id) {
+		if err != nil {
+			c.maybe[id] = kind // the COMMIT went out; its answer did not come back
+		} else {
+			c.created[id] = kind
+		}
 	}
 	if id[:3] == "mm-" {
 		c.sends[id] = time.Now().Add(c.between([2]time.Duration{0, 2 * time.Second}))

@@ -27,6 +27,7 @@ type verdict struct {
 	messages   int
 	effects    int
 	reruns     int // step executions beyond the first (at-least-once, deduplicated by keys)
+	lostAcks   int // transaction steps run again by their run after a COMMIT whose answer was lost
 	calls      int // effect requests, retries included
 	maxGlobal  int
 	maxWorker  int
@@ -105,17 +106,55 @@ func (c *controller) verdict() *verdict {
 	c.led.mu.Lock()
 	defer c.led.mu.Unlock()
 
-	// No step execution began after its checkpoint existed. A checkpoint's
-	// finished_at is taken when its statement starts, before it commits,
-	// so this is stricter than "after it committed": a new owner reads the
-	// recorded steps only after the old owner's checkpoint committed (the
-	// checkpoint holds the workflow row's lock against the claim), so even
-	// a legitimate re-execution starts after that commit, never in between.
+	// No step executed after its checkpoint existed. A checkpoint's
+	// finished_at is taken before it commits, and a run that starts or
+	// resumes loads the recorded steps after every checkpoint it must see
+	// committed (a checkpoint holds the workflow row's lock against the
+	// claim that precedes the load). So:
+	//   - a plain step never begins after its checkpoint's finished_at: a
+	//     retry happens before the checkpoint, and a later run replays it;
+	//   - a transaction step may begin again after its checkpoint only in
+	//     the run that wrote it, when the COMMIT's answer was lost (its
+	//     checkpoint is then refused and the transaction rolls back; the
+	//     app rows below prove it): never in a run that started after the
+	//     checkpoint. Runs record their start (after loading their steps);
+	//     for agent runs, whose code is the library's, the same process must
+	//     have begun the step before the checkpoint.
+	runsOf := map[string][]runRec{}
+	for _, r := range c.led.runs {
+		runsOf[r.WF] = append(runsOf[r.WF], r)
+	}
 	perStep := map[stepKey]int{}
 	for _, x := range c.led.execs {
 		k := stepKey{x.WF, x.Pos}
 		perStep[k]++
-		if s := steps[k]; s != nil && time.Unix(0, x.At).After(s.finished) {
+		s := steps[k]
+		if s == nil || !time.Unix(0, x.At).After(s.finished) {
+			continue
+		}
+		late := !x.Tx
+		if x.Tx {
+			var start *runRec
+			for i, r := range runsOf[x.WF] {
+				if r.PID == x.PID && r.At <= x.At && (start == nil || r.At > start.At) {
+					start = &runsOf[x.WF][i]
+				}
+			}
+			if start != nil {
+				late = time.Unix(0, start.At).After(s.finished)
+			} else {
+				late = true
+				for _, y := range c.led.execs {
+					if y.WF == x.WF && y.Pos == x.Pos && y.PID == x.PID && time.Unix(0, y.At).Before(s.finished) {
+						late = false
+					}
+				}
+			}
+			if !late {
+				v.lostAcks++
+			}
+		}
+		if late {
 			v.late = append(v.late, fmt.Sprintf("%s step %d %q began at %s, checkpoint at %s (pid %d)",
 				x.WF, x.Pos, x.Name, time.Unix(0, x.At).Format(time.RFC3339Nano), s.finished.Format(time.RFC3339Nano), x.PID))
 		}
@@ -300,14 +339,15 @@ func (v *verdict) report(t *testing.T, c *controller, took time.Duration) {
   workflows completed:         %d of %d
   scheduled ticks:             %d, contiguous, each once
   messages:                    %d sent, each consumed once
-  effects:                     %d, each once per idempotency key (%d requests: %d re-executions deduplicated by key)
+  effects:                     %d, each once per idempotency key (%d requests)
+  step re-executions:          %d (at-least-once; %d of them transaction steps whose COMMIT answer was lost, rolled back)
   queue peak:                  %d running in all (limit %d), %d in one executor (limit %d)
   duplicates found:            %d
   lost workflows:              %d`,
 		c.p.seed, took.Round(time.Second),
 		total, strings.Join(kinds, " "), len(c.created), len(c.maybe), c.rejected,
 		c.kills, c.pgStops, v.completed, total, v.ticks, v.messages,
-		v.effects, v.calls, v.reruns, v.maxGlobal, globalConc, v.maxWorker, workerConc,
+		v.effects, v.calls, v.reruns, v.lostAcks, v.maxGlobal, globalConc, v.maxWorker, workerConc,
 		dups, len(v.lost))
 	fail := func(what string, list []string) {
 		if len(list) == 0 {

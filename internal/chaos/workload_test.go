@@ -96,16 +96,25 @@ func (l *ledgerClient) post(ctx context.Context, path string, hdr map[string]str
 // exec records that the step of ctx starts executing now. It is recorded
 // before the step does anything, so the verdict can tell whether a step
 // ran after its checkpoint existed.
-func (l *ledgerClient) exec(ctx context.Context) error {
+func (l *ledgerClient) exec(ctx context.Context, tx bool) error {
 	info := durable.StepInfoMust(ctx)
-	_, err := l.post(ctx, "/exec", nil, execRec{WF: info.WorkflowID, Pos: info.Pos, Name: info.Name, At: time.Now().UnixNano(), PID: l.pid})
+	_, err := l.post(ctx, "/exec", nil, execRec{WF: info.WorkflowID, Pos: info.Pos, Name: info.Name, Tx: tx, At: time.Now().UnixNano(), PID: l.pid})
 	return err
+}
+
+// run records that workflow code starts executing (a start or a resume,
+// after the engine loaded the run's recorded steps).
+func (l *ledgerClient) run(wctx durable.Context) {
+	if l == nil {
+		return
+	}
+	_, _ = l.post(wctx, "/run", nil, runRec{WF: wctx.WorkflowID(), At: time.Now().UnixNano(), PID: l.pid})
 }
 
 // effect is an external effect under the step's idempotency key: the
 // ledger applies a key once and answers every retry alike.
 func (l *ledgerClient) effect(ctx context.Context) (string, error) {
-	if err := l.exec(ctx); err != nil {
+	if err := l.exec(ctx, false); err != nil {
 		return "", err
 	}
 	out, err := l.post(ctx, "/effect", map[string]string{"Idempotency-Key": durable.IdempotencyKey(ctx)}, nil)
@@ -116,7 +125,7 @@ func (l *ledgerClient) effect(ctx context.Context) (string, error) {
 // step's idempotency key (the table has no unique constraint: a duplicate
 // would show).
 func (l *ledgerClient) appRow(ctx context.Context, tx pgx.Tx) (string, error) {
-	if err := l.exec(ctx); err != nil {
+	if err := l.exec(ctx, true); err != nil {
 		return "", err
 	}
 	info := durable.StepInfoMust(ctx)
@@ -129,8 +138,15 @@ type execRec struct {
 	WF   string `json:"wf"`
 	Pos  int    `json:"pos"`
 	Name string `json:"name"`
+	Tx   bool   `json:"tx"`
 	At   int64  `json:"at"` // unix ns
 	PID  int    `json:"pid"`
+}
+
+type runRec struct {
+	WF  string `json:"wf"`
+	At  int64  `json:"at"`
+	PID int    `json:"pid"`
 }
 
 type intervalRec struct {
@@ -155,6 +171,7 @@ func register(e *durable.Engine, l *ledgerClient, modelURL string) (*workload, e
 	w := &workload{}
 	w.queue = durable.RegisterQueue(e, queueName, &queueOpts)
 	w.leaf = durable.Register(e, "leaf", func(wctx durable.Context, n int) (string, error) {
+		l.run(wctx)
 		eff, err := durable.Step(wctx, "effect", l.effect, effectRetry)
 		if err != nil {
 			return "", err
@@ -165,6 +182,7 @@ func register(e *durable.Engine, l *ledgerClient, modelURL string) (*workload, e
 		return eff, nil
 	}, nil)
 	w.mixed = durable.Register(e, "mixed", func(wctx durable.Context, in mixedIn) (mixedOut, error) {
+		l.run(wctx)
 		var out mixedOut
 		eff, err := durable.Step(wctx, "effect", l.effect, effectRetry)
 		if err != nil {
@@ -204,8 +222,9 @@ func register(e *durable.Engine, l *ledgerClient, modelURL string) (*workload, e
 		return out, nil
 	}, nil)
 	w.queued = durable.Register(e, "queued", func(wctx durable.Context, in queuedIn) (string, error) {
+		l.run(wctx)
 		return durable.Step(wctx, "hold", func(ctx context.Context) (string, error) {
-			if err := l.exec(ctx); err != nil {
+			if err := l.exec(ctx, false); err != nil {
 				return "", err
 			}
 			id := wctx.WorkflowID()
@@ -218,6 +237,7 @@ func register(e *durable.Engine, l *ledgerClient, modelURL string) (*workload, e
 		}, effectRetry)
 	}, nil)
 	w.tick = durable.Register(e, "tick", func(wctx durable.Context, _ struct{}) (string, error) {
+		l.run(wctx)
 		if _, ok := durable.ScheduledTime(wctx); !ok {
 			return "", fmt.Errorf("tick %s has no scheduled time", wctx.WorkflowID())
 		}

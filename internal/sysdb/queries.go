@@ -224,8 +224,9 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 
 		// Takeover: pending runs whose owner has no live lease, or no owner.
 		// A run that was never claimed (epoch 0, started by StartTx) does not
-		// count as a recovery.
-		// $1 executor_id, $2 app_version, $3 names, $4 limit.
+		// count as a recovery. Runs of executors whose lease expired are
+		// taken only with $5.
+		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5 take expired.
 		ClaimOrphans: r(`UPDATE {{schema}}.workflows w
 SET executor_id = $1, epoch = w.epoch + 1,
 	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
@@ -233,7 +234,7 @@ SET executor_id = $1, epoch = w.epoch + 1,
 FROM (SELECT o.id FROM {{schema}}.workflows o
 	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[])
 	AND (o.queue_name IS NULL OR o.wake_at IS NOT NULL)
-	AND (o.executor_id IS NULL OR (o.executor_id <> $1 AND NOT EXISTS (
+	AND (o.executor_id IS NULL OR ($5::bool AND o.executor_id <> $1 AND NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
 	AND (o.wake_at IS NULL OR o.wake_at <= now() OR o.executor_id IS NOT NULL)
 	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) c
