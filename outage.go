@@ -48,7 +48,7 @@ func (e *Engine) retryBG(ctx context.Context, what string, op func(ctx context.C
 // visibly.
 func notOursToFinish(h error) bool {
 	return errors.Is(h, ErrShutdown) || errors.Is(h, errParked) || errors.Is(h, ErrCancelled) ||
-		errors.Is(h, ErrFenced) || isTransient(h)
+		errors.Is(h, ErrFenced) || (isTransient(h) && !errors.Is(h, context.DeadlineExceeded))
 }
 
 // wakeParentOfFinished wakes the parent parked on run id if id is finished.

@@ -54,7 +54,7 @@ func planFromEnv(t *testing.T) plan {
 		p.duration = 5 * time.Minute
 		p.killEvery = [2]time.Duration{2 * time.Second, 8 * time.Second}
 		p.pgEvery = [2]time.Duration{20 * time.Second, 45 * time.Second}
-		p.startGap = [2]time.Duration{40 * time.Millisecond, 200 * time.Millisecond}
+		p.startGap = [2]time.Duration{60 * time.Millisecond, 250 * time.Millisecond}
 	}
 	if s := os.Getenv("DURABLE_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -62,9 +62,7 @@ func planFromEnv(t *testing.T) plan {
 			t.Fatalf("DURABLE_CHAOS_DURATION=%q: want a positive Go duration like 90s", s)
 		}
 		p.duration = d
-		for i := range p.pgStops { // keep both stops inside the phase
-			p.pgStops[i] = d * time.Duration(3+10*i) / 35
-		}
+		p.pgStops = []time.Duration{d * 10 / 35, d * 23 / 35} // both inside the phase
 	}
 	p.seed = uint64(time.Now().UnixNano())
 	if s := os.Getenv("DURABLE_CHAOS_SEED"); s != "" {

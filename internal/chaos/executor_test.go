@@ -73,14 +73,14 @@ func runExecutor(id string) error {
 		return err
 	}
 	// The database may be down right now: keep trying.
-	for attempt := 1; ; attempt++ {
+	for giveUp := time.Now().Add(5 * time.Minute); ; {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := e.Launch(lctx)
 		cancel()
 		if err == nil {
 			break
 		}
-		if attempt == 100 {
+		if time.Now().After(giveUp) {
 			return fmt.Errorf("launch: %w", err)
 		}
 		time.Sleep(200 * time.Millisecond)
