@@ -30,7 +30,9 @@ func TestDatabaseOutageMidRun(t *testing.T) {
 		t.Skipf("no database outage test: %v", err)
 	}
 	pool := c.Pool(t)
-	ctx := ctxT(t)
+	// Generous: a crash-recovering Postgres on a loaded machine takes a while.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
 	const schema = "outage"
 	_, err = pool.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE outage.app (workflow_id text PRIMARY KEY, n int NOT NULL)")
 	require.NoError(t, err)

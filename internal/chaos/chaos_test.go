@@ -413,7 +413,22 @@ func (c *controller) sendDue(dbUp bool) {
 // run is pending, then stops the executors cleanly.
 func (c *controller) drain() {
 	t := c.t
+	// On a machine slow enough that the planned faults did not all fit in
+	// the chaos phase, inject the missing ones now: the verdict needs at
+	// least two of each.
+	for c.cluster != nil && c.pgStops < 2 {
+		c.t.Logf("chaos: stopping Postgres (immediate) once more after the chaos phase")
+		c.pgDown()
+		time.Sleep(300 * time.Millisecond)
+		c.pgUp()
+	}
 	for i := range c.slots {
+		c.start(i)
+	}
+	for c.kills < 2 {
+		i := c.rng.IntN(len(c.slots))
+		c.t.Logf("chaos: SIGKILL executor %s (pid %d) after the chaos phase", c.slots[i].id, c.slots[i].pid)
+		c.kill(i)
 		c.start(i)
 	}
 	ctx := context.Background()
