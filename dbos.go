@@ -255,6 +255,7 @@ type Engine struct {
 	active     sync.Map // workflow ID -> *run executing here
 	launches   launchGate
 	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
+	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
 
 	hub         *hub
 	kick        chan struct{} // wakes the sweeper

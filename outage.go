@@ -3,8 +3,10 @@ package durable
 import (
 	"context"
 	"errors"
-	"sync/atomic"
+	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Riding out database outages. While Postgres is away (restarted, failed
@@ -25,6 +27,7 @@ func (e *Engine) retryBG(ctx context.Context, what string, op func(ctx context.C
 		if err == nil || !isTransient(err) || ctx.Err() != nil {
 			return err
 		}
+		e.noteDBTrouble()
 		if attempt == 1 || attempt%10 == 0 {
 			e.log.Warn("durable: database unreachable, retrying", "op", what, "attempt", attempt, "err", err)
 		}
@@ -39,6 +42,14 @@ func (e *Engine) retryBG(ctx context.Context, what string, op func(ctx context.C
 	}
 }
 
+// noteDBTrouble says a database call of a path that makes runs owned by
+// this executor failed: a claim or a start may have committed without its
+// answer arriving, so the next sweep looks for strays (adoptStrays). The
+// sweeper also looks every strayCheckEvery, whatever happened.
+func (e *Engine) noteDBTrouble() { e.strayCheck.Store(true) }
+
+const strayCheckEvery = 5 * time.Minute
+
 // notOursToFinish reports whether a run halted for reason h must stay
 // pending instead of being finished here: the engine is stopping, the run
 // parked, was cancelled or changed owner, or the database was unreachable
@@ -46,10 +57,16 @@ func (e *Engine) retryBG(ctx context.Context, what string, op func(ctx context.C
 // adoptStrays). Other halts (non-determinism, undecodable records, the
 // deadline, a database error that is not a connection problem) fail the run
 // visibly.
-func notOursToFinish(h error) bool {
-	return errors.Is(h, ErrShutdown) || errors.Is(h, errParked) || errors.Is(h, ErrCancelled) ||
-		errors.Is(h, ErrFenced) || (isTransient(h) && !errors.Is(h, context.DeadlineExceeded))
+func (e *Engine) notOursToFinish(h error) bool {
+	if handedBack(h) {
+		e.noteDBTrouble() // the run is a stray now
+		return true
+	}
+	return errors.Is(h, ErrShutdown) || errors.Is(h, errParked) || errors.Is(h, ErrCancelled) || errors.Is(h, ErrFenced)
 }
+
+// handedBack: the run stops without finishing because of the database.
+func handedBack(h error) bool { return isTransient(h) && !errors.Is(h, context.DeadlineExceeded) }
 
 // wakeParentOfFinished wakes the parent parked on run id if id is finished.
 // A finish whose answer was lost in an outage is retried and then touches
@@ -84,25 +101,51 @@ func (e *Engine) judgesLeases() bool {
 	return at == 0 || time.Since(time.Unix(0, at)) > e.cfg.LeaseTTL/2
 }
 
-// launchGate counts the places that make a run owned by this executor and
-// then execute it (start, claim, dispatch). adoptStrays only trusts what it
-// reads while none is in flight, so it never mistakes a run about to be
-// launched here for a stray.
+// launchGate tracks the places that make a run owned by this executor and
+// then execute it (start, claim, dispatch): between the two, the run is
+// neither in the database's past nor in e.active. adoptStrays waits for
+// the launches that may have written what it read, so it never mistakes a
+// run about to be launched here for a stray.
 type launchGate struct {
-	started, ended atomic.Int64
+	mu       sync.Mutex
+	last     int64
+	inflight map[int64]struct{}
 }
 
 // enter marks a launch in flight; call the returned func when it is over.
 func (g *launchGate) enter() func() {
-	g.started.Add(1)
-	return func() { g.ended.Add(1) }
+	g.mu.Lock()
+	g.last++
+	n := g.last
+	if g.inflight == nil {
+		g.inflight = map[int64]struct{}{}
+	}
+	g.inflight[n] = struct{}{}
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		delete(g.inflight, n)
+		g.mu.Unlock()
+	}
 }
 
-// quiet returns the number of launches so far and whether none is in
-// flight.
-func (g *launchGate) quiet() (int64, bool) {
-	s := g.started.Load()
-	return s, g.ended.Load() == s
+// mark returns the number of the last launch entered so far.
+func (g *launchGate) mark() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.last
+}
+
+// settled reports whether every launch up to mark is over.
+func (g *launchGate) settled(mark int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for n := range g.inflight {
+		if n <= mark {
+			return false
+		}
+	}
+	return true
 }
 
 // stray is a pending run owned by this executor that is not executing here.
@@ -120,37 +163,58 @@ type stray struct {
 // taken through the queue's limits); any other is claimed again, with a
 // new epoch, and executed.
 func (e *Engine) adoptStrays(ctx context.Context) error {
-	before, ok := e.launches.quiet()
-	if !ok {
-		return nil // look again on the next sweep
+	if !e.strayCheck.Swap(false) {
+		return nil
 	}
 	rows, err := e.pool.Query(ctx, e.q.OwnUnparked, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
 	if err != nil {
+		e.noteDBTrouble()
 		return err
 	}
-	var found []stray
+	var candidates []stray
 	for rows.Next() {
 		var s stray
 		if err := rows.Scan(&s.id, &s.epoch, &s.queued); err != nil {
 			rows.Close()
 			return err
 		}
-		if _, running := e.active.Load(s.id); !running {
-			found = append(found, s)
-		}
+		candidates = append(candidates, s)
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if after, _ := e.launches.quiet(); after != before || len(found) == 0 {
+	if len(candidates) == 0 {
 		return nil
+	}
+	// A launch that wrote a row we read entered the gate before our read
+	// ended: once those are over, their runs are in e.active (or done).
+	mark := e.launches.mark()
+	for giveUp := time.Now().Add(5 * time.Second); !e.launches.settled(mark); {
+		if time.Now().After(giveUp) {
+			e.noteDBTrouble()
+			return nil // a launch is slow (the database is away?): next sweep
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	var found []stray
+	for _, s := range candidates {
+		if _, running := e.active.Load(s.id); !running {
+			found = append(found, s)
+		}
 	}
 	for _, s := range found {
 		if s.queued {
 			var queue string
 			err := e.pool.QueryRow(ctx, e.q.RequeueStray, s.id, s.epoch, e.cfg.ExecutorID).Scan(&queue)
 			if err != nil {
-				continue // changed meanwhile, or the database is away: next sweep
+				if !errors.Is(err, pgx.ErrNoRows) {
+					e.noteDBTrouble() // look again on the next sweep
+				}
+				continue
 			}
 			e.log.Info("durable: stray run of this executor returned to its queue", "workflow_id", s.id, "queue", queue)
 			if q := e.queues[queue]; q != nil {
@@ -160,6 +224,9 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 		}
 		rows, err := e.pool.Query(ctx, e.q.ClaimStray, s.id, s.epoch, e.cfg.ExecutorID)
 		got, err := scanClaimed(rows, err)
+		if err != nil {
+			e.noteDBTrouble()
+		}
 		if err != nil || len(got) == 0 {
 			continue
 		}

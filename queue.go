@@ -525,6 +525,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 		return err
 	})
 	if err != nil {
+		e.noteDBTrouble()
 		if ctx.Err() == nil {
 			e.log.Warn("durable: dispatch failed", "queue", q.name, "err", err)
 		}
@@ -537,6 +538,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 	q.running += len(got)
 	q.mu.Unlock()
 	if err := e.startClaimed(ctx, got, q); err != nil {
+		e.noteDBTrouble()
 		e.log.Warn("durable: start claimed runs", "queue", q.name, "err", err)
 	}
 	return wait, len(got) >= claimLimit

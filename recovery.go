@@ -227,6 +227,7 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 		cancel()
 		if err != nil {
 			e.cutOffAt.Store(time.Now().UnixNano())
+			e.noteDBTrouble()
 			retry = min(max(2*retry, 50*time.Millisecond), period, time.Second)
 			t.Reset(jitter(retry, 0.2))
 		} else {
@@ -253,11 +254,12 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	period := min(e.cfg.LeaseTTL/3, e.cfg.PollInterval)
 	t := time.NewTimer(period)
 	defer t.Stop()
-	lastCleanup := time.Now()
+	lastCleanup, lastStrayCheck := time.Now(), time.Now()
 	for {
 		for {
 			n, err := e.claim(ctx, e.q.ClaimOrphans, e.judgesLeases())
 			if err != nil {
+				e.noteDBTrouble()
 				if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 					e.log.Warn("durable: takeover sweep failed", "err", err)
 				}
@@ -266,6 +268,10 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			if n < RecoveryBatchDefault {
 				break
 			}
+		}
+		if time.Since(lastStrayCheck) > strayCheckEvery {
+			lastStrayCheck = time.Now()
+			e.noteDBTrouble()
 		}
 		if err := e.adoptStrays(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn("durable: resume stray runs", "err", err)

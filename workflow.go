@@ -188,6 +188,7 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []by
 	local := e.hub.subscribeLocal(id)
 	inserted, err := e.writeStart(ctx, &startWrite{id: id, name: w.def.name, input: input, parent: parent, deadline: deadline})
 	if err != nil {
+		e.noteDBTrouble()
 		e.hub.unsubscribe(id, local)
 		return nil, fmt.Errorf("durable: start workflow %q id %q: %w", w.def.name, id, err)
 	}
@@ -459,6 +460,7 @@ func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []by
 	defer e.launches.enter()()
 	created, err = e.writeStart(ctx, &startWrite{id: id, name: def.name, input: input})
 	if err != nil {
+		e.noteDBTrouble()
 		return false, fmt.Errorf("durable: start workflow %q id %q: %w", def.name, id, err)
 	}
 	if !created {
