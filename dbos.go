@@ -390,6 +390,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 		e.mu.Unlock()
 		return fmt.Errorf("durable: launch: recovery: %w", err)
 	}
+	// A new executor cannot tell whether the database was just away:
+	// it gives peers the same time to renew their leases (judgesLeases).
+	e.cutOffAt.Store(time.Now().UnixNano())
 	e.bg.start("heartbeat", e.heartbeatLoop)
 	e.bg.start("sweeper", e.sweepLoop)
 	for _, q := range e.queues {

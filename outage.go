@@ -95,10 +95,10 @@ func (e *Engine) wakeParentOfFinished(ctx context.Context, id string) {
 // every lease runs out at once, and the live peers need a moment to renew
 // theirs (they retry within a second) before a lease that expired means a
 // dead executor. Without the wait, the first executor back would take over
-// the runs its live peers are still executing.
+// the runs its live peers are still executing. A newly launched executor
+// waits too: it cannot tell whether the database was just away.
 func (e *Engine) judgesLeases() bool {
-	at := e.cutOffAt.Load()
-	return at == 0 || time.Since(time.Unix(0, at)) > e.cfg.LeaseTTL/2
+	return time.Since(time.Unix(0, e.cutOffAt.Load())) > e.cfg.LeaseTTL/2
 }
 
 // launchGate tracks the places that make a run owned by this executor and
