@@ -165,8 +165,10 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 		return err
 	})
 	if err != nil {
-		// Claimed but not started: the runs stay owned by us and pending;
-		// the next boot of this executor or a takeover resumes them.
+		// Claimed but not started (a database error that is not a lost
+		// connection, or shutdown): the runs stay owned by us and pending;
+		// the sweeper resumes them as strays, or the next boot does.
+		e.noteDBTrouble()
 		if q != nil {
 			q.releaseN(len(got))
 		}
