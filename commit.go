@@ -222,6 +222,7 @@ func (e *Engine) finishOne(ctx context.Context, w *finishWrite) (bool, error) {
 	var parent *string
 	err := e.pool.QueryRow(ctx, e.q.FinishOne, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err).Scan(&notify, &parent)
 	if errors.Is(err, pgx.ErrNoRows) {
+		e.wakeParentOfFinished(ctx, w.id)
 		return false, nil
 	}
 	if err != nil {
@@ -233,11 +234,16 @@ func (e *Engine) finishOne(ctx context.Context, w *finishWrite) (bool, error) {
 		}
 	}
 	if parent != nil { // a parent parked in Await on this run wakes up
-		rows, err := e.pool.Query(ctx, e.q.WakeParent, w.id, *parent)
-		if err == nil {
-			rows.Close()
-			err = rows.Err()
-		}
+		// The finish is committed: a lost wake-up would leave the parent
+		// parked for good, so ride out an outage here.
+		err := e.retryBG(ctx, "wake parent", func(ctx context.Context) error {
+			rows, err := e.pool.Query(ctx, e.q.WakeParent, w.id, *parent)
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			return err
+		})
 		if err != nil {
 			e.log.Warn("durable: wake parent", "workflow_id", w.id, "parent", *parent, "err", err)
 		}
@@ -282,6 +288,12 @@ func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
 		setAll(items, err)
 		for _, it := range items {
 			it.ok = false
+		}
+		return
+	}
+	for _, it := range items {
+		if !it.ok {
+			e.wakeParentOfFinished(ctx, it.v.id)
 		}
 	}
 }

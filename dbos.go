@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -270,6 +271,9 @@ type Engine struct {
 	hardCancel context.CancelCauseFunc
 	runs       sync.WaitGroup
 	active     sync.Map // workflow ID -> *run executing here
+	launches   launchGate
+	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
+	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
 
 	reconcileMu sync.Mutex
 	reconcileAt time.Time // next reconcile pass (reconcile.go)
@@ -408,6 +412,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 		e.mu.Unlock()
 		return fmt.Errorf("durable: launch: recovery: %w", err)
 	}
+	// A new executor cannot tell whether the database was just away:
+	// it gives peers the same time to renew their leases (judgesLeases).
+	e.cutOffAt.Store(time.Now().UnixNano())
 	e.bg.start("heartbeat", e.heartbeatLoop)
 	e.bg.start("sweeper", e.sweepLoop)
 	for _, q := range e.queues {

@@ -35,6 +35,22 @@
 // Config.MaxRecoveryAttempts. Runs are only resumed by executors with the
 // same Config.AppVersion that register their workflow name.
 //
+// # Database outages
+//
+// When Postgres goes away (restart, failover, a cut network), runs in
+// flight keep their progress in memory and keep retrying their checkpoint
+// writes with backoff; nothing is marked failed because the database was
+// unreachable, and everything resumes when it is back, without restarting
+// executors. A live executor renews its lease within a second of the
+// database's return, and an executor that was itself cut off waits
+// LeaseTTL/2 before it takes over peers' runs, so an outage shorter than
+// LeaseTTL moves no run. Calls made while the database is down (Start,
+// Enqueue, Send, Result) return the connection error. Such a Start may
+// still have committed: the run then executes; call Start again with the
+// same ID to get its handle. A step whose own code uses the database fails
+// and retries by its policy like any other error; a TxStep retries
+// connection errors until the database is back.
+//
 // # Determinism rules
 //
 // Workflow code is re-executed from the top when a run resumes, with

@@ -488,6 +488,7 @@ func (e *Engine) dispatchLoop(q *Queue) func(ctx context.Context) {
 // before the next one when nothing wakes the loop, and whether more work
 // may be ready right away.
 func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
+	defer e.launches.enter()()
 	poll := e.cfg.PollInterval
 	q.mu.Lock()
 	running := q.running
@@ -546,6 +547,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 		return err
 	})
 	if err != nil {
+		e.noteDBTrouble()
 		if ctx.Err() == nil {
 			e.log.Warn("durable: dispatch failed", "queue", q.name, "err", err)
 		}
@@ -558,6 +560,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 	q.running += len(got)
 	q.mu.Unlock()
 	if err := e.startClaimed(ctx, got, q); err != nil {
+		e.noteDBTrouble()
 		e.log.Warn("durable: start claimed runs", "queue", q.name, "err", err)
 	}
 	return wait, len(got) >= claimLimit

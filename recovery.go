@@ -127,8 +127,8 @@ func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
 
 // claim takes up to one batch of runs with query (ClaimOwn or
 // ClaimOrphans), loads their recorded steps in one query, and executes them.
-func (e *Engine) claim(ctx context.Context, query string) (int, error) {
-	rows, err := e.pool.Query(ctx, query, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault)
+func (e *Engine) claim(ctx context.Context, query string, args ...any) (int, error) {
+	rows, err := e.pool.Query(ctx, query, append([]any{e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault}, args...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -158,10 +158,17 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 	for i, c := range got {
 		ids[i] = c.id
 	}
-	steps, err := e.loadSteps(ctx, ids)
+	var steps map[string]map[int]*stepRecord
+	err := e.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
+		var err error
+		steps, err = e.loadSteps(ctx, ids)
+		return err
+	})
 	if err != nil {
-		// Claimed but not started: the runs stay owned by us and pending;
-		// the next boot of this executor or a takeover resumes them.
+		// Claimed but not started (a database error that is not a lost
+		// connection, or shutdown): the runs stay owned by us and pending;
+		// the sweeper resumes them as strays, or the next boot does.
+		e.noteDBTrouble()
 		if q != nil {
 			q.releaseN(len(got))
 		}
@@ -202,23 +209,37 @@ func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
 	e.hub.wake(c.id, &outcome{status: StatusDead, err: errb})
 }
 
-// heartbeatLoop renews this executor's lease every LeaseTTL/3.
+// heartbeatLoop renews this executor's lease every LeaseTTL/3. After a
+// failure (the database is away) it tries again sooner, with backoff, so
+// the lease is renewed as soon as the database is back, before peers
+// decide this executor died.
 func (e *Engine) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(e.cfg.LeaseTTL / 3)
+	period := e.cfg.LeaseTTL / 3
+	t := time.NewTimer(period)
 	defer t.Stop()
+	retry := time.Duration(0)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		hctx, cancel := context.WithTimeout(ctx, e.cfg.LeaseTTL/3)
+		hctx, cancel := context.WithTimeout(ctx, period)
 		tag, err := e.pool.Exec(hctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds())
 		cancel()
+		if err != nil {
+			e.cutOffAt.Store(time.Now().UnixNano())
+			e.noteDBTrouble()
+			retry = min(max(2*retry, 50*time.Millisecond), period, time.Second)
+			t.Reset(jitter(retry, 0.2))
+		} else {
+			retry = 0
+			t.Reset(period)
+		}
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				e.log.Warn("durable: heartbeat failed", "err", err)
+				e.log.Warn("durable: heartbeat failed", "err", err, "retry_in", retry)
 			}
 		case tag.RowsAffected() == 0:
 			// The row is gone or another process took this executor ID.
@@ -235,11 +256,12 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	period := min(e.cfg.LeaseTTL/3, e.cfg.PollInterval)
 	t := time.NewTimer(period)
 	defer t.Stop()
-	lastCleanup := time.Now()
+	lastCleanup, lastStrayCheck := time.Now(), time.Now()
 	for {
 		for {
-			n, err := e.claim(ctx, e.q.ClaimOrphans)
+			n, err := e.claim(ctx, e.q.ClaimOrphans, e.judgesLeases())
 			if err != nil {
+				e.noteDBTrouble()
 				if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 					e.log.Warn("durable: takeover sweep failed", "err", err)
 				}
@@ -249,8 +271,17 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 				break
 			}
 		}
-		if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
-			e.log.Warn("durable: requeue runs of dead executors", "err", err)
+		if time.Since(lastStrayCheck) > strayCheckEvery {
+			lastStrayCheck = time.Now()
+			e.noteDBTrouble()
+		}
+		if err := e.adoptStrays(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("durable: resume stray runs", "err", err)
+		}
+		if e.judgesLeases() { // else peers' queued runs stay where they are for now
+			if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
+				e.log.Warn("durable: requeue runs of dead executors", "err", err)
+			}
 		}
 		e.reportOrphansElsewhere(ctx)
 		e.reconcileIfDue(ctx)

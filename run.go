@@ -293,7 +293,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		r.halt(r.deadlineError()) // the code gave up on its context's deadline
 	}
 	if h := r.halted(); h != nil {
-		if errors.Is(h, ErrShutdown) || errors.Is(h, errParked) || errors.Is(h, ErrCancelled) || errors.Is(h, ErrFenced) {
+		if e.notOursToFinish(h) {
 			// Not ours to finish: the run goes on elsewhere or later, or
 			// was already ended by a cancel.
 			if errors.Is(h, ErrFenced) {

@@ -59,13 +59,20 @@ func (r *run) park(wake time.Time, topic string) error {
 	if topic != "" {
 		// A message sent while we parked may have missed the park: look
 		// once more now that the park is committed.
-		var has bool
-		if err := r.e.pool.QueryRow(r.e.hardCtx, r.e.wq.HasMessage, r.id, topic).Scan(&has); err == nil && has {
-			rows, err := r.e.pool.Query(r.e.hardCtx, r.e.wq.Unpark, r.id)
+		// Ride out an outage here: a lost wake-up would leave the run
+		// parked until its timeout with a message waiting.
+		_ = r.retryDB("look for a message after parking", func(ctx context.Context) error {
+			var has bool
+			if err := r.e.pool.QueryRow(ctx, r.e.wq.HasMessage, r.id, topic).Scan(&has); err != nil || !has {
+				return err
+			}
+			rows, err := r.e.pool.Query(ctx, r.e.wq.Unpark, r.id)
 			if err == nil {
 				rows.Close()
+				err = rows.Err()
 			}
-		}
+			return err
+		})
 	}
 	r.e.wakeSweeper() // it computes the next wake-up time
 	r.e.log.Debug("durable: run parked", "workflow_id", r.id, "wake_at", wake, "topic", topic)

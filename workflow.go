@@ -184,9 +184,11 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 // created it, executes it here.
 func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []byte, parent string, deadline *time.Time) (*Handle[R], error) {
 	e := w.e
+	defer e.launches.enter()()
 	local := e.hub.subscribeLocal(id)
 	inserted, err := e.writeStart(ctx, &startWrite{id: id, name: w.def.name, input: input, parent: parent, deadline: deadline})
 	if err != nil {
+		e.noteDBTrouble()
 		e.hub.unsubscribe(id, local)
 		return nil, fmt.Errorf("durable: start workflow %q id %q: %w", w.def.name, id, err)
 	}
@@ -458,8 +460,10 @@ func NewID(wctx Context) (string, error) {
 // under that ID is a [*ConflictError]. It is the untyped path used by
 // schedules.
 func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
+	defer e.launches.enter()()
 	created, err = e.writeStart(ctx, &startWrite{id: id, name: def.name, input: input})
 	if err != nil {
+		e.noteDBTrouble()
 		return false, fmt.Errorf("durable: start workflow %q id %q: %w", def.name, id, err)
 	}
 	if !created {
@@ -494,7 +498,12 @@ func (h *Handle[R]) Await(wctx Context) (R, error) {
 		waitUntil := started.Add(r.e.cfg.ParkThreshold)
 		for {
 			w := r.e.hub.subscribe(h.id)
-			info, err := r.e.readRun(r.e.hardCtx, r.e.pool, h.id)
+			var info *runInfo
+			err := r.retryDB("read child", func(ctx context.Context) error {
+				var err error
+				info, err = r.e.readRun(ctx, r.e.pool, h.id)
+				return err
+			})
 			if err != nil {
 				r.e.hub.unsubscribe(h.id, w)
 				if errors.Is(err, ErrWorkflowNotFound) {
@@ -537,12 +546,22 @@ func (h *Handle[R]) Await(wctx Context) (R, error) {
 // wake-up time to now).
 func (r *run) parkOnChild(child string) error {
 	err := r.park(time.Now().Add(100*365*24*time.Hour), "child:"+child)
-	// The child may have finished before the park committed: look again.
-	if info, rerr := r.e.readRun(r.e.hardCtx, r.e.pool, child); rerr == nil && info.status.Finished() {
-		rows, qerr := r.e.pool.Query(r.e.hardCtx, r.e.q.WakeParent, child, r.id)
-		if qerr == nil {
-			rows.Close()
-		}
+	if !errors.Is(err, errParked) {
+		return err
 	}
+	// The child may have finished before the park committed: look again,
+	// riding out an outage (a lost wake-up would park us for good).
+	_ = r.retryDB("wake parked parent", func(ctx context.Context) error {
+		info, err := r.e.readRun(ctx, r.e.pool, child)
+		if err != nil || !info.status.Finished() {
+			return err
+		}
+		rows, err := r.e.pool.Query(ctx, r.e.q.WakeParent, child, r.id)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		return err
+	})
 	return err
 }

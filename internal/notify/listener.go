@@ -33,9 +33,14 @@ func (l *Listener) Run(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	first := true
 	for ctx.Err() == nil {
-		err := l.session(ctx, &first)
+		listened, err := l.session(ctx, &first)
 		if ctx.Err() != nil {
 			return
+		}
+		if listened {
+			// The connection worked until now: a new outage starts the
+			// backoff over instead of inheriting the last one's.
+			backoff = 50 * time.Millisecond
 		}
 		l.Logger.Warn("durable: listen connection lost, reconnecting", "err", err, "backoff", backoff)
 		select {
@@ -54,14 +59,15 @@ func (l *Listener) Ready() <-chan struct{} { return l.ready }
 // New returns a Listener; fill its exported fields before Run.
 func New() *Listener { return &Listener{ready: make(chan struct{}), MaxBackoff: 5 * time.Second} }
 
-func (l *Listener) session(ctx context.Context, first *bool) error {
+// session runs one connection; listened reports that its LISTEN succeeded.
+func (l *Listener) session(ctx context.Context, first *bool) (listened bool, err error) {
 	conn, err := l.Connect(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, l.ListenSQL); err != nil {
-		return err
+		return false, err
 	}
 	if *first {
 		*first = false
@@ -74,9 +80,9 @@ func (l *Listener) session(ctx context.Context, first *bool) error {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-				return nil
+				return true, nil
 			}
-			return err
+			return true, err
 		}
 		l.OnNotify(n.Payload)
 	}

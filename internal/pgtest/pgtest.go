@@ -171,22 +171,7 @@ func URL(tb testing.TB) string {
 // Pool returns a new pgx pool (MaxConns 20) on URL, closed when the test ends.
 func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(URL(tb))
-	if err != nil {
-		tb.Fatalf("pgtest: parsing DATABASE_URL: %v", err)
-	}
-	cfg.MaxConns = 20
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		tb.Fatalf("pgtest: creating pool: %v", err)
-	}
-	tb.Cleanup(pool.Close)
-	if err := pool.Ping(ctx); err != nil {
-		tb.Fatalf("pgtest: cannot reach PostgreSQL at DATABASE_URL: %v", err)
-	}
-	return pool
+	return poolOn(tb, URL(tb))
 }
 
 var schemaSeq atomic.Uint64

@@ -71,6 +71,9 @@ type Queries struct {
 	CountOtherVersions  string
 	DeleteDeadExecutors string
 	DeadLetter          string
+	OwnUnparked         string
+	ClaimStray          string
+	RequeueStray        string
 	ListenStmt          string
 }
 
@@ -280,8 +283,9 @@ SELECT queue_name, count(*), pg_notify('` + channel + `', 'q:' || queue_name)::t
 
 		// Takeover: pending runs whose owner has no live lease, or no owner.
 		// A run that was never claimed (epoch 0, started by StartTx) does not
-		// count as a recovery.
-		// $1 executor_id, $2 app_version, $3 names, $4 limit.
+		// count as a recovery. Runs of executors whose lease expired are
+		// taken only with $5.
+		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5 take expired.
 		ClaimOrphans: r(`UPDATE {{schema}}.workflows w
 SET executor_id = $1, epoch = w.epoch + 1,
 	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
@@ -289,8 +293,8 @@ SET executor_id = $1, epoch = w.epoch + 1,
 WHERE w.id = ANY(ARRAY(SELECT o.id FROM {{schema}}.workflows o
 	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[])
 	AND (o.queue_name IS NULL OR o.wake_at IS NOT NULL)
-	AND (o.executor_id IS NULL OR NOT EXISTS (
-		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
+	AND (o.executor_id IS NULL OR ($5::bool AND o.executor_id <> $1 AND NOT EXISTS (
+		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
 	AND (o.wake_at IS NULL OR o.wake_at <= now() OR o.executor_id IS NOT NULL)
 	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
@@ -322,6 +326,24 @@ AND NOT EXISTS (SELECT 1 FROM {{schema}}.workflows w WHERE w.status = 'pending' 
 	WHERE id = $1 AND epoch = $2 AND status = 'pending'
 	RETURNING id, notify)
 SELECT CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END FROM u`),
+
+		// Pending, unparked runs owned by this executor that it can run
+		// (adoptStrays keeps those not executing). $1 executor_id,
+		// $2 app_version, $3 names.
+		OwnUnparked: r(`SELECT id, epoch, queue_name IS NOT NULL FROM {{schema}}.workflows
+WHERE status = 'pending' AND executor_id = $1 AND wake_at IS NULL AND app_version = $2 AND name = ANY($3::text[])`),
+
+		// Claim again a stray run of this executor (new epoch, same owner).
+		// $1 id, $2 epoch seen, $3 executor_id.
+		ClaimStray: r(`UPDATE {{schema}}.workflows SET epoch = epoch + 1, updated_at = now()
+WHERE id = $1 AND epoch = $2 AND executor_id = $3 AND status = 'pending' AND wake_at IS NULL
+RETURNING id, name, input, epoch, recovery_attempts, deadline, queue_name`),
+
+		// Hand a stray queued run of this executor back to its queue.
+		// $1 id, $2 epoch seen, $3 executor_id.
+		RequeueStray: r(`UPDATE {{schema}}.workflows SET status = 'enqueued', executor_id = NULL, epoch = epoch + 1, updated_at = now()
+WHERE id = $1 AND epoch = $2 AND executor_id = $3 AND status = 'pending' AND wake_at IS NULL AND queue_name IS NOT NULL
+RETURNING queue_name`),
 
 		ListenStmt: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 	}

@@ -129,8 +129,8 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 		Requeue: r(`WITH r AS (
 	UPDATE {{schema}}.workflows o SET status = 'enqueued', executor_id = NULL, epoch = o.epoch + 1, updated_at = now()
 	WHERE o.status = 'pending' AND o.queue_name IS NOT NULL AND o.wake_at IS NULL
-	AND ((o.executor_id = $1 AND $2::bool) OR o.executor_id IS NULL OR NOT EXISTS (
-		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
+	AND ((o.executor_id = $1 AND $2::bool) OR o.executor_id IS NULL OR (o.executor_id <> $1 AND NOT EXISTS (
+		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
 	RETURNING o.queue_name)
 SELECT queue_name, count(*), pg_notify('` + channel + `', 'q:' || queue_name)::text FROM r GROUP BY queue_name`),
 

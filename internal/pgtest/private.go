@@ -1,0 +1,122 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Cluster is a scripts/pg cluster that one test owns alone, so it may stop
+// and restart it without disturbing tests of other packages running in
+// parallel on the shared one.
+type Cluster struct {
+	Dir string // the scripts/pg folder
+	URL string // postgres://... on 127.0.0.1
+}
+
+// Private starts a cluster for the calling test alone in a temporary
+// folder; it is stopped and removed when the test ends (or when the test
+// binary dies). It returns an error saying why not when the database of
+// this run is a server the tests did not start (DATABASE_URL set without
+// DURABLE_PG_DIR): faults must then not be injected, and such a server may
+// not even be on this machine.
+func Private(tb testing.TB) (*Cluster, error) {
+	tb.Helper()
+	if os.Getenv(EnvURL) != "" && os.Getenv(EnvDir) == "" {
+		return nil, errors.New("DATABASE_URL points to a server these tests did not start (DURABLE_PG_DIR is unset), so it is never stopped; " +
+			"run with scripts/test or without DATABASE_URL to inject database outages")
+	}
+	script, err := scriptPath()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "durable-pg-private-")
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	release, err := startWatchdog(script, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		tb.Fatalf("pgtest: starting cleanup watchdog: %v", err)
+	}
+	tb.Cleanup(release)
+	url, err := runScript(script, "start", dir)
+	if err != nil {
+		tb.Fatalf("pgtest: could not start a private PostgreSQL cluster: %v", err)
+	}
+	return &Cluster{Dir: dir, URL: url}, nil
+}
+
+// Stop stops the server: mode immediate is a crash (no shutdown
+// checkpoint; the next start runs crash recovery), otherwise fast.
+func (c *Cluster) Stop(tb testing.TB, immediate bool) {
+	tb.Helper()
+	c.script(tb, withMode([]string{"stop", c.Dir}, immediate)...)
+}
+
+// Start starts the server again on the same URL; a no-op if it runs.
+func (c *Cluster) Start(tb testing.TB) {
+	tb.Helper()
+	if got := c.script(tb, "start", c.Dir); got != c.URL {
+		tb.Fatalf("pgtest: server came back as %s, want %s", got, c.URL)
+	}
+}
+
+// Restart stops the server (immediate or fast) and starts it again.
+func (c *Cluster) Restart(tb testing.TB, immediate bool) {
+	tb.Helper()
+	c.Stop(tb, immediate)
+	c.Start(tb)
+}
+
+// Exec runs statements on a short-lived connection to the cluster.
+func (c *Cluster) Exec(tb testing.TB, stmts ...string) {
+	tb.Helper()
+	if err := execOnce(c.URL, stmts...); err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+}
+
+// Pool returns a new pool (MaxConns 20) on the cluster, closed when the
+// test ends.
+func (c *Cluster) Pool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	return poolOn(tb, c.URL)
+}
+
+func (c *Cluster) script(tb testing.TB, args ...string) string {
+	tb.Helper()
+	script, err := scriptPath()
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	out, err := runScript(script, args...)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	return out
+}
+
+func poolOn(tb testing.TB, url string) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		tb.Fatalf("pgtest: parsing the database URL: %v", err)
+	}
+	cfg.MaxConns = 20
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("pgtest: creating pool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	if err := pool.Ping(ctx); err != nil {
+		tb.Fatalf("pgtest: cannot reach PostgreSQL at %s: %v", url, err)
+	}
+	return pool
+}

@@ -1,0 +1,76 @@
+package durable
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// TestAdoptStrays: runs this executor owns but does not execute, as left by
+// a start or a queue claim whose answer an outage cut off (the row
+// committed, the caller saw an error), are resumed by the sweeper once a
+// database error was seen: the plain one is claimed again and executed,
+// the queued one goes back to its queue and runs through its limits.
+// (Whether the sweeper looks before that depends on heartbeats timing out
+// on a loaded machine, so the test does not check it.)
+func TestAdoptStrays(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "stray-exec",
+		LeaseTTL: time.Second, PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := Register(e, "w", func(wctx Context, n int) (int, error) {
+		return Step(wctx, "inc", func(context.Context) (int, error) { return n + 1, nil }, nil)
+	}, nil)
+	q := RegisterQueue(e, "q", &QueueOpts{WorkerConcurrency: 1})
+	if err := e.Launch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Shutdown(ctx)
+	})
+
+	// A start whose INSERT committed but whose answer was lost.
+	if _, err := pool.Exec(ctx, e.q.InsertOwned, "plain-stray", "w", "test", "stray-exec", []byte("41"), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A queue claim whose answer was lost: the run is pending and ours,
+	// and no slot of the queue is held for it here.
+	if err := q.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wf.Enqueue(ctx, q, 9, &EnqueueOpts{ID: "queued-stray"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "workflows"}.Sanitize()+
+		" SET status = 'pending', executor_id = 'stray-exec', epoch = epoch + 1, started_at = now() WHERE id = 'queued-stray'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	e.noteDBTrouble()
+	e.wakeSweeper()
+	for id, want := range map[string]int{"plain-stray": 42, "queued-stray": 10} {
+		h, err := wf.Handle(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := h.Result(ctx)
+		if err != nil || got != want {
+			t.Fatalf("%s: %d, %v; want %d", id, got, err, want)
+		}
+	}
+}
