@@ -275,9 +275,6 @@ type Engine struct {
 	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
 	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
 
-	reconcileMu sync.Mutex
-	reconcileAt time.Time // next reconcile pass (reconcile.go)
-
 	hub         *hub
 	kick        chan struct{} // wakes the sweeper
 	startBatch  *batcher[*startWrite]
@@ -440,9 +437,11 @@ func (e *Engine) startListener(ctx context.Context) error {
 	listener.ListenSQL = e.q.ListenStmt
 	listener.OnNotify = e.onNotify
 	listener.OnConnected = func() {
-		// The connection came back: Postgres may have restarted, and
-		// notifications may have been missed while disconnected.
-		e.reconcileSoon()
+		// The connection came back: Postgres may have restarted (and lost
+		// the last finishes, which do not wait for their WAL flush: see
+		// FinishOne), and notifications may have been missed while
+		// disconnected. The next sweep looks for stray runs.
+		e.noteDBTrouble()
 		e.hub.wakeAll()
 		e.wakeSweeper()
 		for _, q := range e.queues {
