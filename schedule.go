@@ -719,6 +719,18 @@ func (s *scheduler) fire(ctx context.Context, d *schedDef, row *schedRow, ts *ti
 	e := s.e
 	ticks, skipped := ts.due(row.cursor, e.now(), row.catchUp+1)
 	version := row.version
+	if len(ticks) > 0 {
+		// The row was read at the start of the pass, maybe before a change
+		// that committed before the clock reached these ticks: read it again
+		// (after the clock), so no run starts under a spec already replaced.
+		fresh, err := s.get(ctx, row.name)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if fresh.version != version {
+			return time.Time{}, errScheduleChanged
+		}
+	}
 	for i, tick := range ticks {
 		if err := e.canStart(); err != nil {
 			return time.Time{}, err
