@@ -108,7 +108,7 @@ type ForkOpts struct {
 // "fix the bug, re-run from the failed step" path. Steps before fromStep
 // are replayed, not run again. It fails with ErrInvalidArgument when
 // fromStep is past the run's last recorded step.
-func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts *ForkOpts) (*Handle[R], error) {
+func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts *ForkOpts) (_ *Handle[R], err error) {
 	e := w.e
 	if err := e.checkExisting(ctx, e.pool, id, w.def.name); err != nil {
 		return nil, err
@@ -127,7 +127,9 @@ func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts
 	if err := checkName("workflow ID", newID); err != nil {
 		return nil, err
 	}
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	sp := e.traceFork(ctx, w.def.name, newID, id, fromStep)
+	defer func() { sp.end(err) }()
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var n int
 		if err := tx.QueryRow(ctx, e.wq.CountSteps, id).Scan(&n); err != nil {
 			return err
@@ -135,7 +137,7 @@ func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts
 		if fromStep < 0 || fromStep > n {
 			return fmt.Errorf("%w: fork of %q from step %d: the run has %d recorded steps (0..%d)", ErrInvalidArgument, id, fromStep, n, n)
 		}
-		rows, err := tx.Query(ctx, e.wq.ForkRun, id, newID, e.cfg.AppVersion)
+		rows, err := tx.Query(ctx, e.wq.ForkRun, id, newID, e.cfg.AppVersion, nullString(sp.traceparent()))
 		if err != nil {
 			return err
 		}
