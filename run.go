@@ -52,7 +52,7 @@ type run struct {
 	mu   sync.Mutex
 	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)
 
-	tr     *tspan                     // this execution's span; nil without tracing (trace.go)
+	tr     *tspan                      // this execution's span; nil without tracing (trace.go)
 	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
 }
 
