@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Tracing. With Config.TracerProvider set, the engine makes OpenTelemetry
@@ -70,6 +71,16 @@ type tspan struct {
 	span     trace.Span
 	ctx      context.Context // carries span
 	attempts int             // step spans: the attempt under way, from 1
+}
+
+// newTracer returns the engine's tracer from the user's provider; nil (no
+// spans, no cost) for none or for OpenTelemetry's no-op provider.
+func newTracer(tp trace.TracerProvider) trace.Tracer {
+	switch tp.(type) {
+	case nil, noop.TracerProvider, *noop.TracerProvider:
+		return nil
+	}
+	return tp.Tracer(tracerName)
 }
 
 // tracing reports whether the engine makes spans.
