@@ -266,6 +266,9 @@ type Engine struct {
 	runs       sync.WaitGroup
 	active     sync.Map // workflow ID -> *run executing here
 
+	reconcileMu sync.Mutex
+	reconcileAt time.Time // next reconcile pass (reconcile.go)
+
 	hub         *hub
 	kick        chan struct{} // wakes the sweeper
 	startBatch  *batcher[*startWrite]
@@ -422,7 +425,9 @@ func (e *Engine) startListener(ctx context.Context) error {
 	listener.ListenSQL = e.q.ListenStmt
 	listener.OnNotify = e.onNotify
 	listener.OnConnected = func() {
-		// Notifications may have been missed while disconnected.
+		// The connection came back: Postgres may have restarted, and
+		// notifications may have been missed while disconnected.
+		e.reconcileSoon()
 		e.hub.wakeAll()
 		e.wakeSweeper()
 		for _, q := range e.queues {

@@ -246,6 +246,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			e.log.Warn("durable: requeue runs of dead executors", "err", err)
 		}
 		e.reportOrphansElsewhere(ctx)
+		e.reconcileIfDue(ctx)
 		if time.Since(lastCleanup) > 10*time.Minute {
 			lastCleanup = time.Now()
 			if _, err := e.pool.Exec(ctx, e.q.DeleteDeadExecutors); err != nil && ctx.Err() == nil {

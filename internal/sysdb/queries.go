@@ -45,6 +45,8 @@ type Queries struct {
 	Heartbeat           string
 	ReleaseLease        string
 	ClaimOwn            string
+	ReconcileOwn        string
+	RequeueOwn          string
 	ClaimOrphans        string
 	ReleaseUnrunnable   string
 	CountOtherVersions  string
@@ -84,8 +86,18 @@ ON CONFLICT (id) DO NOTHING`),
 		// Records a run's final outcome, fenced by its epoch. The notification
 		// for remote waiters (the notify flag, set by WatchWorkflow) is sent
 		// by the caller after the commit, only when one asked.
+		//
+		// The commit does not wait for its WAL flush (synchronous_commit off
+		// for this one statement's transaction): a finish record is the only
+		// write that replay can re-create. If Postgres itself crashes before
+		// the flush (the WAL writer flushes within a few hundred ms, and any
+		// later synchronous commit flushes it too), the run reads as pending
+		// again; its executor's reconcile pass (reconcile.go) or a takeover
+		// re-runs it by replay, which returns the same outcome from the
+		// recorded steps without running any of them again.
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
 		FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
 RETURNING notify, parent_id`),
 
@@ -147,10 +159,12 @@ ON CONFLICT (workflow_id, pos) DO NOTHING
 RETURNING workflow_id, pos`),
 
 		// FinishOne for many runs at once (group commit), waking parked
-		// parents and notifying in the same statement.
+		// parents and notifying in the same statement. Its commit does not
+		// wait for the WAL flush either (see FinishOne).
 		// $1 ids, $2 epochs, $3 statuses, $4 outputs, $5 errors.
 		FinishWorkflows: r(`WITH u AS (
-	SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error)),
+	SELECT u.* FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error),
+		(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit),
 upd AS (
 	UPDATE {{schema}}.workflows w SET status = u.status, output = u.output, error = u.error, updated_at = now()
 	FROM u WHERE w.id = u.id AND w.epoch = u.epoch AND w.status = 'pending'
@@ -221,6 +235,32 @@ FROM (SELECT id FROM {{schema}}.workflows
 WHERE w.id = c.id
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
 	now() - w.created_at, w.created_at`),
+
+		// Reconcile: pending runs this executor owns in the database but is
+		// not running (their finish record was lost in a Postgres crash, or
+		// a write failed while the database was away). $5 lists the runs
+		// executing here; $6 is how long a row must have been left alone, so
+		// a run between its insert and its goroutine is not taken.
+		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5 active IDs,
+		// $6 age.
+		ReconcileOwn: r(`UPDATE {{schema}}.workflows w
+SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
+FROM (SELECT id FROM {{schema}}.workflows
+	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
+		AND queue_name IS NULL AND updated_at < now() - $6::interval AND id <> ALL($5::text[])
+	ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) c
+WHERE w.id = c.id
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
+	now() - w.created_at`),
+
+		// Reconcile for queued runs: back to their queue, like the runs of a
+		// dead executor. $1 executor_id, $2 active IDs, $3 age.
+		RequeueOwn: r(`WITH r AS (
+	UPDATE {{schema}}.workflows o SET status = 'enqueued', executor_id = NULL, epoch = o.epoch + 1, updated_at = now()
+	WHERE o.status = 'pending' AND o.queue_name IS NOT NULL AND o.wake_at IS NULL AND o.executor_id = $1
+		AND o.updated_at < now() - $3::interval AND o.id <> ALL($2::text[])
+	RETURNING o.queue_name)
+SELECT queue_name, count(*), pg_notify('` + channel + `', 'q:' || queue_name)::text FROM r GROUP BY queue_name`),
 
 		// Takeover: pending runs whose owner has no live lease, or no owner.
 		// A run that was never claimed (epoch 0, started by StartTx) does not

@@ -88,17 +88,19 @@ FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
 
 		// Claims up to $5 ready runs in priority order. A run that never
 		// started may run on any application version; a re-queued one only
-		// on its own.
+		// on its own. The IDs come as an array so the update finds each row
+		// by its key (a join may scan the whole table when the queue is most
+		// of it), and the order is the index order of
+		// workflows_queue_next_idx, so the scan stops after $5 entries.
 		// $1 name, $2 executor, $3 app_version, $4 names, $5 limit.
 		ClaimSimple: r(`UPDATE {{schema}}.workflows w
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
 	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
 	wake_at = NULL, wait_topic = NULL
-FROM (SELECT id FROM {{schema}}.workflows
+WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
 		AND name = ANY($4::text[]) AND (epoch = 0 OR app_version = $3)
-	ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) c
-WHERE w.id = c.id
+	ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
 	now() - w.created_at`),
 
