@@ -97,10 +97,13 @@ func (e *Engine) Resume(ctx context.Context, id string, opts *ResumeOpts) error 
 	return fmt.Errorf("%w: workflow %q is %s; only cancelled, dead or failed runs can be resumed", ErrInvalidArgument, id, info.status)
 }
 
-// ForkOpts are options of [Workflow.Fork].
+// ForkOpts are options of [Workflow.Fork] and [Engine.Fork].
 type ForkOpts struct {
 	// ID of the new run. Defaults to a new UUIDv7.
 	ID string
+	// AppVersion of the new run: only executors of that version run it.
+	// Defaults to the engine's Config.AppVersion.
+	AppVersion string
 }
 
 // Fork starts a new run of w with the input of run id, reusing the outputs
@@ -108,26 +111,58 @@ type ForkOpts struct {
 // "fix the bug, re-run from the failed step" path. Steps before fromStep
 // are replayed, not run again. It fails with ErrInvalidArgument when
 // fromStep is past the run's last recorded step.
-func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts *ForkOpts) (_ *Handle[R], err error) {
-	e := w.e
-	if err := e.checkExisting(ctx, e.pool, id, w.def.name); err != nil {
+func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts *ForkOpts) (*Handle[R], error) {
+	newID, err := w.e.fork(ctx, id, w.def.name, fromStep, opts)
+	if err != nil {
 		return nil, err
 	}
-	newID := ""
-	if opts != nil {
-		newID = opts.ID
+	return &Handle[R]{e: w.e, id: newID}, nil
+}
+
+// Fork is [Workflow.Fork] for a process that does not register the run's
+// workflow (an operator tool): it forks run id of whatever workflow and
+// returns the new run's ID. An executor of the new run's AppVersion that
+// registers the workflow runs it.
+func (e *Engine) Fork(ctx context.Context, id string, fromStep int, opts *ForkOpts) (string, error) {
+	if err := checkName("workflow ID", id); err != nil {
+		return "", err
 	}
+	return e.fork(ctx, id, "", fromStep, opts)
+}
+
+// fork forks run id, which must be a run of workflow name unless name is "".
+func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *ForkOpts) (_ string, err error) {
+	if name != "" {
+		if err := e.checkExisting(ctx, e.pool, id, name); err != nil {
+			return "", err
+		}
+	} else if info, err := e.readRun(ctx, e.pool, id); err != nil {
+		return "", err
+	} else {
+		name = info.name
+	}
+	var o ForkOpts
+	if opts != nil {
+		o = *opts
+	}
+	newID := o.ID
 	if newID == "" {
 		u, err := uuid.NewV7()
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		newID = u.String()
 	}
 	if err := checkName("workflow ID", newID); err != nil {
-		return nil, err
+		return "", err
 	}
-	sp := e.traceFork(ctx, w.def.name, newID, id, fromStep)
+	version := o.AppVersion
+	if version == "" {
+		version = e.cfg.AppVersion
+	} else if len(version) > maxNameLen {
+		return "", fmt.Errorf("%w: ForkOpts.AppVersion is longer than %d bytes", ErrInvalidArgument, maxNameLen)
+	}
+	sp := e.traceFork(ctx, name, newID, id, fromStep)
 	defer func() { sp.end(err) }()
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var n int
@@ -137,7 +172,7 @@ func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts
 		if fromStep < 0 || fromStep > n {
 			return fmt.Errorf("%w: fork of %q from step %d: the run has %d recorded steps (0..%d)", ErrInvalidArgument, id, fromStep, n, n)
 		}
-		rows, err := tx.Query(ctx, e.wq.ForkRun, id, newID, e.cfg.AppVersion, nullString(sp.traceparent()))
+		rows, err := tx.Query(ctx, e.wq.ForkRun, id, newID, version, nullString(sp.traceparent()))
 		if err != nil {
 			return err
 		}
@@ -151,15 +186,15 @@ func (w *Workflow[P, R]) Fork(ctx context.Context, id string, fromStep int, opts
 	if err != nil {
 		var pgErr interface{ SQLState() string }
 		if errors.As(err, &pgErr) && pgErr.SQLState() == "23505" {
-			return nil, fmt.Errorf("%w: fork target %q", ErrWorkflowConflict, newID)
+			return "", fmt.Errorf("%w: fork target %q", ErrWorkflowConflict, newID)
 		}
 		if errors.Is(err, ErrInvalidArgument) {
-			return nil, err
+			return "", err
 		}
-		return nil, fmt.Errorf("durable: fork %q: %w", id, err)
+		return "", fmt.Errorf("durable: fork %q: %w", id, err)
 	}
 	e.wakeSweeper()
-	return &Handle[R]{e: e, id: newID}, nil
+	return newID, nil
 }
 
 // Patched reports whether the calling run takes the new code path of the

@@ -118,6 +118,16 @@ type Config struct {
 	// there to measure the difference. Defaults to false.
 	DisableGroupCommit bool
 
+	// Retention, when set, makes the engine delete the runs that finished
+	// longer than Retention ago, with their steps, messages, events and
+	// streams (see [Engine.Prune]), every RetentionInterval, in one
+	// executor at a time. Defaults to 0: runs are kept until pruned by hand.
+	Retention time.Duration
+
+	// RetentionInterval is the period of the retention pass.
+	// Defaults to RetentionIntervalDefault (1h).
+	RetentionInterval time.Duration
+
 	// Test holds knobs for tests. Leave it zero in production.
 	Test TestConfig
 }
@@ -156,6 +166,7 @@ func (c *Config) withDefaults() Config {
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
 	out.ParkThreshold = cmp.Or(out.ParkThreshold, ParkThresholdDefault)
 	out.StepRetry = out.StepRetry.withDefaults()
+	out.RetentionInterval = cmp.Or(out.RetentionInterval, RetentionIntervalDefault)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -183,6 +194,10 @@ func (c *Config) validate() error {
 		return bad("MaxPayloadBytes", "must not be negative")
 	case c.ParkThreshold < 0:
 		return bad("ParkThreshold", "must not be negative")
+	case c.Retention < 0:
+		return bad("Retention", "must not be negative")
+	case c.RetentionInterval < 0:
+		return bad("RetentionInterval", "must not be negative")
 	}
 	return c.StepRetry.validate("Config.StepRetry")
 }
@@ -250,6 +265,7 @@ type Engine struct {
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
 	wq          *sysdb.WaitQueries
+	rq          *sysdb.RetentionQueries
 	log         *slog.Logger
 	tracer      trace.Tracer // nil: tracing off
 	incarnation string
@@ -314,6 +330,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		q:              q,
 		qq:             sysdb.NewQueueQueries(c.Schema, q.Channel),
 		wq:             sysdb.NewWaitQueries(c.Schema, q.Channel),
+		rq:             sysdb.NewRetentionQueries(c.Schema),
 		log:            c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation:    randomHex(8),
 		defs:           map[string]*wfDef{},
@@ -409,6 +426,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 		e.bg.start("queue:"+q.name, e.dispatchLoop(q))
 	}
 	e.startSchedules()
+	if e.cfg.Retention > 0 {
+		e.bg.start("retention", e.retentionLoop)
+	}
 	e.log.Info("durable: engine launched", "app_version", e.cfg.AppVersion, "schema", e.cfg.Schema, "workflows", len(e.names), "queues", len(e.queues))
 	return nil
 }
@@ -467,6 +487,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Unlock()
 
 	e.bg.stop("sweeper")
+	e.bg.stop("retention")
 	e.stopSchedules()
 	for _, q := range e.queues {
 		e.bg.stop("queue:" + q.name)
@@ -539,6 +560,8 @@ func (e *Engine) onNotify(payload string) {
 		if v, ok := e.active.Load(id); ok && v.(*run).epoch <= epoch {
 			v.(*run).cancelCause(ErrCancelled)
 		}
+	case 'k': // a manual tick of a schedule was asked for
+		e.schedules().wake()
 	case 'q': // work for a queue
 		if q := e.queues[payload[2:]]; q != nil {
 			q.wake()

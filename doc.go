@@ -95,6 +95,19 @@
 // Step results must survive a JSON round trip; the value a step returns is
 // the decoded record, live and on replay alike.
 //
+// # Operating
+//
+// Every run stays in the database after it finishes, with its steps,
+// messages, events and stream entries. [Engine.Prune] deletes the runs
+// that finished before a cutoff, in short batches that skip rows anyone
+// else holds, so it runs next to live work; Config.Retention makes one
+// executor at a time do it every Config.RetentionInterval.
+// [Engine.ListWorkflows], [Engine.Inspect], [Engine.ListSteps],
+// [Engine.ListQueues], [Engine.ListSchedules], [Engine.Cancel],
+// [Engine.Resume], [Engine.Fork], [Send] and [Engine.TriggerSchedule] work
+// from a process that registers nothing and is never launched: the
+// durable command (cmd/durable) is such a process.
+//
 // # Errors
 //
 //	situation                                        error

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // StepRecord is a recorded step of a run, as listed by [Engine.ListSteps].
@@ -48,4 +50,30 @@ func (e *Engine) ListSteps(ctx context.Context, id string) ([]StepRecord, error)
 		out = append(out, s)
 	}
 	return out, rows.Err()
+}
+
+// Inspect returns run id, with its input and output, as [Engine.ListWorkflows]
+// describes runs. It works from any process, for any run, and fails with
+// [ErrWorkflowNotFound] for an unknown ID.
+func (e *Engine) Inspect(ctx context.Context, id string) (WorkflowInfo, error) {
+	if err := checkName("workflow ID", id); err != nil {
+		return WorkflowInfo{}, err
+	}
+	sql, args := sysdb.ListWorkflows(e.cfg.Schema, sysdb.ListFilter{ID: id, Limit: 1, Payloads: true})
+	rows, err := e.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return WorkflowInfo{}, fmt.Errorf("durable: inspect %q: %w", id, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return WorkflowInfo{}, fmt.Errorf("durable: inspect %q: %w", id, err)
+		}
+		return WorkflowInfo{}, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
+	}
+	w, err := scanWorkflowInfo(rows)
+	if err != nil {
+		return WorkflowInfo{}, fmt.Errorf("durable: inspect %q: %w", id, err)
+	}
+	return w, nil
 }

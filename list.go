@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -87,29 +89,9 @@ func (e *Engine) ListWorkflows(ctx context.Context, p *ListParams) (runs []Workf
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var w WorkflowInfo
-		var status string
-		var executor, parent, queue *string
-		var deadline, started *time.Time
-		var errb, input, output []byte
-		if err := rows.Scan(&w.ID, &w.Name, &status, &w.AppVersion, &executor, &parent, &queue, &w.CreatedAt, &w.UpdatedAt,
-			&w.RecoveryAttempts, &deadline, &errb, &started, &input, &output); err != nil {
+		w, err := scanWorkflowInfo(rows)
+		if err != nil {
 			return nil, "", fmt.Errorf("durable: list workflows: %w", err)
-		}
-		w.Status = Status(status)
-		w.Executor, w.Parent, w.Queue = deref(executor), deref(parent), deref(queue)
-		if started != nil {
-			w.StartedAt = *started
-		}
-		if deadline != nil {
-			w.Deadline = *deadline
-		}
-		w.Error = decodeError(errb)
-		if input != nil {
-			w.Input = input
-		}
-		if output != nil {
-			w.Output = output
 		}
 		runs = append(runs, w)
 	}
@@ -122,6 +104,35 @@ func (e *Engine) ListWorkflows(ctx context.Context, p *ListParams) (runs []Workf
 		next = encodeListCursor(last.CreatedAt, last.ID)
 	}
 	return runs, next, nil
+}
+
+// scanWorkflowInfo reads one row of sysdb.ListWorkflows.
+func scanWorkflowInfo(rows pgx.Rows) (WorkflowInfo, error) {
+	var w WorkflowInfo
+	var status string
+	var executor, parent, queue *string
+	var deadline, started *time.Time
+	var errb, input, output []byte
+	if err := rows.Scan(&w.ID, &w.Name, &status, &w.AppVersion, &executor, &parent, &queue, &w.CreatedAt, &w.UpdatedAt,
+		&w.RecoveryAttempts, &deadline, &errb, &started, &input, &output); err != nil {
+		return w, err
+	}
+	w.Status = Status(status)
+	w.Executor, w.Parent, w.Queue = deref(executor), deref(parent), deref(queue)
+	if started != nil {
+		w.StartedAt = *started
+	}
+	if deadline != nil {
+		w.Deadline = *deadline
+	}
+	w.Error = decodeError(errb)
+	if input != nil {
+		w.Input = input
+	}
+	if output != nil {
+		w.Output = output
+	}
+	return w, nil
 }
 
 func deref(s *string) string {

@@ -37,7 +37,7 @@ func TestConcurrentMigrations(t *testing.T) {
 	require.Equal(t, durable.SchemaVersion(), v)
 	files, err := filepath.Glob("migrations/*.sql")
 	require.NoError(t, err)
-	require.Equal(t, 1+len(files), n, "each migration (the baseline and every file) applied once")
+	require.Equal(t, 1+len(files), n, "each migration (schema.sql and the numbered files) applied once")
 }
 
 func TestMigrationSQLForDBAs(t *testing.T) {

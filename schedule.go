@@ -217,7 +217,11 @@ type ScheduleInfo struct {
 	NextTick time.Time
 	// Declared reports whether this binary declares the schedule (and so
 	// fires its ticks).
-	Declared  bool
+	Declared bool
+	// Triggers are manual ticks asked for by [Engine.TriggerSchedule] from
+	// a process that does not declare the schedule, waiting for an executor
+	// that does to start them.
+	Triggers  []time.Time
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -234,7 +238,7 @@ func (e *Engine) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
 	for i, r := range rows {
 		out[i] = ScheduleInfo{
 			Name: r.name, Workflow: r.workflow, Spec: r.spec, Location: r.location, CatchUp: r.catchUp,
-			Paused: r.paused, Declared: s.def(r.name) != nil, CreatedAt: r.createdAt, UpdatedAt: r.updatedAt,
+			Paused: r.paused, Declared: s.def(r.name) != nil, Triggers: r.triggers, CreatedAt: r.createdAt, UpdatedAt: r.updatedAt,
 		}
 		if r.lastTick != nil {
 			out[i].LastTick = *r.lastTick
@@ -337,20 +341,26 @@ func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
 // not, and returns its workflow ID "sched:<name>:manual:<tick>". tick is
 // the time the run gets as its tick (the InputFunc argument and
 // [ScheduledTime]); zero means now. Triggering the same tick twice starts
-// one run. The schedule must be declared in this binary.
+// one run.
+//
+// When this engine is launched and declares the schedule, the run starts
+// here before TriggerSchedule returns. Otherwise (an operator tool, a
+// binary without the schedule) the trigger is stored with the schedule and
+// an executor that declares it starts the run, woken by a notification
+// (within its Config.PollInterval at worst); follow it by its ID.
 func (e *Engine) TriggerSchedule(ctx context.Context, name string, tick time.Time) (string, error) {
-	if err := e.canStart(); err != nil {
-		return "", err
-	}
 	s := e.schedules()
+	if tick.IsZero() {
+		tick = e.now()
+	}
+	if s.def(name) == nil || e.canStart() != nil {
+		return s.requestTrigger(ctx, name, tick)
+	}
 	d, _, ts, err := s.resolve(ctx, name)
 	if err != nil {
 		return "", err
 	}
-	if tick.IsZero() {
-		tick = e.now()
-	}
-	id := schedIDPrefix + name + manualSuffix + ":" + tick.UTC().Format(time.RFC3339Nano)
+	id := manualID(name, tick)
 	input, err := d.input(tick.In(ts.loc))
 	if err != nil {
 		return "", err
@@ -359,6 +369,56 @@ func (e *Engine) TriggerSchedule(ctx context.Context, name string, tick time.Tim
 		return "", err
 	}
 	return id, nil
+}
+
+func manualID(name string, tick time.Time) string {
+	return schedIDPrefix + name + manualSuffix + ":" + tick.UTC().Format(time.RFC3339Nano)
+}
+
+// requestTrigger stores a manual tick for an executor that declares
+// schedule name to start.
+func (s *scheduler) requestTrigger(ctx context.Context, name string, tick time.Time) (string, error) {
+	tick = tick.UTC().Truncate(time.Microsecond) // as stored
+	rows, err := s.e.pool.Query(ctx, s.q.RequestTrigger, name, tick)
+	if err != nil {
+		return "", fmt.Errorf("durable: trigger schedule %q: %w", name, err)
+	}
+	found := rows.Next()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("durable: trigger schedule %q: %w", name, err)
+	}
+	if !found {
+		return "", fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
+	}
+	return manualID(name, tick), nil
+}
+
+// fireTriggers starts the manual ticks stored for schedule row, declared
+// here as d, and removes them. Two executors may both start one: its
+// workflow ID makes that one run.
+func (s *scheduler) fireTriggers(ctx context.Context, d *schedDef, row *schedRow) {
+	if len(row.triggers) == 0 {
+		return
+	}
+	ts, err := s.tickSpec(row.spec, row.location)
+	if err != nil {
+		return // reported by the caller's pass
+	}
+	for _, tick := range row.triggers {
+		if s.e.canStart() != nil {
+			return
+		}
+		if _, err := s.start(ctx, d, manualID(row.name, tick), tick, ts.loc); err != nil {
+			if ctx.Err() == nil {
+				s.e.log.Warn("durable: manual schedule tick not started; retrying", "schedule", row.name, "tick", tick, "err", err)
+			}
+			continue
+		}
+		if _, err := s.e.pool.Exec(ctx, s.q.TriggerDone, row.name, tick); err != nil && ctx.Err() == nil {
+			s.e.log.Warn("durable: clear manual schedule tick", "schedule", row.name, "tick", tick, "err", err)
+		}
+	}
 }
 
 // ScheduledRun is a tick started by [Engine.BackfillSchedule].
@@ -440,7 +500,7 @@ func (e *Engine) schedules() *scheduler {
 	if e.sched == nil {
 		e.sched = &scheduler{
 			e:        e,
-			q:        sysdb.NewScheduleQueries(e.cfg.Schema),
+			q:        sysdb.NewScheduleQueries(e.cfg.Schema, e.q.Channel),
 			kick:     make(chan struct{}, 1),
 			declared: map[string]*schedDef{},
 			reported: map[string]bool{},
@@ -546,6 +606,7 @@ func (s *scheduler) pass(ctx context.Context) time.Duration {
 			})
 			continue
 		}
+		s.fireTriggers(ctx, d, row)
 		if row.paused {
 			continue
 		}
@@ -771,15 +832,19 @@ type schedRow struct {
 	lastRunID                      *string
 	version                        int64
 	createdAt, updatedAt           time.Time
+	triggers                       []time.Time // manual ticks asked for elsewhere
 }
 
 func scanSchedRow(row pgx.Row) (*schedRow, error) {
 	var r schedRow
 	if err := row.Scan(&r.name, &r.workflow, &r.spec, &r.location, &r.catchUp, &r.paused, &r.cursor,
-		&r.lastTick, &r.lastRunID, &r.nextTick, &r.version, &r.createdAt, &r.updatedAt); err != nil {
+		&r.lastTick, &r.lastRunID, &r.nextTick, &r.version, &r.createdAt, &r.updatedAt, &r.triggers); err != nil {
 		return nil, err
 	}
 	r.cursor = r.cursor.UTC()
+	for i := range r.triggers {
+		r.triggers[i] = r.triggers[i].UTC()
+	}
 	for _, t := range []*time.Time{r.lastTick, r.nextTick, &r.createdAt, &r.updatedAt} {
 		if t != nil {
 			*t = t.UTC()

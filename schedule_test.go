@@ -672,8 +672,14 @@ func TestScheduleStoredByAnotherBinary(t *testing.T) {
 	s := schedule(t, other, "invoices")
 	require.False(t, s.Declared)
 	require.True(t, schedule(t, other, "report").Declared)
-	_, err := other.TriggerSchedule(ctx, "invoices", time.Time{})
-	require.ErrorIs(t, err, durable.ErrNotRegistered)
+	// A trigger of a schedule this binary does not declare is stored for
+	// an executor that does; none does here, so it waits.
+	id, err := other.TriggerSchedule(ctx, "invoices", at(1, 0, 3, 0))
+	require.NoError(t, err)
+	require.Equal(t, "sched:invoices:manual:2030-01-01T00:03:00Z", id)
+	require.Equal(t, []time.Time{at(1, 0, 3, 0)}, schedule(t, other, "invoices").Triggers)
+	_, err = other.TriggerSchedule(ctx, "nope", time.Time{})
+	require.ErrorIs(t, err, durable.ErrScheduleNotFound)
 	_, err = third.BackfillSchedule(ctx, "invoices", at(1, 0, 0, 0), at(1, 0, 2, 0))
 	require.ErrorIs(t, err, durable.ErrNotRegistered)
 }

@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(recoveryChildEnv); spec != "" {
 		os.Exit(recoveryChildMain(spec))
 	}
+	if spec := os.Getenv(dbosRecoveryChildEnv); spec != "" {
+		os.Exit(dbosRecoveryChildMain(spec))
+	}
 	os.Exit(m.Run())
 }
 
@@ -36,6 +39,7 @@ func TestSmoke(t *testing.T) {
 	o.Rounds, o.N, o.TputTotal, o.StatsN, o.Warmup = 1, 20, 40, 20, 2
 	o.QLatN, o.DrainN, o.DrainRounds, o.RecoveryN = 20, 20, 1, 20
 	o.PeerN, o.PeerDrainN, o.RiverLatN = 10, 50, 2
+	o.DBOSQLatN, o.DBOSRecoveryN = 2, 20
 	o.OutDir = t.TempDir()
 	o.DropAfter = true
 	if testing.Verbose() {
@@ -60,7 +64,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"format", "started_at", "finished_at", "duration_s", "env", "params", "rounds", "median", "counts",
-		"recovery", "drain_top_statements", "targets", "peer_reference"} {
+		"recovery", "dbos_recovery", "drain_top_statements", "targets", "peer_reference"} {
 		if _, ok := doc[k]; !ok {
 			t.Errorf("latest.json has no %q", k)
 		}
@@ -100,6 +104,10 @@ func TestSmoke(t *testing.T) {
 		"dbos_drain_per_s", "dbos_drain_enqueue_per_s", "ratio_drain_vs_dbos",
 		"river_drain_per_s", "river_tuned_drain_per_s", "ratio_drain_vs_river", "ratio_drain_vs_river_tuned",
 		"river_lat_us", "river_lat_p50_us", "river_lat_p99_us")
+	for _, q := range []string{"dbos_qlat", "dbos_qlat50"} {
+		want = append(want, q+"_us", q+"_p50_us", q+"_p99_us", q+"_poll_ms",
+			"ratio_"+q+"_p50", "ratio_"+q+"_p99", "ratio_qlat_vs_"+q+"_p50", "ratio_qlat_vs_"+q+"_p99")
+	}
 	for _, c := range o.Concurrency {
 		want = append(want, fmt.Sprintf("tput_dbos_c%d_per_s", c), fmt.Sprintf("ratio_tput_vs_dbos_c%d", c))
 		if c >= 32 {
@@ -184,6 +192,24 @@ func TestSmoke(t *testing.T) {
 	if got := res.Recovery.Succeeded; got != o.RecoveryN { // below the recovery batch size: no re-claim
 		t.Errorf("recovery: %d of %d runs succeeded", got, o.RecoveryN)
 	}
+	drec, ok := doc["dbos_recovery"].(map[string]any)
+	if !ok {
+		t.Fatalf("dbos_recovery: got %v, want an object", doc["dbos_recovery"])
+	}
+	for _, k := range []string{"n", "child_setup_s", "new_context_ms", "launch_ms", "recovery_s", "runs_per_s", "floor_insert_c32_per_s",
+		"ratio_insert_c32", "ratio_durable_vs_dbos_runs_per_s", "succeeded", "second_step_runs", "second_step_runs_per_run"} {
+		if v, ok := drec[k].(float64); !ok || v <= 0 {
+			t.Errorf("dbos_recovery.%s missing or not positive: %v", k, drec[k])
+		}
+	}
+	for _, k := range []string{"other_status", "max_recovery_attempts"} {
+		if _, ok := drec[k].(float64); !ok {
+			t.Errorf("dbos_recovery.%s missing", k)
+		}
+	}
+	if got := res.DBOSRecovery.Succeeded; got != o.DBOSRecoveryN {
+		t.Errorf("dbos recovery: %d of %d runs succeeded", got, o.DBOSRecoveryN)
+	}
 	if res.Counts.StatementsAvailable {
 		if top, _ := doc["drain_top_statements"].([]any); len(top) == 0 {
 			t.Errorf("drain_top_statements is empty")
@@ -208,7 +234,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"| metric | value | ratio | target | result |", "per-step overhead", "SQL statements per step", "NOT measured in this run",
-		"### Queues", "enqueue-to-start", "queue drain", "floor drain", "recovery:"} {
+		"### Queues", "enqueue-to-start", "queue drain", "floor drain", "recovery:", "DBOS enqueue-to-start", "DBOS recovery:"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("latest.md lacks %q", s)
 		}

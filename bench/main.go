@@ -21,6 +21,9 @@ func main() {
 	if spec := os.Getenv(recoveryChildEnv); spec != "" {
 		os.Exit(recoveryChildMain(spec)) // the child process of the recovery scenario
 	}
+	if spec := os.Getenv(dbosRecoveryChildEnv); spec != "" {
+		os.Exit(dbosRecoveryChildMain(spec)) // the child process of the DBOS recovery scenario
+	}
 	o := DefaultOptions()
 	flag.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds; every round measures every scenario once, results are medians over rounds")
 	flag.IntVar(&o.Blocks, "blocks", o.Blocks, "blocks per round in which the sequential scenarios take turns")
@@ -40,6 +43,8 @@ func main() {
 	flag.IntVar(&o.PeerN, "peer-n", o.PeerN, "DBOS ops per sequential scenario and round (10 steps: peer-n/5)")
 	flag.IntVar(&o.PeerTput, "peer-tput", o.PeerTput, "DBOS ops per throughput level and round (at most -tput)")
 	flag.IntVar(&o.PeerDrainN, "peer-drain-n", o.PeerDrainN, "workflows/jobs per DBOS and River drain (in the drain rounds)")
+	flag.IntVar(&o.DBOSQLatN, "dbos-qlat-n", o.DBOSQLatN, "DBOS enqueue-to-start samples per polling setting (default 1 s, 50 ms) and drain round (0: skip)")
+	flag.IntVar(&o.DBOSRecoveryN, "dbos-recovery-n", o.DBOSRecoveryN, "DBOS workflows recovered after a SIGKILL, once per run (own database <db>_dbosr; 0: skip)")
 	flag.IntVar(&o.RiverLatN, "river-lat-n", o.RiverLatN, "River insert-to-start samples per drain round (0: skip)")
 	flag.StringVar(&o.Database, "db", o.Database, "database to drop, create and benchmark in")
 	flag.StringVar(&o.OutDir, "out", o.OutDir, "folder for latest.json and latest.md (empty: write nothing)")

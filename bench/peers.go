@@ -137,7 +137,7 @@ func (b *bench) closePeers(ctx context.Context, drop bool) {
 	}
 	b.stopPeers(ctx)
 	if drop {
-		for _, s := range []string{"dbos", "dbosq", "river"} {
+		for _, s := range []string{"dbos", "dbosq", "dbosr", "river"} {
 			dropDB(b.o.URL, b.o.dbName(s))
 		}
 	}
@@ -196,6 +196,15 @@ func (b *bench) peerDrains(ctx context.Context, r int, out map[string]float64) e
 		}
 		o.logf("round %d/%d  dbos drain      %d wf in %.2fs: %.0f wf/s (enqueue %.0f/s; Launch %.0f ms)  (%.1fs)", r+1, o.Rounds,
 			o.PeerDrainN, out["dbos_drain_s"], out["dbos_drain_per_s"], out["dbos_drain_enqueue_per_s"], out["dbos_drain_launch_ms"], time.Since(t0).Seconds())
+		if o.DBOSQLatN > 0 {
+			t0 := time.Now()
+			if err := b.dbosQLat(ctx, out); err != nil {
+				return fmt.Errorf("dbos enqueue-to-start: %w", err)
+			}
+			o.logf("round %d/%d  dbos qlat       enqueue-to-start p50 %.1f ms p99 %.1f ms (default polling); p50 %.1f ms p99 %.1f ms (50 ms polling)  (%.1fs)",
+				r+1, o.Rounds, out["dbos_qlat_p50_us"]/1000, out["dbos_qlat_p99_us"]/1000, out["dbos_qlat50_p50_us"]/1000, out["dbos_qlat50_p99_us"]/1000,
+				time.Since(t0).Seconds())
+		}
 	}
 	if o.River {
 		t0 := time.Now()

@@ -34,6 +34,15 @@ func derivePeers(v map[string]float64, conc []int, div func(key string, x, y flo
 		div("ratio_river_lat_p50", v["river_lat_p50_us"], v["floor_insert_p50_us"])
 		div("ratio_river_lat_p99", v["river_lat_p99_us"], v["floor_insert_p99_us"])
 	}
+	for _, q := range []string{"dbos_qlat", "dbos_qlat50"} {
+		if _, ok := v[q+"_us"]; ok {
+			div("ratio_"+q+"_p50", v[q+"_p50_us"], v["floor_insert_p50_us"])
+			div("ratio_"+q+"_p99", v[q+"_p99_us"], v["floor_insert_p99_us"])
+			// durable/DBOS: DBOS's latency over durable's (local enqueue) of the same round
+			div("ratio_qlat_vs_"+q+"_p50", v[q+"_p50_us"], v["qlat_local_p50_us"])
+			div("ratio_qlat_vs_"+q+"_p99", v[q+"_p99_us"], v["qlat_local_p99_us"])
+		}
+	}
 	if d, ok := v["drain_per_s"]; ok {
 		ins := v["drain_floor_insert_c32_per_s"]
 		for _, k := range []string{"dbos", "river", "river_tuned"} {
@@ -50,16 +59,25 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 	m := r.Median
 	p := r.Params
 	has := func(k string) bool { _, ok := m[k]; return ok }
-	if !has("dbos_wf0_us") && !has("river_drain_per_s") && !has(fmt.Sprintf("tput_nogc_c%d_per_s", 32)) && !has(fmt.Sprintf("tput_nogc_c%d_per_s", 128)) {
+	if !has("dbos_wf0_us") && !has("river_drain_per_s") && !has("dbos_qlat_us") && r.DBOSRecovery == nil && !has(fmt.Sprintf("tput_nogc_c%d_per_s", 32)) && !has(fmt.Sprintf("tput_nogc_c%d_per_s", 128)) {
 		return
 	}
 	fmt.Fprintf(sb, "\n### Peers, measured in this run\n\n")
 	fmt.Fprintf(sb, "DBOS Transact Go v1.8.0 (own database, defaults: 20-connection pool; ApplicationVersion pinned): sequential scenarios %d ops per round "+
 		"(10 steps: %d) in the same interleaved blocks as the durable ones; throughput with the same goroutine counts and %d ops per level. "+
 		"Drains (in the %d drain rounds): %d pre-enqueued 1-step DBOS workflows (8-goroutine client enqueue, timed from Launch) and %d River v0.51.2 "+
-		"no-op jobs (InsertMany before Start, timed from Start to the last completion event), against the durable drain of %d: compare rates. "+
-		"\"durable/DBOS\" is how many times faster durable is.\n\n",
+		"no-op jobs (InsertMany before Start, timed from Start to the last completion event), against the durable drain of %d: compare rates. ",
 		p.PeerN, max(1, p.PeerN/5), p.PeerTput, p.DrainRounds, p.PeerDrainN, p.PeerDrainN, p.DrainN)
+	if has("dbos_qlat_us") {
+		fmt.Fprintf(sb, "DBOS enqueue-to-start (in the drain rounds, after the DBOS drain, in its database): %d runs of a 0-step workflow per polling "+
+			"setting and round, RunWorkflow + WithQueue one at a time, each after a random pause of up to one polling interval, timed to the "+
+			"first line of the body; compared with durable's local enqueue-to-start of the same round. ", p.DBOSQLatN)
+	}
+	if r.DBOSRecovery != nil {
+		fmt.Fprintf(sb, "DBOS recovery: %d two-step workflows left PENDING by a SIGKILLed process, timed from Launch of a new context (same "+
+			"executor ID and version) until all are SUCCESS, against durable's recovery of %d: compare rates. ", r.DBOSRecovery.N, p.RecoveryN)
+	}
+	sb.WriteString("\"durable/DBOS\" is how many times faster durable is.\n\n")
 	sb.WriteString("| metric | value | ratio | target | result |\n|---|---|---|---|---|\n")
 	x := func(k, of string) string {
 		if !has(k) {
@@ -103,6 +121,33 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 			fmt.Sprintf("%.0f wf/s (%.2f s; Launch %.0f ms; enqueue %.0f/s)", m["dbos_drain_per_s"], m["dbos_drain_s"], m["dbos_drain_launch_ms"], m["dbos_drain_enqueue_per_s"]),
 			x("ratio_dbos_drain_insert_c32", "INSERT/s at 32 goroutines")+"; durable/DBOS "+x("ratio_drain_vs_dbos", ""), tn, tr)
 	}
+	for _, q := range []struct{ key, label string }{
+		{"dbos_qlat", "DBOS enqueue-to-start (RunWorkflow WithQueue -> body starts), idle queue, default polling"},
+		{"dbos_qlat50", "DBOS enqueue-to-start, idle queue, WithQueueBasePollingInterval"},
+	} {
+		if !has(q.key + "_us") {
+			continue
+		}
+		label := fmt.Sprintf("%s (%.0f ms)", q.label, m[q.key+"_poll_ms"])
+		row(label+": p50", fmtMS(m[q.key+"_p50_us"]),
+			x("ratio_"+q.key+"_p50", "floor A p50")+"; durable/DBOS "+x("ratio_qlat_vs_"+q.key+"_p50", "(durable local p50)"), "", "")
+		row(label+": p99", fmtMS(m[q.key+"_p99_us"]),
+			x("ratio_"+q.key+"_p99", "floor A p99")+"; durable/DBOS "+x("ratio_qlat_vs_"+q.key+"_p99", "(durable local p99)"), "", "")
+		row(label+": mean", fmtMS(m[q.key+"_us"]), "", "", "")
+	}
+	if rec := r.DBOSRecovery; rec != nil {
+		ratio := fmtX(rec.RatioInsertC32, "INSERT/s at 32 goroutines")
+		if rec.RatioDurableVsDBOS != nil {
+			ratio += fmt.Sprintf("; durable/DBOS %.2fx (runs/s; durable recovered %d)", *rec.RatioDurableVsDBOS, p.RecoveryN)
+		}
+		row(fmt.Sprintf("DBOS recovery: %d two-step workflows of a SIGKILLed executor, Launch -> all SUCCESS", rec.N),
+			fmt.Sprintf("%.2f s, %.0f runs/s (NewContext %.0f ms before the clock; Launch %.0f ms)", rec.ElapsedS, rec.PerS, rec.NewContextMS, rec.LaunchMS),
+			ratio, "", "")
+		row("DBOS recovery outcome: SUCCESS / other; second-step executions per run; highest recovery_attempts",
+			fmt.Sprintf("%d / %d; %.2f; %d", rec.Succeeded, rec.OtherStatus, rec.SecondStepRunsPerN, rec.MaxRecoveryAttempts), "", "", "")
+		row(fmt.Sprintf("floor: autocommit INSERTs, %d goroutines (next to the DBOS recovery)", floorDrainConc),
+			fmt.Sprintf("%.0f /s", rec.FloorInsertC32PerS), "", "", "")
+	}
 	if has("river_drain_per_s") {
 		tn, tr := res("ratio_drain_vs_river")
 		row(fmt.Sprintf("River drain, defaults (MaxWorkers 100): %d no-op jobs", p.PeerDrainN),
@@ -129,3 +174,5 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 	}
 	sb.WriteString("\n")
 }
+
+func fmtMS(us float64) string { return fmt.Sprintf("%.1f ms", us/1000) }

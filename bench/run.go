@@ -42,6 +42,8 @@ type Options struct {
 	PeerTput       int  // DBOS ops per throughput level and round (at most TputTotal)
 	PeerDrainN     int  // jobs/workflows per DBOS and River drain
 	RiverLatN      int  // River insert-to-start samples per drain round
+	DBOSQLatN      int  // DBOS enqueue-to-start samples per polling setting and drain round (0: skip)
+	DBOSRecoveryN  int  // DBOS workflows recovered after a SIGKILL, once per run (0: skip)
 	OutDir         string
 	DropAfter      bool
 	Progress       io.Writer // nil: silent
@@ -71,6 +73,8 @@ func DefaultOptions() Options {
 		PeerTput:       500,
 		PeerDrainN:     3000,
 		RiverLatN:      30,
+		DBOSQLatN:      30,
+		DBOSRecoveryN:  1000,
 		OutDir:         "results",
 	}
 }
@@ -92,8 +96,11 @@ func (o *Options) validate() error {
 	case (o.DrainRounds > 0 || o.RecoveryN > 0) && o.MaxConns < floorDrainConc:
 		return fmt.Errorf("the drain and recovery floors use %d connections: maxconns %d is too small", floorDrainConc, o.MaxConns)
 	}
-	if o.PeerN < 1 || o.PeerTput < 1 || o.PeerDrainN < 1 || o.RiverLatN < 0 {
-		return errors.New("peer-n, peer-tput and peer-drain-n must be at least 1, river-lat-n at least 0")
+	if o.PeerN < 1 || o.PeerTput < 1 || o.PeerDrainN < 1 || o.RiverLatN < 0 || o.DBOSQLatN < 0 || o.DBOSRecoveryN < 0 {
+		return errors.New("peer-n, peer-tput and peer-drain-n must be at least 1, river-lat-n, dbos-qlat-n and dbos-recovery-n at least 0")
+	}
+	if o.DBOS && o.DBOSRecoveryN > 0 && o.MaxConns < floorDrainConc {
+		return fmt.Errorf("the DBOS recovery floor uses %d connections: maxconns %d is too small", floorDrainConc, o.MaxConns)
 	}
 	return nil
 }
@@ -204,6 +211,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		o.logf("bench: recovery of %d runs after a SIGKILL", o.RecoveryN)
 		if res.Recovery, err = b.recovery(ctx); err != nil {
 			return nil, fmt.Errorf("recovery: %w", err)
+		}
+	}
+	if o.DBOS && o.DBOSRecoveryN > 0 {
+		o.logf("bench: DBOS recovery of %d workflows after a SIGKILL", o.DBOSRecoveryN)
+		if res.DBOSRecovery, err = b.dbosRecovery(ctx); err != nil {
+			return nil, fmt.Errorf("dbos recovery: %w", err)
+		}
+		if res.Recovery != nil && res.DBOSRecovery.PerS > 0 {
+			res.DBOSRecovery.RatioDurableVsDBOS = ptr(res.Recovery.PerS / res.DBOSRecovery.PerS)
 		}
 	}
 

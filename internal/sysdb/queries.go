@@ -145,7 +145,9 @@ FOR SHARE OF w
 ON CONFLICT (workflow_id, pos) DO NOTHING`),
 
 		// InsertStep for many runs at once (group commit). Returns the rows
-		// written; a missing one was fenced or already recorded.
+		// written; a missing one was fenced or already recorded. The
+		// "w.id = ANY($1)" beside the join makes Postgres find the runs by
+		// key rather than hash the whole table (here and in FinishWorkflows).
 		// $1 workflow_ids, $2 positions, $3 names, $4 statuses, $5 outputs,
 		// $6 errors, $7 attempts, $8 started_at, $9 epochs.
 		InsertSteps: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
@@ -153,6 +155,7 @@ SELECT u.workflow_id, u.pos, u.name, u.status, u.output, u.error, u.attempts, u.
 FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::json[], $6::json[], $7::int[], $8::timestamptz[], $9::bigint[])
 	AS u(workflow_id, pos, name, status, output, error, attempts, started_at, epoch)
 JOIN {{schema}}.workflows w ON w.id = u.workflow_id AND w.epoch = u.epoch AND w.status = 'pending'
+WHERE w.id = ANY($1::text[])
 ORDER BY w.id
 FOR SHARE OF w
 ON CONFLICT (workflow_id, pos) DO NOTHING
@@ -167,7 +170,7 @@ RETURNING workflow_id, pos`),
 		(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit),
 upd AS (
 	UPDATE {{schema}}.workflows w SET status = u.status, output = u.output, error = u.error, updated_at = now()
-	FROM u WHERE w.id = u.id AND w.epoch = u.epoch AND w.status = 'pending'
+	FROM u WHERE w.id = ANY($1::text[]) AND w.id = u.id AND w.epoch = u.epoch AND w.status = 'pending'
 	RETURNING w.id, w.notify, w.parent_id),
 parents AS (
 	UPDATE {{schema}}.workflows p SET wake_at = now()
@@ -228,11 +231,10 @@ WHERE id = $1 AND incarnation = $2`),
 		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5/$6 after.
 		ClaimOwn: r(`UPDATE {{schema}}.workflows w
 SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
-FROM (SELECT id FROM {{schema}}.workflows
+WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
 		AND queue_name IS NULL AND (created_at, id) > ($5::timestamptz, $6::text)
-	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
-WHERE w.id = c.id
+	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
 	now() - w.created_at, w.created_at`),
 
@@ -245,11 +247,10 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 		// $6 age.
 		ReconcileOwn: r(`UPDATE {{schema}}.workflows w
 SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
-FROM (SELECT id FROM {{schema}}.workflows
+WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
 		AND queue_name IS NULL AND updated_at < now() - $6::interval AND id <> ALL($5::text[])
-	ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) c
-WHERE w.id = c.id
+	ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
 	now() - w.created_at`),
 
@@ -270,14 +271,13 @@ SELECT queue_name, count(*), pg_notify('` + channel + `', 'q:' || queue_name)::t
 SET executor_id = $1, epoch = w.epoch + 1,
 	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
 	wake_at = NULL, wait_topic = NULL, updated_at = now()
-FROM (SELECT o.id FROM {{schema}}.workflows o
+WHERE w.id = ANY(ARRAY(SELECT o.id FROM {{schema}}.workflows o
 	WHERE o.status = 'pending' AND o.app_version = $2 AND o.name = ANY($3::text[])
 	AND (o.queue_name IS NULL OR o.wake_at IS NOT NULL)
 	AND (o.executor_id IS NULL OR NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now()))
 	AND (o.wake_at IS NULL OR o.wake_at <= now() OR o.executor_id IS NOT NULL)
-	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) c
-WHERE w.id = c.id
+	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
 	now() - w.created_at`),
 

@@ -8,15 +8,19 @@ type ScheduleQueries struct {
 	Advance string
 	Update  string
 	Delete  string
+
+	RequestTrigger string
+	TriggerDone    string
 }
 
 // scheduleColumns is the column list read by List and Get, in the order
 // the engine scans them.
 const scheduleColumns = `name, workflow_name, spec, location, catch_up, paused, cursor_at,
-	last_tick, last_run_id, next_tick, version, created_at, updated_at`
+	last_tick, last_run_id, next_tick, version, created_at, updated_at, triggers`
 
-// NewScheduleQueries renders the schedule statements for schema.
-func NewScheduleQueries(schema string) *ScheduleQueries {
+// NewScheduleQueries renders the schedule statements for schema; channel
+// is the schema's notification channel.
+func NewScheduleQueries(schema, channel string) *ScheduleQueries {
 	r := func(s string) string { return Render(s, schema) }
 	return &ScheduleQueries{
 		// A schedule declared by code at Launch. A new row starts counting
@@ -70,5 +74,17 @@ RETURNING version`),
 WHERE name = $1 AND version = $2`),
 
 		Delete: r(`DELETE FROM {{schema}}.schedules WHERE name = $1`),
+
+		// A manual tick asked for by a process that does not declare the
+		// schedule; executors that do are woken to start it. The version is
+		// left alone: this is not a change of the schedule.
+		// $1 name, $2 tick. No row: no such schedule.
+		RequestTrigger: r(`WITH u AS (
+	UPDATE {{schema}}.schedules SET triggers = CASE WHEN $2 = ANY(triggers) THEN triggers ELSE array_append(triggers, $2) END
+	WHERE name = $1 RETURNING name)
+SELECT pg_notify('` + channel + `', 'k:' || name)::text FROM u`),
+
+		// $1 name, $2 tick started.
+		TriggerDone: r(`UPDATE {{schema}}.schedules SET triggers = array_remove(triggers, $2) WHERE name = $1`),
 	}
 }

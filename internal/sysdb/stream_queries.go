@@ -81,6 +81,7 @@ ORDER BY s.off`),
 
 // ListFilter selects workflows for ListWorkflows. Zero fields do not filter.
 type ListFilter struct {
+	ID       string // exactly this run
 	Statuses []string
 	Name     string
 	Queue    string
@@ -107,6 +108,9 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
+	}
+	if f.ID != "" {
+		where = append(where, "id = "+arg(f.ID))
 	}
 	if len(f.Statuses) > 0 {
 		where = append(where, "status = ANY("+arg(f.Statuses)+"::text[])")

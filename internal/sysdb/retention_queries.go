@@ -1,0 +1,56 @@
+package sysdb
+
+// RetentionQueries are the statements of retention (pruning finished runs).
+type RetentionQueries struct {
+	PruneBatch string
+	TryLock    string
+}
+
+// NewRetentionQueries renders the retention statements for schema.
+func NewRetentionQueries(schema string) *RetentionQueries {
+	r := func(s string) string { return Render(s, schema) }
+	return &RetentionQueries{
+		// One batch, in one statement (its own short transaction): pick up
+		// to $4 finished runs whose finish (updated_at) is before $1, oldest
+		// first, walking (updated_at, id) forward from ($2, $3) so a run
+		// held back stays behind the walk instead of being read again by
+		// every batch; lock them, skipping rows locked by anyone else (a
+		// Resume in flight), and delete them with everything keyed by their
+		// ID. Runs held back:
+		//   - a child whose parent exists and is not itself finished before
+		//     $1: a pending parent may still await it (and a resumed parent
+		//     replay it), so a child goes with or after its parent;
+		//   - a queued run started within its queue's rate period: the
+		//     rate limit counts recent starts from these rows.
+		// Returns the counts per table and the last (updated_at, id) picked.
+		PruneBatch: r(`WITH victims AS (
+	SELECT w.id, w.updated_at FROM {{schema}}.workflows w
+	LEFT JOIN {{schema}}.workflows p ON p.id = w.parent_id
+	WHERE w.status IN ('success', 'error', 'cancelled', 'dead')
+		AND w.updated_at < $1
+		AND (w.updated_at, w.id) > ($2::timestamptz, $3::text)
+		AND (p.id IS NULL OR (p.status IN ('success', 'error', 'cancelled', 'dead') AND p.updated_at < $1))
+		AND (w.queue_name IS NULL OR w.started_at IS NULL OR w.started_at <= now() - coalesce(
+			(SELECT q.rate_period_ms FROM {{schema}}.queues q WHERE q.name = w.queue_name), 0) * interval '1 millisecond')
+	ORDER BY w.updated_at, w.id
+	LIMIT $4
+	FOR UPDATE OF w SKIP LOCKED),
+s AS (DELETE FROM {{schema}}.steps WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
+m AS (DELETE FROM {{schema}}.messages WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
+e AS (DELETE FROM {{schema}}.events WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
+st AS (DELETE FROM {{schema}}.streams WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
+w AS (DELETE FROM {{schema}}.workflows WHERE id IN (SELECT id FROM victims) RETURNING 1),
+last AS (SELECT updated_at, id FROM victims ORDER BY updated_at DESC, id DESC LIMIT 1)
+SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM s), (SELECT count(*) FROM m),
+	(SELECT count(*) FROM e), (SELECT count(*) FROM st),
+	(SELECT updated_at FROM last), (SELECT id FROM last)`),
+
+		// One executor at a time runs a batch of the background retention
+		// pass of a schema: a transaction advisory lock, tried, never
+		// waited for.
+		TryLock: `SELECT pg_try_advisory_xact_lock(hashtext($1))`,
+	}
+}
+
+// RetentionLockKey is the advisory lock key of the retention pass of schema.
+func RetentionLockKey(schema string) string { return "durable.retention:" + schema }
