@@ -138,7 +138,7 @@ func (e *Engine) traceRun(r *run, parent trace.SpanContext, recovery int, queue 
 	if queue != nil {
 		attrs = append(attrs, attrQueue.String(*queue))
 		if queued != nil {
-			attrs = append(attrs, attrQueueWait.Int64(queued.Milliseconds()))
+			attrs = append(attrs, attrQueueWait.Int64(max(queued.Milliseconds(), 0)))
 		}
 	}
 	sctx, span := e.tracer.Start(ctx, "durable.run "+r.name, trace.WithSpanKind(trace.SpanKindConsumer),

@@ -236,7 +236,7 @@ WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 		AND queue_name IS NULL AND (created_at, id) > ($5::timestamptz, $6::text)
 	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	now() - w.created_at, w.created_at`),
+	clock_timestamp() - w.created_at, w.created_at`),
 
 		// Reconcile: pending runs this executor owns in the database but is
 		// not running (their finish record was lost in a Postgres crash, or
@@ -252,7 +252,7 @@ WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 		AND queue_name IS NULL AND updated_at < now() - $6::interval AND id <> ALL($5::text[])
 	ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	now() - w.created_at`),
+	clock_timestamp() - w.created_at`),
 
 		// Reconcile for queued runs: back to their queue, like the runs of a
 		// dead executor. $1 executor_id, $2 active IDs, $3 age.
@@ -279,7 +279,7 @@ WHERE w.id = ANY(ARRAY(SELECT o.id FROM {{schema}}.workflows o
 	AND (o.wake_at IS NULL OR o.wake_at <= now() OR o.executor_id IS NOT NULL)
 	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	now() - w.created_at`),
+	clock_timestamp() - w.created_at`),
 
 		// Pending runs of this executor that this binary cannot run are
 		// handed back (owner NULL) so a compatible executor claims them.

@@ -102,7 +102,7 @@ WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 		AND name = ANY($4::text[]) AND (epoch = 0 OR app_version = $3)
 	ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	now() - w.created_at`),
+	clock_timestamp() - w.created_at`),
 
 		// With partition limits the choice is made in Go from a window of
 		// candidates. $1 name, $2 app_version, $3 names, $4 limit.
@@ -122,7 +122,7 @@ SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(
 	wake_at = NULL, wait_topic = NULL
 WHERE w.id = ANY($1::text[]) AND w.status = 'enqueued'
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	now() - w.created_at`),
+	clock_timestamp() - w.created_at`),
 
 		// Queued runs whose executor died (or, at boot, this executor's own
 		// previous incarnation) go back to their queue, keeping their place
