@@ -52,7 +52,9 @@
 // its W3C trace context is written with the run's row by the start
 // statement itself (no extra statement). Every execution's run span is a
 // child of it: a run interrupted by a crash and resumed by another process,
-// or parked for days and woken anywhere, stays one trace. A child workflow's
+// or parked for days and woken anywhere, stays one trace (a run started
+// without a provider has no stored context: each of its executions starts
+// a trace of its own). A child workflow's
 // start span is a child of its parent's run span, so the child is in the
 // parent's trace. Replayed steps make no spans (the run span's
 // durable.replayed_steps counts them); each failed attempt of a step that
