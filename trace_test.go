@@ -97,10 +97,12 @@ func requireChild(t *testing.T, child, parent tracetest.SpanStub) {
 }
 
 // TestTraceSpanTree checks the span tree of a run started under a caller's
-// span: the caller's trace holds the start span, the run span under it,
-// one span per executed step (retries recorded as exception events on it),
-// the transaction step, the sleep, and the child workflow, whose start and
-// run spans are under the parent's run span.
+// span: the caller's trace holds the start span and, under it, one run span
+// per execution (the run parks in Recv and is woken by a message: two
+// executions, one trace); under those, one span per executed step (a retry
+// recorded as an exception event on it), the transaction step, the waits,
+// and the child workflow, whose start and run spans are under the parent's
+// run span.
 func TestTraceSpanTree(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -108,7 +110,7 @@ func TestTraceSpanTree(t *testing.T) {
 	var flaky atomic.Int32
 	var child *durable.Workflow[int, int]
 	var parent *durable.Workflow[int, int]
-	b.engine(t, func(c *durable.Config) { c.TracerProvider = tp }, func(e *durable.Engine) {
+	e := b.engine(t, func(c *durable.Config) { c.TracerProvider = tp }, func(e *durable.Engine) {
 		child = durable.Register(e, "child", func(wctx durable.Context, in int) (int, error) {
 			return durable.Step(wctx, "c1", func(ctx context.Context) (int, error) { return in * 2, nil }, nil)
 		}, nil)
@@ -141,6 +143,11 @@ func TestTraceSpanTree(t *testing.T) {
 			if err := durable.Sleep(wctx, 20*time.Millisecond); err != nil {
 				return 0, err
 			}
+			// Longer than the park threshold: the run parks until the
+			// message comes, and is resumed by replay.
+			if _, _, err := durable.Recv[string](wctx, "go", time.Hour); err != nil {
+				return 0, err
+			}
 			h, err := child.StartChild(wctx, 3, nil)
 			if err != nil {
 				return 0, err
@@ -155,13 +162,21 @@ func TestTraceSpanTree(t *testing.T) {
 	h, err := parent.Start(ctx, 1, &durable.StartOpts{ID: "traced-1"})
 	require.NoError(t, err)
 	caller.End()
+	// The first execution parks in Recv; the message wakes the run and a
+	// second execution resumes it by replay.
+	waitSpans(t, exp, "durable.run parent")
+	require.NoError(t, durable.Send(ctxT(t), e, "traced-1", "go", "now", nil))
 	out, err := h.Result(ctxT(t))
 	require.NoError(t, err)
 	require.Equal(t, 2+10+100+6, out)
 
-	// The child's run span ends just after its outcome is committed, which
-	// the parent may read first.
-	s := waitSpans(t, exp, "durable.run child")
+	// A run span ends just after its outcome is committed, which a reader
+	// of the database (Result here, after the park) may see first.
+	var s spanSet
+	require.Eventually(t, func() bool {
+		s = spansOf(exp)
+		return len(s["durable.run parent"]) == 2 && len(s["durable.run child"]) == 1
+	}, 30*time.Second, 5*time.Millisecond)
 	req := s.one(t, "request")
 	for _, sp := range exp.GetSpans() {
 		require.Equal(t, req.SpanContext.TraceID(), sp.SpanContext.TraceID(), "span %q joins the caller's trace", sp.Name)
@@ -171,19 +186,27 @@ func TestTraceSpanTree(t *testing.T) {
 	require.Equal(t, trace.SpanKindProducer, start.SpanKind)
 	require.Equal(t, "traced-1", attr(start, "durable.workflow.id").AsString())
 
-	run := s.one(t, "durable.run parent")
+	// Two executions, both children of the start span: the first parked,
+	// the second replayed the first five steps and finished.
+	parked, run := s["durable.run parent"][0], s["durable.run parent"][1]
+	requireChild(t, parked, start)
 	requireChild(t, run, start)
+	require.Equal(t, "pending", attr(parked, "durable.workflow.status").AsString())
+	require.Equal(t, "parked", attr(parked, "durable.stop_reason").AsString())
+	require.Equal(t, codes.Unset, parked.Status.Code)
+	require.Equal(t, int64(0), attr(parked, "durable.replayed_steps").AsInt64())
+	require.Equal(t, int64(5), attr(run, "durable.replayed_steps").AsInt64())
 	require.Equal(t, "traced-1", attr(run, "durable.workflow.id").AsString())
 	require.Equal(t, "parent", attr(run, "durable.workflow.name").AsString())
 	require.Equal(t, "test", attr(run, "durable.app_version").AsString())
 	require.NotEmpty(t, attr(run, "durable.executor.id").AsString())
-	require.Equal(t, int64(0), attr(run, "durable.recovery_attempt").AsInt64())
+	require.Equal(t, int64(0), attr(run, "durable.recovery_attempt").AsInt64(), "a wake-up is not a recovery")
 	require.Equal(t, "success", attr(run, "durable.workflow.status").AsString())
 	require.Equal(t, codes.Ok, run.Status.Code)
 
-	for i, name := range []string{"a", "flaky", "tx", "durable.sleep"} {
+	for i, name := range []string{"a", "flaky", "tx", "durable.sleep", "durable.recv-deadline:go"} {
 		st := s.one(t, "durable.step "+name)
-		requireChild(t, st, run)
+		requireChild(t, st, parked)
 		require.Equal(t, int64(i), attr(st, "durable.step.pos").AsInt64(), name)
 	}
 	requireChild(t, s.one(t, "provider-call"), s.one(t, "durable.step a"))
@@ -203,7 +226,18 @@ func TestTraceSpanTree(t *testing.T) {
 	require.Equal(t, int64(1), evAttrs["durable.step.attempt"].AsInt64())
 	require.Equal(t, codes.Unset, fl.Status.Code, "the step succeeded in the end")
 
-	requireChild(t, s.one(t, "durable.sleep"), run)
+	// A sleep whose wake-up time already passed when its step was recorded
+	// (a loaded machine) does not wait, and then makes no wait span.
+	if len(s["durable.sleep"]) > 0 {
+		requireChild(t, s.one(t, "durable.sleep"), parked)
+	}
+	// The wait for the message: parked in the first execution, received at
+	// once in the second.
+	require.Len(t, s["durable.recv go"], 2)
+	requireChild(t, s["durable.recv go"][0], parked)
+	require.Equal(t, "parked", attr(s["durable.recv go"][0], "durable.stop_reason").AsString())
+	require.Equal(t, "go", attr(s["durable.recv go"][0], "durable.wait.topic").AsString())
+	requireChild(t, s["durable.recv go"][1], run)
 	requireChild(t, s.one(t, "durable.await"), run)
 
 	// The child workflow: its start span is under the parent's run span,
@@ -227,7 +261,7 @@ func TestTraceSpanTree(t *testing.T) {
 	s = spansOf(exp)
 	require.Len(t, s["durable.start parent"], 2)
 	require.True(t, attr(s["durable.start parent"][1], "durable.workflow.existing").AsBool())
-	require.Len(t, s["durable.run parent"], 1)
+	require.Len(t, s["durable.run parent"], 2)
 }
 
 // TestTraceFailureAndQueue checks a failed step and run (error status and
