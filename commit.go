@@ -129,6 +129,7 @@ type startWrite struct {
 	input    []byte
 	parent   string
 	deadline *time.Time
+	trace    string // W3C trace context of the start span; "" without tracing
 }
 
 // finishWrite is one run's final outcome.
@@ -312,7 +313,7 @@ func (e *Engine) startOne(ctx context.Context, w *startWrite) (bool, error) {
 	if w.parent != "" {
 		parent = w.parent
 	}
-	tag, err := e.pool.Exec(ctx, e.q.InsertOwned, w.id, w.name, e.cfg.AppVersion, e.cfg.ExecutorID, w.input, parent, w.deadline)
+	tag, err := e.pool.Exec(ctx, e.q.InsertOwned, w.id, w.name, e.cfg.AppVersion, e.cfg.ExecutorID, w.input, parent, w.deadline, nullString(w.trace))
 	return tag.RowsAffected() == 1, err
 }
 
@@ -327,6 +328,10 @@ func (e *Engine) flushStarts(items []*batchItem[*startWrite]) {
 	inputs := make([][]byte, n)
 	parents := make([]pgtype.Text, n)
 	deadlines := make([]pgtype.Timestamptz, n)
+	var traces []pgtype.Text // nil (NULL) without tracing
+	if e.tracing() {
+		traces = make([]pgtype.Text, n)
+	}
 	index := make(map[string][]*batchItem[*startWrite], n)
 	for i, it := range items {
 		w := it.v
@@ -335,9 +340,12 @@ func (e *Engine) flushStarts(items []*batchItem[*startWrite]) {
 		if w.deadline != nil {
 			deadlines[i] = pgtype.Timestamptz{Time: *w.deadline, Valid: true}
 		}
+		if traces != nil {
+			traces[i] = pgtype.Text{String: w.trace, Valid: w.trace != ""}
+		}
 		index[w.id] = append(index[w.id], it)
 	}
-	rows, err := e.pool.Query(ctx, e.q.InsertWorkflows, ids, names, e.cfg.AppVersion, e.cfg.ExecutorID, inputs, parents, deadlines)
+	rows, err := e.pool.Query(ctx, e.q.InsertWorkflows, ids, names, e.cfg.AppVersion, e.cfg.ExecutorID, inputs, parents, deadlines, traces)
 	if err != nil {
 		writeSingly(items, err, func(it *batchItem[*startWrite]) { it.ok, it.err = e.startOne(ctx, it.v) })
 		return

@@ -137,13 +137,15 @@ func (e *Engine) Fork(ctx context.Context, id string, fromStep int, opts *ForkOp
 }
 
 // fork forks run id, which must be a run of workflow name unless name is "".
-func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *ForkOpts) (string, error) {
+func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *ForkOpts) (_ string, err error) {
 	if name != "" {
 		if err := e.checkExisting(ctx, e.pool, id, name); err != nil {
 			return "", err
 		}
-	} else if _, err := e.readRun(ctx, e.pool, id); err != nil {
+	} else if info, err := e.readRun(ctx, e.pool, id); err != nil {
 		return "", err
+	} else {
+		name = info.name
 	}
 	var o ForkOpts
 	if opts != nil {
@@ -166,7 +168,9 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 	} else if len(version) > maxNameLen {
 		return "", fmt.Errorf("%w: ForkOpts.AppVersion is longer than %d bytes", ErrInvalidArgument, maxNameLen)
 	}
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	sp := e.traceFork(ctx, name, newID, id, fromStep)
+	defer func() { sp.end(err) }()
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var n int
 		if err := tx.QueryRow(ctx, e.wq.CountSteps, id).Scan(&n); err != nil {
 			return err
@@ -174,7 +178,7 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 		if fromStep < 0 || fromStep > n {
 			return fmt.Errorf("%w: fork of %q from step %d: the run has %d recorded steps (0..%d)", ErrInvalidArgument, id, fromStep, n, n)
 		}
-		rows, err := tx.Query(ctx, e.wq.ForkRun, id, newID, version)
+		rows, err := tx.Query(ctx, e.wq.ForkRun, id, newID, version, nullString(sp.traceparent()))
 		if err != nil {
 			return err
 		}

@@ -52,6 +52,7 @@ func runChild(mode string) error {
 	}
 	defer pool.Close()
 	lease, _ := time.ParseDuration(os.Getenv("DURABLE_LEASE"))
+	tp := childTracerProvider()
 	maxRec, _ := strconv.Atoi(os.Getenv("DURABLE_MAXREC"))
 	park, _ := time.ParseDuration(os.Getenv("DURABLE_PARK"))
 	poll, _ := time.ParseDuration(os.Getenv("DURABLE_POLL"))
@@ -65,6 +66,7 @@ func runChild(mode string) error {
 		ParkThreshold:       park,
 		StepRetry:           durable.RetryPolicy{BaseDelay: time.Millisecond},
 		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		TracerProvider:      tp,
 	})
 	if err != nil {
 		return err
@@ -78,6 +80,8 @@ func runChild(mode string) error {
 		return runWaitChild(ctx, e, pool)
 	case "queue":
 		return runQueueChild(ctx, e, pool, schema)
+	case "trace":
+		return runTraceChild(ctx, e, tp)
 	case "matrix":
 		crash := os.Getenv("DURABLE_CRASH") // point:pos
 		point, posStr, _ := strings.Cut(crash, ":")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/sysdb"
@@ -87,8 +88,19 @@ type Config struct {
 	// Use it when a DBA applies [MigrationSQL] by hand. Defaults to false.
 	SkipMigrate bool
 
-	// Logger receives the engine's logs. Defaults to slog.Default().
+	// Logger receives the engine's logs; logs about a run carry its
+	// workflow_id and workflow name, logs about a step also step, step_pos
+	// and attempt. [Logger] gives workflow and step code a logger with the
+	// same attributes. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// TracerProvider receives the engine's OpenTelemetry spans: one per
+	// start, per execution of a run, per executed step and per wait, all of
+	// a run's executions in one trace, across recoveries in other processes
+	// (see the package doc). The engine never uses the global provider.
+	// Defaults to nil: no spans, no allocation, a nil check per hook (an
+	// OpenTelemetry no-op provider is treated the same).
+	TracerProvider trace.TracerProvider
 
 	// PollOnly turns LISTEN/NOTIFY off, for connection poolers that break
 	// LISTEN (PgBouncer in transaction mode). Waits for results and queue
@@ -258,6 +270,7 @@ type Engine struct {
 	wq          *sysdb.WaitQueries
 	rq          *sysdb.RetentionQueries
 	log         *slog.Logger
+	tracer      trace.Tracer // nil: tracing off
 	incarnation string
 
 	mu       sync.Mutex
@@ -333,6 +346,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		hub:            newHub(),
 		kick:           make(chan struct{}, 1),
 	}
+	e.tracer = newTracer(c.TracerProvider)
 	e.initBatchers()
 	e.streamw = newStreamWriter(e)
 	return e, nil

@@ -51,6 +51,44 @@
 // and retries by its policy like any other error; a TxStep retries
 // connection errors until the database is back.
 //
+// # Tracing and logs
+//
+// With Config.TracerProvider set (OpenTelemetry; the global provider is never
+// used), the engine makes spans:
+//
+//	durable.start <workflow>        Start, StartTx, StartChild, a schedule's tick;
+//	                                durable.enqueue / durable.fork for Enqueue and Fork
+//	  durable.run <workflow>        one per execution of the run, in whichever process
+//	    durable.step <step>         one per executed step; kind step, tx or intent
+//	    durable.sleep               an in-memory sleep
+//	    durable.recv <topic>        a wait for a message
+//	    durable.await               a wait for a child run
+//
+// The start span is a child of the span in the caller's ctx, if any, and
+// its W3C trace context is written with the run's row by the start
+// statement itself (no extra statement). Every execution's run span is a
+// child of it: a run interrupted by a crash and resumed by another process,
+// or parked for days and woken anywhere, stays one trace (a run started
+// without a provider has no stored context: each of its executions starts
+// a trace of its own). A child workflow's
+// start span is a child of its parent's run span, so the child is in the
+// parent's trace. Replayed steps make no spans (the run span's
+// durable.replayed_steps counts them); each failed attempt of a step that
+// is retried is an exception event on the step's span, with its attempt
+// number and the delay before the next one. The run span ends with
+// durable.workflow.status (success, error, cancelled, or pending when the
+// execution stopped without finishing: durable.stop_reason parked, shutdown
+// or fenced), and for an enqueued run it carries durable.queue.wait_ms, the
+// time from enqueue to start. Step code's ctx carries the step's span, so
+// spans of instrumented clients called from a step nest under it. Without a
+// provider (or with a no-op one) tracing costs a nil check per hook.
+//
+// Logs go to Config.Logger. Those about a run carry workflow_id and
+// workflow; those about a step also step, step_pos and attempt; with
+// tracing, trace_id and span_id too. [Logger] returns a logger with the
+// same attributes for workflow code (pass wctx) and step code (pass the
+// step's ctx).
+//
 // # Determinism rules
 //
 // Workflow code is re-executed from the top when a run resumes, with

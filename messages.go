@@ -116,6 +116,8 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 		return msg, false, err
 	}
 	if rec == nil {
+		ws := r.traceRecv(topic, deadline)
+		defer func() { ws.end(err) }()
 		started := time.Now()
 		for {
 			w := r.e.hub.subscribe("m:" + r.id)
@@ -148,6 +150,8 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				return msg, false, err
 			}
 		}
+		ws.end(nil)
+		ws = nil // ended: the deferred end does nothing
 	}
 	got, err := replay[received](r, rec)
 	if err != nil || !got.OK {

@@ -283,7 +283,7 @@ func (w *Workflow[P, R]) EnqueueTx(ctx context.Context, tx pgx.Tx, q *Queue, in 
 	return w.enqueue(ctx, tx, q, in, opts, !w.e.cfg.PollOnly)
 }
 
-func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P, opts *EnqueueOpts, notify bool) (*Handle[R], error) {
+func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P, opts *EnqueueOpts, notify bool) (_ *Handle[R], err error) {
 	if q == nil {
 		return nil, fmt.Errorf("%w: enqueue needs a queue", ErrInvalidArgument)
 	}
@@ -330,8 +330,10 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 	}
 	var queueFound, inserted int
 	var ignored *string
+	sp := w.e.traceEnqueue(ctx, w.def.name, id, q.name)
+	defer func() { sp.end(err) }()
 	err = db.QueryRow(ctx, w.e.qq.Enqueue, id, w.def.name, w.e.cfg.AppVersion, input, q.name, o.Priority,
-		nullable(o.PartitionKey), nullable(o.DedupID), notBefore, deadline, notify).Scan(&queueFound, &inserted, &ignored)
+		nullable(o.PartitionKey), nullable(o.DedupID), notBefore, deadline, notify, nullString(sp.traceparent())).Scan(&queueFound, &inserted, &ignored)
 	if err != nil {
 		return nil, fmt.Errorf("durable: enqueue workflow %q on queue %q: %w", w.def.name, q.name, err)
 	}
@@ -342,6 +344,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 		return &Handle[R]{e: w.e, id: id}, nil
 	}
 	// Not inserted: the ID exists, or the dedup ID is taken.
+	sp.existing()
 	if h, err := w.existing(ctx, db, id); !errors.Is(err, ErrWorkflowNotFound) {
 		return h, err
 	}
@@ -632,7 +635,7 @@ func scanClaimed(rows pgx.Rows, err error) ([]claimed, error) {
 	var got []claimed
 	for rows.Next() {
 		var c claimed
-		if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue); err != nil {
+		if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue, &c.trace, &c.queued); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -647,8 +650,10 @@ func scanClaimed(rows pgx.Rows, err error) ([]claimed, error) {
 func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string, input []byte) (created bool, err error) {
 	var queueFound, inserted int
 	var ignored *string
+	sp := e.traceEnqueue(ctx, def.name, id, q.name)
+	defer func() { sp.end(err) }()
 	err = e.pool.QueryRow(ctx, e.qq.Enqueue, id, def.name, e.cfg.AppVersion, input, q.name, 0,
-		nil, nil, nil, nil, false).Scan(&queueFound, &inserted, &ignored)
+		nil, nil, nil, nil, false, nullString(sp.traceparent())).Scan(&queueFound, &inserted, &ignored)
 	if err != nil {
 		return false, fmt.Errorf("durable: enqueue workflow %q id %q on queue %q: %w", def.name, id, q.name, err)
 	}

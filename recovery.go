@@ -15,6 +15,8 @@ type claimed struct {
 	attempts int
 	deadline *time.Time
 	queue    *string
+	trace    *string        // W3C trace context stored at start
+	queued   *time.Duration // time since the run was created (enqueued)
 }
 
 // recoverOwn runs at Launch: it hands back pending runs of this executor
@@ -48,7 +50,7 @@ func (e *Engine) recoverOwn(ctx context.Context) error {
 		for rows.Next() {
 			var c claimed
 			var created time.Time
-			if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue, &created); err != nil {
+			if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue, &c.trace, &c.queued, &created); err != nil {
 				rows.Close()
 				return err
 			}
@@ -128,20 +130,8 @@ func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
 // claim takes up to one batch of runs with query (ClaimOwn or
 // ClaimOrphans), loads their recorded steps in one query, and executes them.
 func (e *Engine) claim(ctx context.Context, query string, args ...any) (int, error) {
-	rows, err := e.pool.Query(ctx, query, append([]any{e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault}, args...)...)
+	got, err := scanClaimed(e.pool.Query(ctx, query, append([]any{e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault}, args...)...))
 	if err != nil {
-		return 0, err
-	}
-	var got []claimed
-	for rows.Next() {
-		var c claimed
-		if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		got = append(got, c)
-	}
-	if err := rows.Err(); err != nil {
 		return 0, err
 	}
 	return len(got), e.startClaimed(ctx, got, nil)
@@ -188,13 +178,15 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 		}
 		r := e.newRun(c.id, c.name, c.epoch, steps[c.id], c.deadline)
 		r.queue = q
+		e.traceClaimed(r, &c)
 		e.launch(r, def, c.input)
 	}
 	return nil
 }
 
 func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
-	errb := encodeError(&DeadLetterError{WorkflowID: c.id, Attempts: c.attempts - 1, Limit: limit})
+	dle := &DeadLetterError{WorkflowID: c.id, Attempts: c.attempts - 1, Limit: limit}
+	errb := encodeError(dle)
 	rows, err := e.pool.Query(ctx, e.q.DeadLetter, c.id, c.epoch, errb)
 	if err == nil {
 		rows.Close()
@@ -206,6 +198,7 @@ func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
 	}
 	e.log.Error("durable: run dead-lettered: its executor kept dying while running it", "workflow_id", c.id,
 		"workflow", c.name, "recovery_attempts", c.attempts-1, "limit", limit)
+	e.traceDeadLetter(&c, limit, dle)
 	e.hub.wake(c.id, &outcome{status: StatusDead, err: errb})
 }
 

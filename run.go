@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"runtime/debug"
@@ -51,6 +52,9 @@ type run struct {
 
 	mu   sync.Mutex
 	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)
+
+	tr     *tspan                      // this execution's span; nil without tracing (trace.go)
+	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
 }
 
 type stepRecord struct {
@@ -164,7 +168,7 @@ func (r *run) retryDB(what string, op func(ctx context.Context) error) error {
 			return err
 		}
 		if attempt == 1 || attempt%10 == 0 {
-			r.e.log.Warn("durable: database write failed, retrying", "workflow_id", r.id, "op", what, "attempt", attempt, "err", err)
+			r.log().Warn("durable: database write failed, retrying", "op", what, "attempt", attempt, "err", err)
 		}
 		t := time.NewTimer(jitter(delay, 0.2))
 		select {
@@ -297,8 +301,9 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 			// Not ours to finish: the run goes on elsewhere or later, or
 			// was already ended by a cancel.
 			if errors.Is(h, ErrFenced) {
-				e.log.Warn("durable: run stopped", "workflow_id", r.id, "workflow", r.name, "reason", h)
+				r.log().Warn("durable: run stopped", "reason", h)
 			}
+			r.traceStopped(h)
 			e.hub.wake(r.id, nil)
 			return
 		}
@@ -310,6 +315,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	if err != nil && (errors.Is(err, ErrShutdown) || e.hardCtx.Err() != nil) {
 		// The code gave up because the engine is stopping (or passed on the
 		// shutdown error of a step): the run stays pending for the next owner.
+		r.traceStopped(err)
 		e.hub.wake(r.id, nil)
 		return
 	}
@@ -334,12 +340,14 @@ func (e *Engine) finish(r *run, o *outcome) {
 	})
 	switch {
 	case err != nil:
-		e.log.Warn("durable: run not finished", "workflow_id", r.id, "err", err)
+		r.log().Warn("durable: run not finished", "err", err)
 		o = nil
 	case !written:
-		e.log.Warn("durable: run finished elsewhere or lost ownership; result discarded", "workflow_id", r.id)
+		r.log().Warn("durable: run finished elsewhere or lost ownership; result discarded")
 		o = nil
 	}
+	r.traceFinished(o)
+	r.logFinished(o)
 	e.hub.wake(r.id, o)
 }
 

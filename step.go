@@ -225,11 +225,15 @@ func runStep[R any](r *run, pos int, name string, rec *stepRecord, fn func(ctx c
 	}
 	policy, timeout := r.stepPolicy(opts)
 	started := time.Now()
-	out, attempts, err := attempt(r, pos, name, policy, timeout, fn)
+	sp := r.traceStep(pos, name, stepKindPlain)
+	out, attempts, err := attempt(r, sp, pos, name, policy, timeout, fn)
 	if h := r.halted(); h != nil {
+		sp.end(h)
 		return zero, h
 	}
-	return record(r, pos, name, out, attempts, err, started)
+	v, err := record(r, pos, name, out, attempts, err, started)
+	sp.end(err)
+	return v, err
 }
 
 // Future is the pending result of a step started with [Go].
@@ -274,31 +278,34 @@ func Go[R any](wctx Context, name string, fn func(ctx context.Context) (R, error
 }
 
 // attempt runs fn under the retry policy.
-func attempt[R any](r *run, pos int, name string, policy RetryPolicy, timeout time.Duration, fn func(context.Context) (R, error)) (R, int, error) {
+func attempt[R any](r *run, sp *tspan, pos int, name string, policy RetryPolicy, timeout time.Duration, fn func(context.Context) (R, error)) (R, int, error) {
 	var out R
 	var err error
 	for n := 1; ; n++ {
-		out, err = callStep(r, pos, name, n, timeout, fn)
+		out, err = callStep(r, sp, pos, name, n, timeout, fn)
 		if err == nil || errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
 			return out, n, err
 		}
 		if err := r.interrupted(); err != nil {
 			return out, n, err
 		}
-		r.e.log.Debug("durable: step failed, retrying", "workflow_id", r.id, "step", name, "attempt", n, "err", err)
 		delay := policy.wait(n)
 		var ra *retryAfterError
 		if errors.As(err, &ra) {
 			delay = min(ra.after, policy.MaxDelay)
 		}
+		if r.debugEnabled() {
+			r.stepLog(pos, name, n).Debug("durable: step failed, retrying", "delay", delay, "err", err)
+		}
+		sp.retry(n, err, delay)
 		if serr := r.sleep(delay); serr != nil {
 			return out, n, serr
 		}
 	}
 }
 
-func stepContext(r *run, pos int, name string, n int, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx := context.WithValue(r.ctx, stepInfoKey{}, StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n})
+func stepContext(r *run, sp *tspan, pos int, name string, n int, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx := context.WithValue(sp.context(r), stepInfoKey{}, StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n})
 	if timeout > 0 {
 		return context.WithTimeout(ctx, timeout)
 	}
@@ -306,8 +313,8 @@ func stepContext(r *run, pos int, name string, n int, timeout time.Duration) (co
 }
 
 // callStep runs one attempt of fn, turning a panic into a [*PanicError].
-func callStep[R any](r *run, pos int, name string, n int, timeout time.Duration, fn func(context.Context) (R, error)) (out R, err error) {
-	ctx, cancel := stepContext(r, pos, name, n, timeout)
+func callStep[R any](r *run, sp *tspan, pos int, name string, n int, timeout time.Duration, fn func(context.Context) (R, error)) (out R, err error) {
+	ctx, cancel := stepContext(r, sp, pos, name, n, timeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
@@ -364,7 +371,7 @@ func replay[R any](r *run, rec *stepRecord) (R, error) {
 // deadlock re-runs the whole transaction (TxStepOpts.ConflictRetries
 // times); other errors follow the retry policy. fn must not commit or roll
 // back tx. On replay the recorded output is returned without running fn.
-func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pgx.Tx) (R, error), opts *TxStepOpts) (R, error) {
+func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pgx.Tx) (R, error), opts *TxStepOpts) (_ R, err error) {
 	var zero R
 	r := wctx.workflowRun()
 	if err := checkName("step name", name); err != nil {
@@ -386,9 +393,11 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		o.ConflictRetries = TxConflictRetriesDefault
 	}
 	started := time.Now()
+	sp := r.traceStep(pos, name, stepKindTx)
+	defer func() { sp.end(err) }()
 	conflicts := 0
 	for n := 1; ; {
-		out, output, done, err := txAttempt(r, pos, name, n, started, &o, fn)
+		out, output, done, err := txAttempt(r, sp, pos, name, n, started, &o, fn)
 		if done {
 			if err != nil {
 				return zero, err
@@ -407,6 +416,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		switch {
 		case isConflict(err) && conflicts < o.ConflictRetries:
 			conflicts++
+			sp.conflict(n)
 			if serr := r.sleep(jitter(time.Duration(conflicts)*2*time.Millisecond, 0.5)); serr != nil {
 				return zero, serr
 			}
@@ -422,7 +432,12 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		if errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
 			return record[R](r, pos, name, zero, n, err, started)
 		}
-		if serr := r.sleep(policy.wait(n)); serr != nil {
+		delay := policy.wait(n)
+		if r.debugEnabled() {
+			r.stepLog(pos, name, n).Debug("durable: step failed, retrying", "delay", delay, "err", err)
+		}
+		sp.retry(n, err, delay)
+		if serr := r.sleep(delay); serr != nil {
 			return zero, serr
 		}
 		n++
@@ -435,9 +450,9 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 // The checkpoint and the COMMIT go to the server in one round trip. If the
 // checkpoint is refused, its error aborts the transaction and the COMMIT
 // behind it cannot commit the app's writes.
-func txAttempt[R any](r *run, pos int, name string, n int, started time.Time, o *TxStepOpts,
+func txAttempt[R any](r *run, sp *tspan, pos int, name string, n int, started time.Time, o *TxStepOpts,
 	fn func(context.Context, pgx.Tx) (R, error)) (out R, output []byte, done bool, err error) {
-	ctx, cancel := stepContext(r, pos, name, n, o.Timeout)
+	ctx, cancel := stepContext(r, sp, pos, name, n, o.Timeout)
 	defer cancel()
 	c, err := r.e.pool.Acquire(ctx)
 	if err != nil {
@@ -523,7 +538,7 @@ func recordedOutput(r *run, pos int) ([]byte, error) {
 // (ask the provider, check a side table) and return the outcome, or
 // [ErrRunAgain] to call fn again. resolve may be nil, which means run again.
 func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (R, error),
-	resolve func(ctx context.Context) (R, error), opts *StepOpts) (R, error) {
+	resolve func(ctx context.Context) (R, error), opts *StepOpts) (_ R, err error) {
 	var zero R
 	r := wctx.workflowRun()
 	if err := checkName("step name", name); err != nil {
@@ -538,11 +553,14 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 	}
 	policy, timeout := r.stepPolicy(opts)
 	started := time.Now()
+	sp := r.traceStep(pos, name, stepKindIntent)
+	defer func() { sp.end(err) }()
 	var out R
 	attempts := 0
 	runErr := ErrRunAgain
 	if rec != nil && resolve != nil {
-		out, runErr = callStep(r, pos, name, 0, timeout, resolve)
+		sp.event("durable.intent.resolve")
+		out, runErr = callStep(r, sp, pos, name, 0, timeout, resolve)
 		if h := r.halted(); h != nil {
 			return zero, h
 		}
@@ -555,7 +573,7 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 		} else if err := r.interrupted(); err != nil {
 			return zero, err
 		}
-		out, attempts, runErr = attempt(r, pos, name, policy, timeout, fn)
+		out, attempts, runErr = attempt(r, sp, pos, name, policy, timeout, fn)
 		if h := r.halted(); h != nil {
 			return zero, h
 		}

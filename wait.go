@@ -14,7 +14,7 @@ var errParked = errors.New("durable: run parked")
 // restart only the remainder is slept. A sleep longer than
 // Config.ParkThreshold parks the run: no goroutine waits, and any executor
 // resumes it by replay when the time comes.
-func Sleep(wctx Context, d time.Duration) error {
+func Sleep(wctx Context, d time.Duration) (err error) {
 	if d < 0 {
 		return fmt.Errorf("%w: Sleep of a negative duration %v", ErrInvalidArgument, d)
 	}
@@ -23,6 +23,10 @@ func Sleep(wctx Context, d time.Duration) error {
 		return err
 	}
 	r := wctx.workflowRun()
+	if time.Until(wake) > 0 {
+		ws := r.traceSleep(wake)
+		defer func() { ws.end(err) }()
+	}
 	for {
 		remaining := time.Until(wake)
 		if remaining <= 0 {
@@ -75,6 +79,8 @@ func (r *run) park(wake time.Time, topic string) error {
 		})
 	}
 	r.e.wakeSweeper() // it computes the next wake-up time
-	r.e.log.Debug("durable: run parked", "workflow_id", r.id, "wake_at", wake, "topic", topic)
+	if r.debugEnabled() {
+		r.log().Debug("durable: run parked", "wake_at", wake, "topic", topic)
+	}
 	return r.halt(fmt.Errorf("workflow %q parked until %s: %w", r.id, wake.Format(time.RFC3339Nano), errParked))
 }

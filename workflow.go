@@ -145,7 +145,7 @@ func (o *StartOpts) deadline() (*time.Time, error) {
 // returns its handle. If a run with the same ID exists, Start returns a
 // handle to it without running anything; if that run belongs to another
 // workflow, the error is a [*ConflictError].
-func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (*Handle[R], error) {
+func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (_ *Handle[R], err error) {
 	e := w.e
 	if err := e.canStart(); err != nil {
 		return nil, err
@@ -158,7 +158,9 @@ func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (*Han
 	if err != nil {
 		return nil, err
 	}
-	return w.insertAndRun(ctx, id, input, "", deadline)
+	sp := e.traceStart(ctx, "durable.start", w.def.name, id)
+	defer func() { sp.end(err) }()
+	return w.insertAndRun(ctx, sp, id, input, "", deadline)
 }
 
 func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (string, []byte, error) {
@@ -182,11 +184,11 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 
 // insertAndRun inserts a run owned by this executor and, when the insert
 // created it, executes it here.
-func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []byte, parent string, deadline *time.Time) (*Handle[R], error) {
+func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string, input []byte, parent string, deadline *time.Time) (*Handle[R], error) {
 	e := w.e
 	defer e.launches.enter()()
 	local := e.hub.subscribeLocal(id)
-	inserted, err := e.writeStart(ctx, &startWrite{id: id, name: w.def.name, input: input, parent: parent, deadline: deadline})
+	inserted, err := e.writeStart(ctx, &startWrite{id: id, name: w.def.name, input: input, parent: parent, deadline: deadline, trace: sp.traceparent()})
 	if err != nil {
 		e.noteDBTrouble()
 		e.hub.unsubscribe(id, local)
@@ -194,9 +196,11 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, id string, input []by
 	}
 	if !inserted {
 		e.hub.unsubscribe(id, local)
+		sp.existing()
 		return w.existing(ctx, e.pool, id)
 	}
 	r := e.newRun(id, w.def.name, 1, nil, deadline)
+	e.traceRun(r, sp.spanContext(), 0, nil, nil)
 	e.launch(r, w.def, input)
 	return &Handle[R]{e: e, id: id, local: local}, nil
 }
@@ -231,7 +235,7 @@ func (e *Engine) checkExisting(ctx context.Context, q queryer, id, name string) 
 // exists if and only if tx commits. After the commit, a live executor with
 // w registered claims and runs it within milliseconds (woken by a
 // notification sent on commit). The returned handle waits for that run.
-func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *StartOpts) (*Handle[R], error) {
+func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *StartOpts) (_ *Handle[R], err error) {
 	if tx == nil {
 		return nil, fmt.Errorf("%w: StartTx needs a transaction", ErrInvalidArgument)
 	}
@@ -243,7 +247,10 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, input, nil, "n:"+id, deadline)
+	sp := w.e.traceStart(ctx, "durable.start", w.def.name, id)
+	defer func() { sp.end(err) }()
+	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, input, nil, "n:"+id, deadline,
+		nullString(sp.traceparent()))
 	inserted := false
 	if err == nil {
 		inserted = rows.Next()
@@ -254,6 +261,7 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 		return nil, fmt.Errorf("durable: start workflow %q id %q in transaction: %w", w.def.name, id, err)
 	}
 	if !inserted {
+		sp.existing()
 		return w.existing(ctx, tx, id)
 	}
 	return &Handle[R]{e: w.e, id: id}, nil
@@ -289,12 +297,16 @@ func (w *Workflow[P, R]) StartChild(wctx Context, in P, opts *StartOpts) (*Handl
 	if deadline == nil && !r.deadline.IsZero() {
 		deadline = &r.deadline // a child inherits its parent's deadline
 	}
+	// The child's start span is a child of the parent's run span: the
+	// child's executions are in the parent's trace.
+	sp := r.traceStartChild(w.def.name, id, pos)
 	var h *Handle[R]
 	err = r.retryDB("start child", func(ctx context.Context) error {
 		var err error
-		h, err = w.insertAndRun(ctx, id, input, r.id, deadline)
+		h, err = w.insertAndRun(ctx, sp, id, input, r.id, deadline)
 		return err
 	})
+	sp.end(err)
 	if err != nil {
 		if errors.Is(err, ErrWorkflowConflict) {
 			return nil, err
@@ -461,15 +473,20 @@ func NewID(wctx Context) (string, error) {
 // schedules.
 func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
 	defer e.launches.enter()()
-	created, err = e.writeStart(ctx, &startWrite{id: id, name: def.name, input: input})
+	sp := e.traceStart(ctx, "durable.start", def.name, id)
+	defer func() { sp.end(err) }()
+	created, err = e.writeStart(ctx, &startWrite{id: id, name: def.name, input: input, trace: sp.traceparent()})
 	if err != nil {
 		e.noteDBTrouble()
 		return false, fmt.Errorf("durable: start workflow %q id %q: %w", def.name, id, err)
 	}
 	if !created {
+		sp.existing()
 		return false, e.checkExisting(ctx, e.pool, id, def.name)
 	}
-	e.launch(e.newRun(id, def.name, 1, nil, nil), def, input)
+	r := e.newRun(id, def.name, 1, nil, nil)
+	e.traceRun(r, sp.spanContext(), 0, nil, nil)
+	e.launch(r, def, input)
 	return true, nil
 }
 
@@ -485,7 +502,7 @@ type awaited struct {
 // as a step of the caller, so a replay gets the same answer without
 // waiting. A wait longer than Config.ParkThreshold parks the caller: it
 // holds no goroutine, and the child's finish wakes it on any executor.
-func (h *Handle[R]) Await(wctx Context) (R, error) {
+func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 	var zero R
 	r := wctx.workflowRun()
 	name := "durable.await:" + h.id
@@ -494,6 +511,8 @@ func (h *Handle[R]) Await(wctx Context) (R, error) {
 		return zero, err
 	}
 	if rec == nil {
+		ws := r.traceAwait(h.id)
+		defer func() { ws.end(err) }()
 		started := time.Now()
 		waitUntil := started.Add(r.e.cfg.ParkThreshold)
 		for {
@@ -534,6 +553,8 @@ func (h *Handle[R]) Await(wctx Context) (R, error) {
 				return zero, err
 			}
 		}
+		ws.end(nil)
+		ws = nil // ended: the deferred end does nothing
 	}
 	a, err := replay[awaited](r, rec)
 	if err != nil {

@@ -85,21 +85,22 @@ func New(schema string) *Queries {
 
 		// $1 id, $2 name, $3 app_version, $4 executor_id (NULL: unowned),
 		// $5 epoch, $6 input, $7 parent_id, $8 notify payload (NULL: none),
-		// $9 deadline (NULL: none).
+		// $9 deadline (NULL: none), $10 trace_context (NULL: none).
 		// The notification of an unowned run is only delivered when the
 		// inserting transaction commits, which is what StartTx relies on.
 		InsertWorkflow: r(`WITH ins AS (
-	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline)
-	VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $9)
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
+	VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $9, $10)
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id)
 SELECT CASE WHEN $8::text IS NULL THEN '' ELSE pg_notify('` + channel + `', $8::text)::text END FROM ins`),
 
 		// InsertWorkflow for one run owned by this executor: the plainest
 		// statement, as it is half of a short run's cost.
-		// $1 id, $2 name, $3 app_version, $4 executor_id, $5 input, $6 parent_id, $7 deadline.
-		InsertOwned: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline)
-VALUES ($1, $2, 'pending', $3, $4, 1, $5, $6, $7)
+		// $1 id, $2 name, $3 app_version, $4 executor_id, $5 input, $6 parent_id, $7 deadline,
+		// $8 trace_context.
+		InsertOwned: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
+VALUES ($1, $2, 'pending', $3, $4, 1, $5, $6, $7, $8)
 ON CONFLICT (id) DO NOTHING`),
 
 		// Records a run's final outcome, fenced by its epoch. The notification
@@ -132,10 +133,11 @@ SELECT pg_notify('` + channel + `', 'n:' || id)::text FROM u`),
 
 		// InsertWorkflow (owned by this executor) for many runs at once.
 		// $1 ids, $2 names, $3 app_version, $4 executor_id, $5 inputs,
-		// $6 parents, $7 deadlines.
-		InsertWorkflows: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline)
-SELECT u.id, u.name, 'pending', $3, $4, 1, u.input, u.parent_id, u.deadline
-FROM unnest($1::text[], $2::text[], $5::json[], $6::text[], $7::timestamptz[]) AS u(id, name, input, parent_id, deadline)
+		// $6 parents, $7 deadlines, $8 trace contexts (NULL: none for all).
+		InsertWorkflows: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
+SELECT u.id, u.name, 'pending', $3, $4, 1, u.input, u.parent_id, u.deadline, u.trace_context
+FROM unnest($1::text[], $2::text[], $5::json[], $6::text[], $7::timestamptz[], $8::text[])
+	AS u(id, name, input, parent_id, deadline, trace_context)
 ON CONFLICT (id) DO NOTHING
 RETURNING id`),
 
@@ -254,7 +256,8 @@ WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
 		AND queue_name IS NULL AND (created_at, id) > ($5::timestamptz, $6::text)
 	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.created_at`),
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
+	clock_timestamp() - w.created_at, w.created_at`),
 
 		// Takeover: pending runs whose owner has no live lease, or no owner.
 		// A run that was never claimed (epoch 0, started by StartTx) does not
@@ -272,7 +275,8 @@ WHERE w.id = ANY(ARRAY(SELECT o.id FROM {{schema}}.workflows o
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
 	AND (o.wake_at IS NULL OR o.wake_at <= now() OR o.executor_id IS NOT NULL)
 	ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED))
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
+	clock_timestamp() - w.created_at`),
 
 		// Pending runs of this executor that this binary cannot run are
 		// handed back (owner NULL) so a compatible executor claims them.
@@ -312,7 +316,8 @@ WHERE status = 'pending' AND executor_id = $1 AND wake_at IS NULL AND app_versio
 		// $1 id, $2 epoch seen, $3 executor_id.
 		ClaimStray: r(`UPDATE {{schema}}.workflows SET epoch = epoch + 1, updated_at = now()
 WHERE id = $1 AND epoch = $2 AND executor_id = $3 AND status = 'pending' AND wake_at IS NULL
-RETURNING id, name, input, epoch, recovery_attempts, deadline, queue_name`),
+RETURNING id, name, input, epoch, recovery_attempts, deadline, queue_name, trace_context,
+	clock_timestamp() - created_at`),
 
 		// Hand a stray queued run of this executor back to its queue.
 		// $1 id, $2 epoch seen, $3 executor_id.

@@ -53,12 +53,13 @@ SELECT pg_notify('` + channel + `', 'q:' || name) FROM u`),
 		// One statement: it checks the queue exists, inserts the run unless
 		// its ID or its dedup ID is taken, and wakes the dispatchers on commit.
 		// $1 id, $2 name, $3 app_version, $4 input, $5 queue, $6 priority,
-		// $7 partition_key, $8 dedup_id, $9 not_before, $10 deadline, $11 notify (bool).
+		// $7 partition_key, $8 dedup_id, $9 not_before, $10 deadline, $11 notify (bool),
+		// $12 trace_context.
 		Enqueue: r(`WITH q AS (SELECT name FROM {{schema}}.queues WHERE name = $5),
 ins AS (
 	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input,
-		queue_name, priority, partition_key, dedup_id, not_before, deadline)
-	SELECT $1, $2, 'enqueued', $3, NULL, 0, $4, q.name, $6, $7, $8, $9, $10 FROM q
+		queue_name, priority, partition_key, dedup_id, not_before, deadline, trace_context)
+	SELECT $1, $2, 'enqueued', $3, NULL, 0, $4, q.name, $6, $7, $8, $9, $10, $12 FROM q
 	ON CONFLICT DO NOTHING
 	RETURNING id)
 SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
@@ -100,7 +101,8 @@ WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
 		AND name = ANY($4::text[]) AND (epoch = 0 OR app_version = $3)
 	ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED))
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
+	clock_timestamp() - w.created_at`),
 
 		// With partition limits the choice is made in Go from a window of
 		// candidates. $1 name, $2 app_version, $3 names, $4 limit.
@@ -119,7 +121,8 @@ SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(
 	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
 	wake_at = NULL, wait_topic = NULL
 WHERE w.id = ANY($1::text[]) AND w.status = 'enqueued'
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name`),
+RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
+	clock_timestamp() - w.created_at`),
 
 		// Queued runs whose executor died (or, at boot, this executor's own
 		// previous incarnation) go back to their queue, keeping their place

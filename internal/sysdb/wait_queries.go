@@ -133,10 +133,10 @@ SELECT id, pg_notify('` + channel + `', 'c:' || epoch || ':' || id)::text, pg_no
 	RETURNING id, queue_name)
 SELECT pg_notify('` + channel + `', CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END)::text FROM u`),
 
-		// Fork copies run $1 as a new unowned run $2 ... $3 app_version.
+		// Fork copies run $1 as a new unowned run $2 ... $3 app_version, $4 trace_context.
 		ForkRun: r(`WITH ins AS (
-	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id)
-	SELECT $2, name, 'pending', $3, NULL, 0, input, NULL FROM {{schema}}.workflows WHERE id = $1
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, trace_context)
+	SELECT $2, name, 'pending', $3, NULL, 0, input, NULL, $4 FROM {{schema}}.workflows WHERE id = $1
 	RETURNING id)
 SELECT pg_notify('` + channel + `', 'n:' || id)::text FROM ins`),
 
