@@ -42,7 +42,7 @@ func TestAdoptStrays(t *testing.T) {
 	})
 
 	// A start whose INSERT committed but whose answer was lost.
-	if _, err := pool.Exec(ctx, e.q.InsertOwned, "plain-stray", "w", "test", "stray-exec", []byte("41"), nil, nil); err != nil {
+	if _, err := pool.Exec(ctx, e.q.InsertOwned, "plain-stray", "w", "test", "stray-exec", []byte("41"), nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A queue claim whose answer was lost: the run is pending and ours,
