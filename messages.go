@@ -108,6 +108,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 	}
 	if rec == nil {
 		started := time.Now()
+		waiting := false // the wait topic is recorded
 		for {
 			w := r.e.hub.subscribe("m:" + r.id)
 			out, got, err := r.receive(pos, name, topic, started)
@@ -115,6 +116,9 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				r.e.hub.unsubscribe("m:"+r.id, w)
 				if err != nil {
 					return msg, false, err
+				}
+				if waiting {
+					r.unmarkWaiting(topic)
 				}
 				rec = &stepRecord{pos: pos, name: name, status: stepDone, output: out}
 				break
@@ -126,12 +130,19 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				if err := r.checkpoint(pos, name, stepDone, out, nil, 1, started); err != nil {
 					return msg, false, err
 				}
+				if waiting {
+					r.unmarkWaiting(topic)
+				}
 				rec = &stepRecord{pos: pos, name: name, status: stepDone, output: out}
 				break
 			}
 			if remaining > r.e.cfg.ParkThreshold {
 				r.e.hub.unsubscribe("m:"+r.id, w)
 				return msg, false, r.park(deadline, topic)
+			}
+			if !waiting {
+				r.markWaiting(topic)
+				waiting = true
 			}
 			err = r.waitFor(w.ch, min(remaining, r.e.cfg.PollInterval))
 			r.e.hub.unsubscribe("m:"+r.id, w)
