@@ -75,3 +75,22 @@ func TestWaitTopic(t *testing.T) {
 	_, _, err = e.ListWorkflows(ctx, &durable.ListParams{WaitTopicPrefix: "a\x00"})
 	require.ErrorIs(t, err, durable.ErrInvalidArgument)
 }
+
+func TestListQueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e := b.engine(t, nil, func(e *durable.Engine) {
+		durable.RegisterQueue(e, "b-queue", &durable.QueueOpts{GlobalConcurrency: 3})
+		durable.RegisterQueue(e, "a-queue", nil)
+	})
+	ctx := ctxT(t)
+	require.NoError(t, e.QueueRef("b-queue").Pause(ctx))
+	qs, err := e.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Len(t, qs, 2)
+	require.Equal(t, "a-queue", qs[0].Name)
+	require.False(t, qs[0].Paused)
+	require.Equal(t, "b-queue", qs[1].Name)
+	require.True(t, qs[1].Paused)
+	require.Equal(t, 3, qs[1].Settings.GlobalConcurrency)
+}

@@ -2,7 +2,10 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/durable-go/durable/internal/sysdb"
 )
@@ -22,6 +25,31 @@ func (e *Engine) Workflow(ctx context.Context, id string) (WorkflowInfo, error) 
 		return WorkflowInfo{}, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
 	}
 	return runs[0], nil
+}
+
+// ListQueues returns the stats of every queue declared in the database,
+// by name: those of every binary sharing it, not only this one's.
+func (e *Engine) ListQueues(ctx context.Context) ([]QueueStats, error) {
+	rows, err := e.pool.Query(ctx, e.qq.Names)
+	if err != nil {
+		return nil, fmt.Errorf("durable: list queues: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("durable: list queues: %w", err)
+	}
+	out := make([]QueueStats, 0, len(names))
+	for _, name := range names {
+		st, err := e.QueueRef(name).Stats(ctx)
+		if errors.Is(err, ErrQueueNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // markWaiting records that the run blocks in memory on topic, for
