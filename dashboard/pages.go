@@ -131,6 +131,9 @@ func (d *dash) fail(w http.ResponseWriter, r *http.Request, status int, msg stri
 
 // failErr answers err with the status its class calls for.
 func (d *dash) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the client went away
+	}
 	status := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, durable.ErrWorkflowNotFound), errors.Is(err, durable.ErrScheduleNotFound), errors.Is(err, durable.ErrQueueNotFound):
@@ -186,6 +189,7 @@ type stepView struct {
 	Duration time.Duration
 	Error    string
 	Output   string
+	Label    string // the name, cut to fit the chart
 	// Bar geometry in the timeline's SVG units.
 	X, W, Y float64
 }
@@ -227,8 +231,8 @@ type runView struct {
 
 // Timeline chart geometry, in SVG user units.
 const (
-	chartLabel = 260.0
-	chartBars  = 700.0
+	chartLabel = 340.0
+	chartBars  = 610.0
 	chartRow   = 22.0
 	payloadMax = 64 << 10
 )
@@ -282,7 +286,7 @@ func (d *dash) runView(r *http.Request, id string) (*runView, error) {
 	v.Span = end.Sub(t0)
 	span := max(float64(v.Span), 1)
 	for i, s := range steps {
-		sv := stepView{StepRecord: s, Output: pretty(s.Output), Y: float64(i) * chartRow}
+		sv := stepView{StepRecord: s, Output: pretty(s.Output), Label: clip(s.Name, 44), Y: float64(i) * chartRow}
 		start := s.StartedAt
 		if start.IsZero() {
 			start = s.FinishedAt
@@ -355,7 +359,7 @@ func entry(key string, e durable.StreamEntry[json.RawMessage]) entryView {
 			return ev
 		}
 	}
-	ev.Summary = clip(string(e.Value), 2000)
+	ev.Summary = clip(unescapeHTML(string(e.Value)), 2000)
 	return ev
 }
 
@@ -392,7 +396,9 @@ func clip(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// pretty indents JSON for display; html/template escapes it.
+// pretty indents JSON for display, with the \u003c, \u003e and \u0026
+// escapes of Go's encoder turned back into the characters they stand for,
+// so a reader sees the text as sent. html/template escapes the result.
 func pretty(raw []byte) string {
 	if len(raw) == 0 {
 		return ""
@@ -401,10 +407,45 @@ func pretty(raw []byte) string {
 	if err := json.Indent(&buf, raw, "", "  "); err != nil {
 		return clip(string(raw), payloadMax)
 	}
-	if buf.Len() > payloadMax {
-		return buf.String()[:payloadMax] + fmt.Sprintf("\n… (%d bytes in all)", buf.Len())
+	s := unescapeHTML(buf.String())
+	if len(s) > payloadMax {
+		return s[:payloadMax] + fmt.Sprintf("\n… (%d bytes in all)", len(s))
 	}
-	return buf.String()
+	return s
+}
+
+// unescapeHTML undoes the HTML-safe escapes of valid JSON text, leaving
+// every other escape (an escaped backslash included) as it is.
+func unescapeHTML(s string) string {
+	if !strings.Contains(s, `\u00`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		if s[i+1] == 'u' && i+6 <= len(s) {
+			switch s[i+2 : i+6] {
+			case "003c", "003C":
+				b.WriteByte('<')
+				i += 5
+				continue
+			case "003e", "003E":
+				b.WriteByte('>')
+				i += 5
+				continue
+			case "0026":
+				b.WriteByte('&')
+				i += 5
+				continue
+			}
+		}
+		b.WriteString(s[i : i+2]) // the escape and the character it escapes
+		i++
+	}
+	return b.String()
 }
 
 type approvalRow struct {

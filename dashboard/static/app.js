@@ -23,7 +23,10 @@
       var doc = new DOMParser().parseFromString(html, "text/html");
       var fresh = doc.getElementById("refresh"), old = document.getElementById("refresh");
       if (fresh && old) old.replaceWith(document.importNode(fresh, true));
-      if (done) document.querySelectorAll(".live-dot").forEach(function (e) { e.remove(); });
+      if (done || !doc.getElementById("live")) {
+        es.close();
+        document.querySelectorAll(".live-dot").forEach(function (e) { e.remove(); });
+      }
     }).catch(function () {}).finally(function () {
       refreshing = false;
       if (again) { again = false; refresh(done); }
