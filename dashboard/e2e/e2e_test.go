@@ -206,7 +206,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		var last error
 		for time.Now().Before(deadline) {
 			c, cancel := context.WithTimeout(bctx, 10*time.Second)
-			ok, err := chromedp.Run(c, chromedp.Evaluate[bool]("Boolean(" + expr + ")"))
+			ok, err := chromedp.Run(c, chromedp.Evaluate[bool]("Boolean("+expr+")"))
 			cancel()
 			if err == nil && ok {
 				return
