@@ -253,7 +253,21 @@ func (d *dash) bearer(r *http.Request) bool {
 		return false
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(tok), []byte(d.opts.Token)) == 1
+	return ok && d.tokenOK(tok)
+}
+
+// tokenOK compares in constant time, lengths included.
+func (d *dash) tokenOK(tok string) bool {
+	a, b := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(d.opts.Token))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// NewToken returns a random token for Options.Token (32 bytes, base64url),
+// for a command that serves the dashboard and prints how to sign in.
+func NewToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 func (d *dash) sign(s string) string {
@@ -347,7 +361,7 @@ func (d *dash) login(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(d.opts.Token)) != 1 {
+	if !d.tokenOK(r.PostFormValue("token")) {
 		time.Sleep(200 * time.Millisecond) // slows guessing down a little; the token's length does the rest
 		d.render(w, r, http.StatusUnauthorized, "login", loginView{Message: "Wrong token."})
 		return

@@ -320,3 +320,35 @@ func TestNotFound(t *testing.T) {
 	w = rg.do("GET", "/ops/static/app.js", nil, nil)
 	require.Equal(t, http.StatusOK, w.Code)
 }
+
+func TestLiveEvents(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, &dashboard.Options{Token: dashboard.NewToken(), AllowUnauthenticated: true, Streams: []string{"log"}})
+	ctx := ctxT(t)
+	// The user's middleware alone admits nobody without a token here: the
+	// token is set, so it is required.
+	require.Equal(t, http.StatusUnauthorized, rg.do("GET", "/", nil, nil).Code)
+
+	rg = newRig(t, &dashboard.Options{AllowUnauthenticated: true, RefreshInterval: 50 * time.Millisecond})
+	h, err := rg.wf.Start(ctx, "<i>live</i>", &durable.StartOpts{ID: "live-1"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := rg.e.Workflow(ctx, "live-1")
+		return err == nil && info.WaitTopic == "go"
+	}, 30*time.Second, 10*time.Millisecond)
+	srv := httptest.NewServer(rg.h)
+	defer func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	}()
+	resp, err := http.Get(srv.URL + "/live?id=live-1")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	require.NoError(t, durable.Send(ctx, rg.e, "live-1", "go", "!", nil))
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body) // the server ends the stream after "finished"
+	require.NoError(t, err)
+	require.Contains(t, string(body), "event: finished\ndata: \"live-1\"\n\n")
+}
