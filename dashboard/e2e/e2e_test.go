@@ -75,6 +75,11 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("no-proxy-server", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-background-timer-throttling", true),
+		chromedp.Flag("disable-renderer-backgrounding", true),
+		chromedp.Flag("disable-backgrounding-occluded-windows", true),
+		chromedp.Flag("mute-audio", true),
 		chromedp.UserDataDir(dir),
 		chromedp.WindowSize(1280, 1000),
 	)
@@ -98,7 +103,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	bctx := browser(t)
 	logf("browser started")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
 	// An agent whose refund tool needs approval, against a scripted model:
@@ -118,7 +123,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		return agentkittest.Reply{Text: "Refunded 42 euros. All done.", Hold: release}
 	})
 	defer model.Close()
-	openai, err := agentkit.NewOpenAI(agentkit.OpenAIConfig{BaseURL: model.URL, Model: "scripted", APIKey: "sk-test", Timeout: 2 * time.Minute})
+	openai, err := agentkit.NewOpenAI(agentkit.OpenAIConfig{BaseURL: model.URL, Model: "scripted", APIKey: "sk-test", Timeout: 5 * time.Minute})
 	require.NoError(t, err)
 
 	eng, err := durable.New(pgtest.Pool(t), &durable.Config{Schema: pgtest.Schema(t), AppVersion: "e2e",
@@ -148,7 +153,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Eventually(t, func() bool {
 		p, err := agentkit.Pending(ctx, eng, runID)
 		return err == nil && len(p) == 1
-	}, time.Minute, 20*time.Millisecond)
+	}, 3*time.Minute, 20*time.Millisecond)
 
 	handler, err := dashboard.New(eng, &dashboard.Options{Token: token, RefreshInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
@@ -181,13 +186,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		logf("browser: %s", what)
-		c, cancel := context.WithTimeout(bctx, 60*time.Second)
+		c, cancel := context.WithTimeout(bctx, 3*time.Minute)
 		defer cancel()
 		require.NoError(t, chromedp.Do(c, steps...), what)
 	}
 	eval := func(expr string) any {
 		t.Helper()
-		c, cancel := context.WithTimeout(bctx, 20*time.Second)
+		c, cancel := context.WithTimeout(bctx, time.Minute)
 		defer cancel()
 		v, err := chromedp.Run(c, chromedp.Evaluate[any](expr))
 		require.NoError(t, err, expr)
@@ -202,10 +207,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitFor := func(what, expr string) {
 		t.Helper()
 		logf("browser: wait for %s", what)
-		deadline := time.Now().Add(90 * time.Second)
+		deadline := time.Now().Add(3 * time.Minute)
 		var last error
 		for time.Now().Before(deadline) {
-			c, cancel := context.WithTimeout(bctx, 10*time.Second)
+			c, cancel := context.WithTimeout(bctx, 30*time.Second)
 			ok, err := chromedp.Run(c, chromedp.Evaluate[bool]("Boolean("+expr+")"))
 			cancel()
 			if err == nil && ok {
@@ -288,7 +293,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	if os.Getenv(EnvScreenshots) != "1" {
 		return
 	}
-	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	png, err := chromedp.Run(c, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
