@@ -29,7 +29,8 @@ const hostile = `<script>alert(1)</script><b>x</b>`
 // rig is an engine with a workflow that waits for a message, and its
 // dashboard.
 type rig struct {
-	e  *durable.Engine
+	cfg *durable.Config
+	e   *durable.Engine
 	wf *durable.Workflow[string, string]
 	h  http.Handler
 }
@@ -37,10 +38,11 @@ type rig struct {
 func newRig(t *testing.T, opts *dashboard.Options) *rig {
 	t.Helper()
 	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
-	e, err := durable.New(pool, &durable.Config{Schema: schema, AppVersion: "test", LeaseTTL: time.Second,
-		PollInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	cfg := &durable.Config{Schema: schema, AppVersion: "test", LeaseTTL: time.Second,
+		PollInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	e, err := durable.New(pool, cfg)
 	require.NoError(t, err)
-	rg := &rig{e: e}
+	rg := &rig{e: e, cfg: cfg}
 	rg.wf = durable.Register(e, "greet", func(wctx durable.Context, in string) (string, error) {
 		if _, err := durable.Step(wctx, "echo", func(context.Context) (string, error) { return in, nil }, nil); err != nil {
 			return "", err
@@ -351,4 +353,36 @@ func TestLiveEvents(t *testing.T) {
 	body, err := io.ReadAll(resp.Body) // the server ends the stream after "finished"
 	require.NoError(t, err)
 	require.Contains(t, string(body), "event: finished\ndata: \"live-1\"\n\n")
+}
+
+// TestUnlaunchedEngine: `durable ui` serves the dashboard of an engine it
+// never launches (it runs no workflow): pages and actions work all the same.
+func TestUnlaunchedEngine(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, nil)
+	ctx := ctxT(t)
+	h, err := rg.wf.Start(ctx, "x", &durable.StartOpts{ID: "far-1"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := rg.e.Workflow(ctx, "far-1")
+		return err == nil && info.WaitTopic == "go"
+	}, 30*time.Second, 10*time.Millisecond)
+	ui, err := durable.New(pgtest.Pool(t), &durable.Config{Schema: rg.cfg.Schema, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	far := &rig{e: ui}
+	far.h, err = dashboard.New(ui, &dashboard.Options{Token: token})
+	require.NoError(t, err)
+	for _, target := range []string{"/", "/run?id=far-1", "/approvals", "/queues", "/schedules"} {
+		w := far.do("GET", target, nil, withBearer)
+		require.Equal(t, http.StatusOK, w.Code, target)
+	}
+	require.Contains(t, far.do("GET", "/run?id=far-1", nil, withBearer).Body.String(), `name="topic" value="go"`)
+	w := far.do("POST", "/action", url.Values{"op": {"send"}, "id": {"far-1"}, "topic": {"go"}, "message": {`"y"`}}, func(r *http.Request) {
+		withBearer(r)
+		r.Header.Set("Origin", "http://example.com")
+	})
+	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "xy", out)
 }
