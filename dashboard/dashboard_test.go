@@ -31,8 +31,8 @@ const hostile = `<script>alert(1)</script><b>x</b>`
 type rig struct {
 	cfg *durable.Config
 	e   *durable.Engine
-	wf *durable.Workflow[string, string]
-	h  http.Handler
+	wf  *durable.Workflow[string, string]
+	h   http.Handler
 }
 
 func newRig(t *testing.T, opts *dashboard.Options) *rig {
