@@ -70,7 +70,10 @@ type WorkflowInfo struct {
 	Output           json.RawMessage // as stored; nil until it succeeds or with ListParams.OmitPayloads
 	// WaitTopic is the message topic a pending or queued run is blocked on
 	// in Recv ("child:<id>" while it is parked awaiting a child), so an
-	// operator can see who waits for an answer; "" otherwise.
+	// operator can see who waits for an answer; "" otherwise. A Recv that
+	// finds its message at once writes nothing for it; one that blocks in
+	// memory records the topic and clears it when the wait ends (two small
+	// writes); a parked wait records it as part of parking.
 	WaitTopic string
 }
 
