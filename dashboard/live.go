@@ -15,7 +15,8 @@ import (
 // event per new stream entry (a one-line summary, shown as text), a
 // "changed" event when the run's status, steps or approvals changed (the
 // page then reloads its sections), and "finished" when the run is over.
-// Query: id, and from.<key> = the first offset of stream key not shown yet.
+// Query: id, version (of the page, see version), and from.<key> = the
+// first offset of stream key not shown yet.
 func (d *dash) live(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	id := q.Get("id")
@@ -40,6 +41,11 @@ func (d *dash) live(w http.ResponseWriter, r *http.Request) {
 	if finished {
 		send("finished", id)
 		return
+	}
+	if fp != q.Get("version") { // it changed since the page was rendered
+		if !send("changed", id) {
+			return
+		}
 	}
 	entries := make(chan entryView, 256)
 	for _, key := range d.opts.Streams {
@@ -109,9 +115,14 @@ func (d *dash) fingerprint(ctx context.Context, id string) (string, bool, error)
 	if err != nil {
 		return "", false, err
 	}
+	return version(info, steps), info.Status.Finished(), nil
+}
+
+// version sums up the state of a run that its page shows.
+func version(info durable.WorkflowInfo, steps []durable.StepRecord) string {
 	last := ""
 	if n := len(steps); n > 0 {
 		last = steps[n-1].Status
 	}
-	return fmt.Sprintf("%s|%s|%s|%d|%s", info.Status, info.WaitTopic, info.UpdatedAt, len(steps), last), info.Status.Finished(), nil
+	return fmt.Sprintf("%s|%s|%d|%d|%s", info.Status, info.WaitTopic, info.UpdatedAt.UnixMicro(), len(steps), last)
 }

@@ -224,6 +224,7 @@ type runView struct {
 	Streams     []streamView
 	Transcript  []kv
 	Children    []durable.WorkflowInfo
+	Version     string // see version
 	Live        bool
 	Cancellable bool
 	Resumable   bool
@@ -257,6 +258,7 @@ func (d *dash) runView(r *http.Request, id string) (*runView, error) {
 		return nil, err
 	}
 	v := &runView{Info: info, Input: pretty(info.Input), Output: pretty(info.Output), Live: !info.Status.Finished(),
+		Version:     version(info, steps),
 		Cancellable: !info.Status.Finished(),
 		Resumable:   info.Status == durable.StatusCancelled || info.Status == durable.StatusDead || info.Status == durable.StatusError}
 	if info.Error != nil {

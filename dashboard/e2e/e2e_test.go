@@ -219,7 +219,11 @@ func TestDashboardInBrowser(t *testing.T) {
 			last = err
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Fatalf("waiting for %s: %q still false (last error: %v)", what, expr, last)
+		c, cancel := context.WithTimeout(bctx, 30*time.Second)
+		defer cancel()
+		state, _ := chromedp.Run(c, chromedp.Evaluate[string](`location.href + " | " + document.title + " | " + document.body.innerText.slice(0, 2000)`))
+		screenshot(t, bctx, "failure.png")
+		t.Fatalf("waiting for %s: %q still false (last error: %v); the page: %s", what, expr, last, state)
 	}
 
 	// Sign in with the token.
@@ -232,6 +236,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	)
 	require.Contains(t, text("#runs"), runID)
 	require.Contains(t, text("#runs"), "agentkit.approval:")
+	screenshot(t, bctx, "runs.png")
 
 	// The pending approval is listed.
 	run("approvals", chromedp.Navigate(srv.URL+"/approvals"), chromedp.WaitVisible(chromedp.CSS("#pending")))
@@ -259,7 +264,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Contains(t, text(`ol.entries[data-key="agentkit.events"]`), "approval_pending")
 	screenshot(t, bctx, "run-pending.png")
 
-	// Approve by clicking: the page comes back with the run going on.
+	// Approve by clicking, once the run is parked on the approval (the page
+	// is then still: nothing changes until the decision).
+	waitFor("the run to wait on the approval", `document.getElementById("summary").textContent.includes("waiting on agentkit.approval:")`)
 	run("approve", chromedp.Click(chromedp.CSS("#approvals .approve")))
 	waitFor("the page after the approval", `document.readyState === "complete" && document.getElementById("run-id") !== null && document.querySelector("#approvals") === null`)
 	require.Equal(t, int64(42), refunded.Load())

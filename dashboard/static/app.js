@@ -7,6 +7,7 @@
   if (!live || !window.EventSource) return;
   var params = new URLSearchParams();
   params.set("id", live.dataset.id);
+  params.set("version", document.getElementById("refresh").dataset.version || "");
   document.querySelectorAll("ol.entries").forEach(function (ol) {
     params.set("from." + ol.dataset.key, ol.dataset.next || "0");
   });
@@ -22,7 +23,11 @@
     }).then(function (html) {
       var doc = new DOMParser().parseFromString(html, "text/html");
       var fresh = doc.getElementById("refresh"), old = document.getElementById("refresh");
-      if (fresh && old) old.replaceWith(document.importNode(fresh, true));
+      // Swap the sections only when the run changed: a swap under the
+      // pointer would swallow a click on a button.
+      if (fresh && old && fresh.dataset.version !== old.dataset.version) {
+        old.replaceWith(document.importNode(fresh, true));
+      }
       if (done || !doc.getElementById("live")) {
         es.close();
         document.querySelectorAll(".live-dot").forEach(function (e) { e.remove(); });
