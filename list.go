@@ -33,6 +33,10 @@ type ListParams struct {
 	Parent string
 	// IDPrefix keeps runs whose ID starts with this string. Defaults to all.
 	IDPrefix string
+	// WaitTopicPrefix keeps the pending or queued runs waiting for a
+	// message on a topic that starts with this string (see
+	// WorkflowInfo.WaitTopic). Defaults to all.
+	WaitTopicPrefix string
 	// From keeps runs created at or after this time. Defaults to no bound.
 	From time.Time
 	// To keeps runs created before this time. Defaults to no bound.
@@ -66,6 +70,13 @@ type WorkflowInfo struct {
 	Error            error           // the recorded error of a failed, cancelled or dead run, else nil
 	Input            json.RawMessage // as stored; nil with ListParams.OmitPayloads
 	Output           json.RawMessage // as stored; nil until it succeeds or with ListParams.OmitPayloads
+	// WaitTopic is the message topic a pending or queued run is blocked on
+	// in Recv ("child:<id>" while it is parked awaiting a child), so an
+	// operator can see who waits for an answer; "" otherwise. A Recv that
+	// finds its message at once writes nothing for it; one that blocks in
+	// memory records the topic and clears it when the wait ends (two small
+	// writes); a parked wait records it as part of parking.
+	WaitTopic string
 }
 
 // ListWorkflows returns runs matching p, newest first (by creation time,
@@ -82,21 +93,9 @@ func (e *Engine) ListWorkflows(ctx context.Context, p *ListParams) (runs []Workf
 	if err != nil {
 		return nil, "", err
 	}
-	sql, args := sysdb.ListWorkflows(e.cfg.Schema, f)
-	rows, err := e.pool.Query(ctx, sql, args...)
+	runs, err = e.listRuns(ctx, f)
 	if err != nil {
-		return nil, "", fmt.Errorf("durable: list workflows: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		w, err := scanWorkflowInfo(rows)
-		if err != nil {
-			return nil, "", fmt.Errorf("durable: list workflows: %w", err)
-		}
-		runs = append(runs, w)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", fmt.Errorf("durable: list workflows: %w", err)
+		return nil, "", err
 	}
 	if len(runs) > f.Limit-1 {
 		runs = runs[:f.Limit-1]
@@ -106,19 +105,40 @@ func (e *Engine) ListWorkflows(ctx context.Context, p *ListParams) (runs []Workf
 	return runs, next, nil
 }
 
+// listRuns runs the listing query of f.
+func (e *Engine) listRuns(ctx context.Context, f sysdb.ListFilter) (runs []WorkflowInfo, err error) {
+	sql, args := sysdb.ListWorkflows(e.cfg.Schema, f)
+	rows, err := e.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("durable: list workflows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		w, err := scanWorkflowInfo(rows)
+		if err != nil {
+			return nil, fmt.Errorf("durable: list workflows: %w", err)
+		}
+		runs = append(runs, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("durable: list workflows: %w", err)
+	}
+	return runs, nil
+}
+
 // scanWorkflowInfo reads one row of sysdb.ListWorkflows.
 func scanWorkflowInfo(rows pgx.Rows) (WorkflowInfo, error) {
 	var w WorkflowInfo
 	var status string
-	var executor, parent, queue *string
+	var executor, parent, queue, waitTopic *string
 	var deadline, started *time.Time
 	var errb, input, output []byte
 	if err := rows.Scan(&w.ID, &w.Name, &status, &w.AppVersion, &executor, &parent, &queue, &w.CreatedAt, &w.UpdatedAt,
-		&w.RecoveryAttempts, &deadline, &errb, &started, &input, &output); err != nil {
+		&w.RecoveryAttempts, &deadline, &errb, &started, &input, &output, &waitTopic); err != nil {
 		return w, err
 	}
 	w.Status = Status(status)
-	w.Executor, w.Parent, w.Queue = deref(executor), deref(parent), deref(queue)
+	w.Executor, w.Parent, w.Queue, w.WaitTopic = deref(executor), deref(parent), deref(queue), deref(waitTopic)
 	if started != nil {
 		w.StartedAt = *started
 	}
@@ -149,7 +169,7 @@ func (p ListParams) filter() (sysdb.ListFilter, error) {
 		return fmt.Errorf("%w: ListParams.%s %s", ErrInvalidArgument, field, fmt.Sprintf(format, args...))
 	}
 	f := sysdb.ListFilter{Name: p.Name, Queue: p.Queue, Parent: p.Parent, IDPrefix: p.IDPrefix,
-		From: p.From, To: p.To, Payloads: !p.OmitPayloads}
+		WaitTopicPrefix: p.WaitTopicPrefix, From: p.From, To: p.To, Payloads: !p.OmitPayloads}
 	limit := p.Limit
 	switch {
 	case limit == 0:
@@ -166,7 +186,7 @@ func (p ListParams) filter() (sysdb.ListFilter, error) {
 			return f, bad("Statuses", "has unknown status %q", s)
 		}
 	}
-	for _, v := range []struct{ field, s string }{{"Name", p.Name}, {"Queue", p.Queue}, {"Parent", p.Parent}, {"IDPrefix", p.IDPrefix}} {
+	for _, v := range []struct{ field, s string }{{"Name", p.Name}, {"Queue", p.Queue}, {"Parent", p.Parent}, {"IDPrefix", p.IDPrefix}, {"WaitTopicPrefix", p.WaitTopicPrefix}} {
 		if v.s != "" {
 			if err := checkName("ListParams."+v.field, v.s); err != nil {
 				return f, err

@@ -119,6 +119,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 		ws := r.traceRecv(topic, deadline)
 		defer func() { ws.end(err) }()
 		started := time.Now()
+		waiting := false // the wait topic is recorded
 		for {
 			w := r.e.hub.subscribe("m:" + r.id)
 			out, got, err := r.receive(pos, name, topic, started)
@@ -126,6 +127,9 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				r.e.hub.unsubscribe("m:"+r.id, w)
 				if err != nil {
 					return msg, false, err
+				}
+				if waiting {
+					r.unmarkWaiting(topic)
 				}
 				rec = &stepRecord{pos: pos, name: name, status: stepDone, output: out}
 				break
@@ -137,12 +141,19 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				if err := r.checkpoint(pos, name, stepDone, out, nil, 1, started); err != nil {
 					return msg, false, err
 				}
+				if waiting {
+					r.unmarkWaiting(topic)
+				}
 				rec = &stepRecord{pos: pos, name: name, status: stepDone, output: out}
 				break
 			}
 			if remaining > r.e.cfg.ParkThreshold {
 				r.e.hub.unsubscribe("m:"+r.id, w)
 				return msg, false, r.park(deadline, topic)
+			}
+			if !waiting {
+				r.markWaiting(topic)
+				waiting = true
 			}
 			err = r.waitFor(w.ch, min(remaining, r.e.cfg.PollInterval))
 			r.e.hub.unsubscribe("m:"+r.id, w)

@@ -394,8 +394,10 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			return decodeOutcome[R](h.id, &outcome{status: info.status, output: info.output, err: info.err})
 		}
 		t := time.NewTimer(e.cfg.PollInterval)
+		woken := false
 		select {
 		case <-w.ch:
+			woken = true
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
@@ -404,8 +406,10 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 		}
 		t.Stop()
 		e.hub.unsubscribe(h.id, w)
-		if o := w.out; o != nil {
-			return decodeOutcome[R](h.id, o)
+		// w.out is written before w.ch is closed: read it only after the
+		// close was seen, or it races with a wake that comes meanwhile.
+		if woken && w.out != nil {
+			return decodeOutcome[R](h.id, w.out)
 		}
 	}
 }

@@ -248,10 +248,11 @@ WHERE id = $1 AND incarnation = $2`),
 		// Boot recovery: take every pending run of this executor ID (left by a
 		// previous incarnation) that this binary can run. The epoch bump fences
 		// any zombie of the old incarnation. Batches walk (created_at, id)
-		// forward from ($5, $6), so a run is claimed once.
+		// forward from ($5, $6), so a run is claimed once. The topic of a
+		// Recv it waited on in memory is cleared (a replay sets it again).
 		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5/$6 after.
 		ClaimOwn: r(`UPDATE {{schema}}.workflows w
-SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, updated_at = now()
+SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, wait_topic = NULL, updated_at = now()
 WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
 		AND queue_name IS NULL AND (created_at, id) > ($5::timestamptz, $6::text)

@@ -16,6 +16,7 @@ type QueueQueries struct {
 	Requeue       string
 	Stats         string
 	ByDedup       string
+	Names         string
 }
 
 // NewQueueQueries renders the queue statements for schema; channel is the
@@ -23,6 +24,8 @@ type QueueQueries struct {
 func NewQueueQueries(schema, channel string) *QueueQueries {
 	r := func(s string) string { return Render(s, schema) }
 	return &QueueQueries{
+		Names: r(`SELECT name FROM {{schema}}.queues ORDER BY name`),
+
 		// Code declares a queue at Launch. A declaration different from the
 		// last one (a deploy changed the code) overwrites the live settings;
 		// the same declaration keeps changes made at run time.

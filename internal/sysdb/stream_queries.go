@@ -87,7 +87,10 @@ type ListFilter struct {
 	Queue    string
 	Parent   string
 	IDPrefix string
-	From, To time.Time // created_at in [From, To)
+	// WaitTopicPrefix keeps pending or queued runs waiting on a topic
+	// starting with it.
+	WaitTopicPrefix string
+	From, To        time.Time // created_at in [From, To)
 	// After is the keyset cursor: rows strictly older than (AfterAt, AfterID)
 	// in (created_at DESC, id DESC) order.
 	AfterAt  time.Time
@@ -101,7 +104,8 @@ type ListFilter struct {
 // arguments. The statement text depends only on which filters are set, so
 // each combination gets its own plan. Columns: id, name, status,
 // app_version, executor_id, parent_id, queue_name, created_at, updated_at,
-// recovery_attempts, deadline, error, input, output.
+// recovery_attempts, deadline, error, started_at, input, output, and the
+// wait_topic of a pending or queued run.
 func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	var where []string
 	var args []any
@@ -127,6 +131,9 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	if f.IDPrefix != "" {
 		where = append(where, "id LIKE "+arg(likePrefix(f.IDPrefix))+` ESCAPE '\'`)
 	}
+	if f.WaitTopicPrefix != "" {
+		where = append(where, "status IN ('pending', 'enqueued') AND wait_topic LIKE "+arg(likePrefix(f.WaitTopicPrefix))+` ESCAPE '\'`)
+	}
 	if !f.From.IsZero() {
 		where = append(where, "created_at >= "+arg(f.From))
 	}
@@ -142,7 +149,8 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	}
 	var b strings.Builder
 	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
-	recovery_attempts, deadline, error, started_at, ` + payloads + `
+	recovery_attempts, deadline, error, started_at, ` + payloads + `,
+	CASE WHEN status IN ('pending', 'enqueued') THEN wait_topic END
 FROM {{schema}}.workflows`)
 	if len(where) > 0 {
 		b.WriteString("\nWHERE ")

@@ -17,6 +17,8 @@ type WaitQueries struct {
 	ForkSteps      string
 	CountSteps     string
 	DropFailedStep string
+	SetWaitTopic   string
+	ClearWaitTopic string
 }
 
 // NewWaitQueries renders the wait statements for schema.
@@ -117,7 +119,7 @@ WHERE w.id = $1`),
 	UNION
 	SELECT c.id FROM {{schema}}.workflows c JOIN tree t ON c.parent_id = t.id WHERE $2::bool),
 u AS (
-	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, updated_at = now()
+	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, wait_topic = NULL, updated_at = now()
 	FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')
 	RETURNING w.id, w.epoch)
 SELECT id, pg_notify('` + channel + `', 'c:' || epoch || ':' || id)::text, pg_notify('` + channel + `', 'd:' || id)::text FROM u`),
@@ -146,6 +148,15 @@ SELECT $2, pos, name, status, output, error, attempts, started_at, finished_at
 FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'`),
 
 		CountSteps: r(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`),
+
+		// SetWaitTopic records the topic a run waits on in memory (Recv
+		// found no message), so listings can show it; ClearWaitTopic
+		// removes it once the wait is over. Both are fenced by the epoch.
+		// $1 id, $2 epoch, $3 topic.
+		SetWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = $3
+WHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL`),
+		ClearWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = NULL
+WHERE id = $1 AND epoch = $2 AND wait_topic = $3 AND executor_id IS NOT NULL`),
 
 		DropFailedStep: r(`DELETE FROM {{schema}}.steps s WHERE s.workflow_id = $1 AND s.status = 'error'
 AND s.pos = (SELECT max(pos) FROM {{schema}}.steps WHERE workflow_id = $1)`),

@@ -1,0 +1,388 @@
+package dashboard_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/dashboard"
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const token = "test-token-0123456789abcdef"
+
+const hostile = `<script>alert(1)</script><b>x</b>`
+
+// rig is an engine with a workflow that waits for a message, and its
+// dashboard.
+type rig struct {
+	cfg *durable.Config
+	e   *durable.Engine
+	wf  *durable.Workflow[string, string]
+	h   http.Handler
+}
+
+func newRig(t *testing.T, opts *dashboard.Options) *rig {
+	t.Helper()
+	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
+	cfg := &durable.Config{Schema: schema, AppVersion: "test", LeaseTTL: time.Second,
+		PollInterval: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	e, err := durable.New(pool, cfg)
+	require.NoError(t, err)
+	rg := &rig{e: e, cfg: cfg}
+	rg.wf = durable.Register(e, "greet", func(wctx durable.Context, in string) (string, error) {
+		if _, err := durable.Step(wctx, "echo", func(context.Context) (string, error) { return in, nil }, nil); err != nil {
+			return "", err
+		}
+		if err := durable.SetEvent(wctx, "note", in); err != nil {
+			return "", err
+		}
+		msg, _, err := durable.Recv[string](wctx, "go", time.Minute)
+		return in + msg, err
+	}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, e.Launch(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Shutdown(ctx)
+	})
+	if opts == nil {
+		opts = &dashboard.Options{Token: token}
+	}
+	rg.h, err = dashboard.New(e, opts)
+	require.NoError(t, err)
+	return rg
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// do serves one request; mutate may add headers and cookies.
+func (rg *rig) do(method, target string, form url.Values, mutate func(*http.Request)) *httptest.ResponseRecorder {
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	r := httptest.NewRequest(method, target, body)
+	if form != nil {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if mutate != nil {
+		mutate(r)
+	}
+	w := httptest.NewRecorder()
+	rg.h.ServeHTTP(w, r)
+	return w
+}
+
+func withBearer(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) }
+
+// session logs in through the form and returns the session and CSRF
+// cookies with the CSRF form token of a page.
+func (rg *rig) session(t *testing.T) (cookies []*http.Cookie, csrf string) {
+	t.Helper()
+	w := rg.do("POST", "/login", url.Values{"token": {token}}, func(r *http.Request) { r.Header.Set("Origin", "http://example.com") })
+	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+	cookies = w.Result().Cookies()
+	require.Len(t, cookies, 1)
+	require.True(t, cookies[0].HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, cookies[0].SameSite)
+	w = rg.do("GET", "/", nil, func(r *http.Request) { addCookies(r, cookies) })
+	require.Equal(t, http.StatusOK, w.Code)
+	cookies = append(cookies, w.Result().Cookies()...)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(w.Body.String())
+	require.NotNil(t, m, "no CSRF token in the page")
+	return cookies, m[1]
+}
+
+func addCookies(r *http.Request, cs []*http.Cookie) {
+	for _, c := range cs {
+		r.AddCookie(c)
+	}
+}
+
+func TestNewRefusesNoAuth(t *testing.T) {
+	t.Parallel()
+	e, err := durable.New(pgtest.Pool(t), &durable.Config{Schema: pgtest.Schema(t)})
+	require.NoError(t, err)
+	_, err = dashboard.New(e, nil)
+	require.ErrorIs(t, err, dashboard.ErrInsecure)
+	_, err = dashboard.New(e, &dashboard.Options{Token: "short"})
+	require.ErrorContains(t, err, "shorter")
+	_, err = dashboard.New(e, &dashboard.Options{Token: token, Prefix: "ops/"})
+	require.ErrorContains(t, err, "Prefix")
+	_, err = dashboard.New(e, &dashboard.Options{AllowUnauthenticated: true})
+	require.NoError(t, err)
+	_, err = dashboard.New(e, &dashboard.Options{Auth: func(h http.Handler) http.Handler { return h }})
+	require.NoError(t, err)
+
+	// ListenAndServe: no network address without a token, whatever else.
+	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:8089", "[::]:0", "example.com:80"} {
+		err := dashboard.ListenAndServe(ctxT(t), e, addr, &dashboard.Options{AllowUnauthenticated: true,
+			Auth: func(h http.Handler) http.Handler { return h }}, nil)
+		require.ErrorIs(t, err, dashboard.ErrInsecure, addr)
+	}
+	err = dashboard.ListenAndServe(ctxT(t), e, "127.0.0.1:0", nil, nil)
+	require.ErrorIs(t, err, dashboard.ErrInsecure)
+
+	// On loopback it serves until ctx ends.
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	addrc := make(chan net.Addr, 1)
+	go func() {
+		done <- dashboard.ListenAndServe(ctx, e, "127.0.0.1:0", &dashboard.Options{Token: token}, func(a net.Addr) { addrc <- a })
+	}()
+	addr := <-addrc
+	resp, err := http.Get("http://" + addr.String() + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func TestAuthRefused(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, nil)
+	h, err := rg.wf.Start(ctxT(t), "hi", &durable.StartOpts{ID: "auth-1"})
+	require.NoError(t, err)
+	for _, target := range []string{"/", "/run?id=" + h.ID(), "/live?id=" + h.ID(), "/approvals", "/queues", "/schedules", "/nope"} {
+		w := rg.do("GET", target, nil, nil)
+		require.Equal(t, http.StatusUnauthorized, w.Code, target)
+		require.NotContains(t, w.Body.String(), "auth-1", target)
+		w = rg.do("GET", target, nil, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token+"x") })
+		require.Equal(t, http.StatusUnauthorized, w.Code, target)
+	}
+	w := rg.do("POST", "/action", url.Values{"op": {"cancel"}, "id": {h.ID()}}, nil)
+	require.Equal(t, http.StatusUnauthorized, w.Code)
+	w = rg.do("GET", "/", nil, func(r *http.Request) { r.AddCookie(&http.Cookie{Name: "durable_session", Value: "9999999999.forged"}) })
+	require.Equal(t, http.StatusUnauthorized, w.Code)
+	w = rg.do("POST", "/login", url.Values{"token": {"wrong-token-wrong-token"}}, nil)
+	require.Equal(t, http.StatusUnauthorized, w.Code)
+	require.Empty(t, w.Result().Cookies())
+
+	w = rg.do("GET", "/", nil, withBearer)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Contains(t, w.Body.String(), "auth-1")
+	require.NotEmpty(t, w.Header().Get("Content-Security-Policy"))
+	cookies, _ := rg.session(t)
+	w = rg.do("GET", "/run?id=auth-1", nil, func(r *http.Request) { addCookies(r, cookies) })
+	require.Equal(t, http.StatusOK, w.Code)
+
+	// The user's own middleware decides alone when there is no token.
+	mw := newRig(t, &dashboard.Options{Auth: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-User") != "ann" {
+				http.Error(w, "forbidden", http.StatusForbidden)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}})
+	require.Equal(t, http.StatusForbidden, mw.do("GET", "/", nil, nil).Code)
+	require.Equal(t, http.StatusOK, mw.do("GET", "/", nil, func(r *http.Request) { r.Header.Set("X-User", "ann") }).Code)
+}
+
+func TestCSRFRefused(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, nil)
+	ctx := ctxT(t)
+	h, err := rg.wf.Start(ctx, "hi", &durable.StartOpts{ID: "csrf-1"})
+	require.NoError(t, err)
+	cookies, csrf := rg.session(t)
+	form := func(tok string) url.Values {
+		return url.Values{"op": {"cancel"}, "id": {h.ID()}, "csrf": {tok}}
+	}
+	for name, tc := range map[string]struct {
+		form   url.Values
+		origin string
+	}{
+		"no token":       {form(""), "http://example.com"},
+		"wrong token":    {form(csrf + "x"), "http://example.com"},
+		"foreign origin": {form(csrf), "http://evil.example"},
+		"no origin":      {form(csrf), ""},
+	} {
+		w := rg.do("POST", "/action", tc.form, func(r *http.Request) {
+			addCookies(r, cookies)
+			if tc.origin != "" {
+				r.Header.Set("Origin", tc.origin)
+			}
+		})
+		require.Equal(t, http.StatusForbidden, w.Code, name)
+	}
+	st, err := h.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, durable.StatusPending, st)
+
+	// A read-only dashboard refuses actions even when they are well formed.
+	ro, err := dashboard.New(rg.e, &dashboard.Options{Token: token, ReadOnly: true})
+	require.NoError(t, err)
+	r := httptest.NewRequest("POST", "/action", strings.NewReader(form("").Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	withBearer(r)
+	w := httptest.NewRecorder()
+	ro.ServeHTTP(w, r)
+	require.Equal(t, http.StatusForbidden, w.Code)
+
+	// The real thing: same origin, token of the cookie.
+	w = rg.do("POST", "/action", form(csrf), func(r *http.Request) {
+		addCookies(r, cookies)
+		r.Header.Set("Origin", "http://example.com")
+	})
+	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+	require.Equal(t, "/run?id=csrf-1", w.Header().Get("Location"))
+	_, err = h.Result(ctx)
+	require.ErrorIs(t, err, durable.ErrCancelled)
+}
+
+func TestEscaping(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, nil)
+	ctx := ctxT(t)
+	id := `run-"><img src=x>` + hostile
+	h, err := rg.wf.Start(ctx, hostile, &durable.StartOpts{ID: id})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := rg.e.Inspect(ctx, id)
+		return err == nil && info.WaitTopic == "go"
+	}, 30*time.Second, 10*time.Millisecond)
+	for _, target := range []string{"/", "/run?id=" + url.QueryEscape(id), "/?id=" + url.QueryEscape(hostile)} {
+		w := rg.do("GET", target, nil, withBearer)
+		require.Equal(t, http.StatusOK, w.Code, target)
+		body := w.Body.String()
+		require.NotContains(t, body, "<script>alert", target)
+		require.NotContains(t, body, "<b>x", target)
+		require.NotContains(t, body, "<img src=x", target)
+		if target != "/?id="+url.QueryEscape(hostile) {
+			require.Contains(t, body, "&lt;script&gt;alert(1)&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;", target)
+		}
+	}
+	// The generic message form delivers JSON to a plain Recv.
+	w := rg.do("POST", "/action", url.Values{"op": {"send"}, "id": {id}, "topic": {"go"}, "message": {`"!"`}}, func(r *http.Request) {
+		withBearer(r)
+		r.Header.Set("Origin", "http://example.com")
+	})
+	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, hostile+"!", out)
+	w = rg.do("GET", "/run?id="+url.QueryEscape(id), nil, withBearer)
+	require.NotContains(t, w.Body.String(), "<b>x")
+	require.Contains(t, w.Body.String(), `id="run-status">success<`)
+}
+
+func TestNotFound(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, &dashboard.Options{Token: token, Prefix: "/ops"})
+	post := func(r *http.Request) {
+		withBearer(r)
+		r.Header.Set("Origin", "http://example.com")
+	}
+	for _, target := range []string{"/ops/run?id=nope", "/ops/live?id=nope", "/ops/nope", "/elsewhere", "/ops/run?id="} {
+		w := rg.do("GET", target, nil, withBearer)
+		require.Contains(t, []int{http.StatusNotFound, http.StatusBadRequest}, w.Code, target)
+		if target != "/ops/run?id=" {
+			require.Equal(t, http.StatusNotFound, w.Code, target)
+		}
+	}
+	for _, f := range []url.Values{
+		{"op": {"approve"}, "id": {"nope"}, "call": {"c"}},
+		{"op": {"send"}, "id": {"nope"}, "topic": {"t"}, "message": {"1"}},
+		{"op": {"pause-schedule"}, "name": {"nope"}},
+		{"op": {"pause-queue"}, "name": {"nope"}},
+	} {
+		w := rg.do("POST", "/ops/action", f, post)
+		require.Contains(t, []int{http.StatusNotFound, http.StatusConflict}, w.Code, f.Encode())
+	}
+	w := rg.do("POST", "/ops/action", url.Values{"op": {"explode"}}, post)
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	w = rg.do("POST", "/ops/action", url.Values{"op": {"send"}, "id": {"x"}, "topic": {"t"}, "message": {"{"}}, post)
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	w = rg.do("GET", "/ops/", nil, withBearer)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Contains(t, w.Body.String(), `href="/ops/static/style.css"`)
+	w = rg.do("GET", "/ops/static/app.js", nil, nil)
+	require.Equal(t, http.StatusOK, w.Code)
+}
+
+func TestLiveEvents(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, &dashboard.Options{Token: dashboard.NewToken(), AllowUnauthenticated: true, Streams: []string{"log"}})
+	ctx := ctxT(t)
+	// The user's middleware alone admits nobody without a token here: the
+	// token is set, so it is required.
+	require.Equal(t, http.StatusUnauthorized, rg.do("GET", "/", nil, nil).Code)
+
+	rg = newRig(t, &dashboard.Options{AllowUnauthenticated: true, RefreshInterval: 50 * time.Millisecond})
+	h, err := rg.wf.Start(ctx, "<i>live</i>", &durable.StartOpts{ID: "live-1"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := rg.e.Inspect(ctx, "live-1")
+		return err == nil && info.WaitTopic == "go"
+	}, 30*time.Second, 10*time.Millisecond)
+	srv := httptest.NewServer(rg.h)
+	defer func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	}()
+	resp, err := http.Get(srv.URL + "/live?id=live-1")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	require.NoError(t, durable.Send(ctx, rg.e, "live-1", "go", "!", nil))
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body) // the server ends the stream after "finished"
+	require.NoError(t, err)
+	require.Contains(t, string(body), "event: finished\ndata: \"live-1\"\n\n")
+}
+
+// TestUnlaunchedEngine: `durable ui` serves the dashboard of an engine it
+// never launches (it runs no workflow): pages and actions work all the same.
+func TestUnlaunchedEngine(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, nil)
+	ctx := ctxT(t)
+	h, err := rg.wf.Start(ctx, "x", &durable.StartOpts{ID: "far-1"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := rg.e.Inspect(ctx, "far-1")
+		return err == nil && info.WaitTopic == "go"
+	}, 30*time.Second, 10*time.Millisecond)
+	ui, err := durable.New(pgtest.Pool(t), &durable.Config{Schema: rg.cfg.Schema, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	far := &rig{e: ui}
+	far.h, err = dashboard.New(ui, &dashboard.Options{Token: token})
+	require.NoError(t, err)
+	for _, target := range []string{"/", "/run?id=far-1", "/approvals", "/queues", "/schedules"} {
+		w := far.do("GET", target, nil, withBearer)
+		require.Equal(t, http.StatusOK, w.Code, target)
+	}
+	require.Contains(t, far.do("GET", "/run?id=far-1", nil, withBearer).Body.String(), `name="topic" value="go"`)
+	w := far.do("POST", "/action", url.Values{"op": {"send"}, "id": {"far-1"}, "topic": {"go"}, "message": {`"y"`}}, func(r *http.Request) {
+		withBearer(r)
+		r.Header.Set("Origin", "http://example.com")
+	})
+	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "xy", out)
+}
