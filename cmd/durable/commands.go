@@ -1,16 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit"
+	"github.com/durable-go/durable/dashboard"
 )
 
 func cmdMigrate(ctx context.Context, c *cli, _ []string) error {
@@ -434,4 +438,21 @@ func cmdPrune(ctx context.Context, c *cli, _ []string) error {
 	fmt.Fprintf(c.stdout, "pruned %d runs finished before %s (%d steps, %d messages, %d events, %d stream entries) in %d batches\n",
 		res.Runs, fmtTime(before), res.Steps, res.Messages, res.Events, res.Streams, res.Batches)
 	return nil
+}
+
+// cmdUI serves the dashboard on the engine, which is never launched: the
+// pages read and act on the database only. It always requires a token.
+func cmdUI(ctx context.Context, c *cli, _ []string) error {
+	token := cmp.Or(c.f.token, os.Getenv("DURABLE_UI_TOKEN"))
+	generated := token == ""
+	if generated {
+		token = dashboard.NewToken()
+	}
+	opts := &dashboard.Options{Token: token, ReadOnly: c.f.readOnly}
+	return dashboard.ListenAndServe(ctx, c.eng, c.f.addr, opts, func(a net.Addr) {
+		fmt.Fprintf(c.stdout, "durable ui: serving on http://%s/\n", a)
+		if generated {
+			fmt.Fprintf(c.stdout, "durable ui: token %s (sign in with it, or send it as \"Authorization: Bearer <token>\")\n", token)
+		}
+	})
 }

@@ -1,7 +1,7 @@
 // Command durable operates the durable workflows stored in a Postgres
 // schema: migrate it, list and inspect runs, cancel, resume and fork them,
 // send messages and approve pending tool calls, look at queues and
-// schedules, and prune old runs.
+// schedules, prune old runs, and serve the dashboard (durable ui).
 //
 //	durable [command] [flags] [arguments]
 //
@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/dashboard"
 )
 
 func main() {
@@ -101,6 +102,8 @@ type flags struct {
 	olderThan       time.Duration
 	batch           int
 	maxRuns         int
+	addr, token     string
+	readOnly        bool
 }
 
 var commands = []*command{
@@ -160,6 +163,12 @@ var commands = []*command{
 			fs.IntVar(&c.f.batch, "batch", durable.PruneBatchDefault, fmt.Sprintf("runs deleted per transaction (1..%d)", durable.PruneBatchMax))
 			fs.IntVar(&c.f.maxRuns, "max", 0, "stop after this many runs (0: no bound)")
 		}, run: cmdPrune},
+	{name: "ui", summary: "serve the dashboard (runs, step timelines, approvals, queues, schedules) until interrupted", nargs: [2]int{0, 0},
+		flags: func(fs *flag.FlagSet, c *cli) {
+			fs.StringVar(&c.f.addr, "addr", dashboard.DefaultAddr, "address to listen on; one that is not loopback needs a token")
+			fs.StringVar(&c.f.token, "token", "", "access token (default $DURABLE_UI_TOKEN, else a random one, printed once)")
+			fs.BoolVar(&c.f.readOnly, "read-only", false, "show no action buttons")
+		}, run: cmdUI},
 }
 
 func defaultApprover() string {
