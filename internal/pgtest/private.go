@@ -90,15 +90,7 @@ func (c *Cluster) Pool(tb testing.TB) *pgxpool.Pool {
 
 func (c *Cluster) script(tb testing.TB, args ...string) string {
 	tb.Helper()
-	script, err := scriptPath()
-	if err != nil {
-		tb.Fatalf("pgtest: %v", err)
-	}
-	out, err := runScript(script, args...)
-	if err != nil {
-		tb.Fatalf("pgtest: %v", err)
-	}
-	return out
+	return pg(tb, args...)
 }
 
 func poolOn(tb testing.TB, url string) *pgxpool.Pool {
