@@ -5,16 +5,12 @@ package main
 // same run as durable's (queue.go).
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,51 +209,12 @@ func (b *bench) dbosRecovery(ctx context.Context) (*PeerRecovery, error) {
 	}
 
 	// The child.
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	spec, _ := json.Marshal(dbosRecoverySpec{URL: u, N: n})
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(cctx, exe)
-	cmd.Env = append(os.Environ(), dbosRecoveryChildEnv+"="+string(spec))
-	cmd.Stderr = o.Progress
-	if cmd.Stderr == nil {
-		cmd.Stderr = io.Discard
-	}
-	stdout, err := cmd.StdoutPipe()
+	setup, err := killReadyChild(ctx, o, dbosRecoveryChildEnv+"="+string(spec), "DBOS recovery")
 	if err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	killed := false
-	defer func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
-	sc := bufio.NewScanner(stdout)
-	ready := false
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "READY" {
-			ready = true
-			break
-		}
-	}
-	if !ready {
-		return nil, fmt.Errorf("the DBOS recovery child ended before it was ready (%v)", sc.Err())
-	}
-	rec.ChildSetupS = time.Since(t0).Seconds()
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL
-		return nil, err
-	}
-	_ = cmd.Wait()
-	killed = true
+	rec.ChildSetupS = setup.Seconds()
 
 	poll, err := pgx.Connect(ctx, u)
 	if err != nil {

@@ -506,51 +506,12 @@ func (b *bench) recovery(ctx context.Context) (*Recovery, error) {
 	defer func() { _ = b.dropSchema(context.WithoutCancel(ctx), recoverySchema) }()
 
 	// The child.
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	spec, _ := json.Marshal(recoverySpec{URL: o.URL, Database: o.Database, N: n, MaxConns: o.MaxConns})
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(cctx, exe)
-	cmd.Env = append(os.Environ(), recoveryChildEnv+"="+string(spec))
-	cmd.Stderr = o.Progress
-	if cmd.Stderr == nil {
-		cmd.Stderr = io.Discard
-	}
-	stdout, err := cmd.StdoutPipe()
+	setup, err := killReadyChild(ctx, o, recoveryChildEnv+"="+string(spec), "recovery")
 	if err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	killed := false
-	defer func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
-	sc := bufio.NewScanner(stdout)
-	ready := false
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "READY" {
-			ready = true
-			break
-		}
-	}
-	if !ready {
-		return nil, fmt.Errorf("the recovery child ended before it was ready (%v)", sc.Err())
-	}
-	rec.ChildSetupS = time.Since(t0).Seconds()
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL
-		return nil, err
-	}
-	_ = cmd.Wait()
-	killed = true
+	rec.ChildSetupS = setup.Seconds()
 	var pending, steps int
 	if err := b.conn.QueryRow(ctx, `SELECT
 	(SELECT count(*) FROM `+recoverySchema+`.workflows WHERE status = 'pending' AND executor_id = $1),
@@ -709,4 +670,39 @@ func recoveryChildMain(specJSON string) int {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// killReadyChild re-executes this binary with env (NAME=value) set, waits
+// for it to print READY (the runs it leaves are recorded), SIGKILLs it, and
+// returns how long it took to get ready. what names it in errors.
+func killReadyChild(ctx context.Context, o *Options, env, what string) (time.Duration, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, exe)
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = o.Progress
+	if cmd.Stderr == nil {
+		cmd.Stderr = io.Discard
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = cmd.Wait() }()
+	defer func() { _ = cmd.Process.Kill() }() // SIGKILL, also on every early return
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "READY" {
+			return time.Since(t0), nil
+		}
+	}
+	return 0, fmt.Errorf("the %s child ended before it was ready (%v)", what, sc.Err())
 }
