@@ -85,18 +85,11 @@ func run(ctx context.Context, out io.Writer, o options) error {
 	w := demo.NewSyncWriter(out)
 	say := func(format string, args ...any) { fmt.Fprintf(w, "[parent] "+format+"\n", args...) }
 
-	dsn := os.Getenv("DATABASE_URL")
-	if dsn == "" {
-		return errors.New("DATABASE_URL is not set; from the repository root run: scripts/with-postgres go run ./examples/crashdemo")
-	}
-	pool, err := pgxpool.New(ctx, dsn)
+	pool, err := demo.Connect(ctx, "crashdemo")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("connect to DATABASE_URL: %w", err)
-	}
 	cc := pool.Config().ConnConfig
 	fmt.Fprintf(w, "crashdemo: a durable workflow survives kill -9 (Postgres %s:%d/%s)\n\n", cc.Host, cc.Port, cc.Database)
 

@@ -158,18 +158,11 @@ func run(ctx context.Context, out io.Writer, o options) error {
 	w := demo.NewSyncWriter(out)
 	say := func(format string, args ...any) { fmt.Fprintf(w, "[parent] "+format+"\n", args...) }
 
-	dsn := os.Getenv("DATABASE_URL")
-	if dsn == "" {
-		return errors.New("DATABASE_URL is not set; from the repository root run: scripts/with-postgres go run ./examples/onboarding")
-	}
-	pool, err := pgxpool.New(ctx, dsn)
+	pool, err := demo.Connect(ctx, "onboarding")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("connect to DATABASE_URL: %w", err)
-	}
 	cc := pool.Config().ConnConfig
 	fmt.Fprintf(w, "onboarding: an enterprise onboarding agent survives kill -9 (Postgres %s:%d/%s)\n\n", cc.Host, cc.Port, cc.Database)
 	if err := setup(ctx, pool, o); err != nil {

@@ -15,12 +15,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -30,7 +28,6 @@ import (
 	"github.com/durable-go/durable/agentkit/agentkittest"
 	"github.com/durable-go/durable/examples/internal/demo"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // options of one demo run.
@@ -89,11 +86,7 @@ type orderArgs struct {
 func run(ctx context.Context, w io.Writer, o options) error {
 	o = o.withDefaults()
 	out := demo.NewSyncWriter(w)
-	dsn := os.Getenv("DATABASE_URL")
-	if dsn == "" {
-		return errors.New("DATABASE_URL is not set; from the repository root run: scripts/with-postgres go run ./examples/queue")
-	}
-	pool, err := pgxpool.New(ctx, dsn)
+	pool, err := demo.Connect(ctx, "queue")
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -93,11 +92,7 @@ func run(ctx context.Context, out io.Writer, o options) error {
 	}
 	w := demo.NewSyncWriter(out)
 	say := func(format string, args ...any) { fmt.Fprintf(w, "[parent] "+format+"\n", args...) }
-	dsn := os.Getenv("DATABASE_URL")
-	if dsn == "" {
-		return errors.New("DATABASE_URL is not set; from the repository root run: scripts/with-postgres go run ./examples/research")
-	}
-	pool, err := pgxpool.New(ctx, dsn)
+	pool, err := demo.Connect(ctx, "research")
 	if err != nil {
 		return err
 	}

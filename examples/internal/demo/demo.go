@@ -1,6 +1,6 @@
 // Package demo holds the few lines every example program shares: running
-// with a context that Ctrl-C cancels, a verdict error, and a writer that
-// concurrent workers can share. Examples use only the public durable API;
+// with a context that Ctrl-C cancels, a connection to $DATABASE_URL, a
+// verdict error, and a writer that concurrent workers can share. Examples use only the public durable API;
 // this package has nothing of the library in it.
 package demo
 
@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Main runs run with os.Stdout and a context cancelled by Ctrl-C or
@@ -49,4 +51,23 @@ func (s *SyncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// Connect opens a pool on $DATABASE_URL and checks the server answers.
+// example names the program, for the hint when the variable is unset.
+// The caller closes the pool.
+func Connect(ctx context.Context, example string) (*pgxpool.Pool, error) {
+	dsn := os.Getenv("DATABASE_URL")
+	if dsn == "" {
+		return nil, fmt.Errorf("DATABASE_URL is not set; from the repository root run: scripts/with-postgres go run ./examples/%s", example)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to DATABASE_URL: %w", err)
+	}
+	return pool, nil
 }
