@@ -161,6 +161,15 @@ func TestPrune(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s.workflows", pgx.Identifier{b.schema}.Sanitize())).Scan(&left))
 	require.Zero(t, left)
 
+	// A pruned ID is forgotten: starting it again starts a new run, instead
+	// of returning the old run's result ("x!").
+	again, err := full.Start(ctx, "y", &durable.StartOpts{ID: "old-full"})
+	require.NoError(t, err)
+	require.NoError(t, durable.Send(ctx, e, "old-full", "go", "!", nil))
+	out, err := again.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "y!", out)
+
 	_, err = e.Prune(ctx, time.Time{}, nil)
 	require.ErrorIs(t, err, durable.ErrInvalidArgument)
 	_, err = e.Prune(ctx, time.Now(), &durable.PruneOpts{BatchSize: durable.PruneBatchMax + 1})
