@@ -134,10 +134,9 @@ type startWrite struct {
 
 // finishWrite is one run's final outcome.
 type finishWrite struct {
-	id     string
-	epoch  int64
-	o      *outcome
-	notify bool // out: a remote waiter asked for a notification
+	id    string
+	epoch int64
+	o     *outcome
 }
 
 func (e *Engine) initBatchers() {

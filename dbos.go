@@ -303,7 +303,6 @@ type Engine struct {
 	sched   *scheduler    // cron schedules (schedule.go)
 	streamw *streamWriter // stream entries (stream.go)
 	bg      *services
-	ready   chan struct{}
 }
 
 type engineState int
