@@ -323,6 +323,7 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 		e.hub.unsubscribe("e:"+id, w)
 	}
 }
+
 // markWaiting records that the run blocks in memory on topic, for
 // WorkflowInfo.WaitTopic. It is called only once a Recv found no message,
 // off the path of a message that is already there. A failure only costs

@@ -17,29 +17,43 @@ import (
 // loop cannot do without, and runs left owned by this executor but not
 // executing because the acknowledgement of a claim or start was lost.
 
-// retryBG runs op until it succeeds, fails with an error that is not a
-// connection-class one (see isTransient), or ctx ends. It is the background
-// loops' twin of run.retryDB.
-func (e *Engine) retryBG(ctx context.Context, what string, op func(ctx context.Context) error) error {
+// retryTransient runs op until it succeeds or fails with an error that is
+// not a connection-class one (see isTransient), backing off from 20 ms to
+// 2 s between tries; onRetry sees each failure that is tried again. When
+// ctx ends first it returns ctx's error and stopped.
+func retryTransient(ctx context.Context, op func(ctx context.Context) error, onRetry func(attempt int, err error)) (err error, stopped bool) {
 	delay := 20 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)
-		if err == nil || !isTransient(err) || ctx.Err() != nil {
-			return err
+		if err == nil || !isTransient(err) {
+			return err, false
 		}
-		e.noteDBTrouble()
-		if attempt == 1 || attempt%10 == 0 {
-			e.log.Warn("durable: database unreachable, retrying", "op", what, "attempt", attempt, "err", err)
+		if ctx.Err() != nil {
+			return ctx.Err(), true
 		}
+		onRetry(attempt, err)
 		t := time.NewTimer(jitter(delay, 0.2))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return ctx.Err(), true
 		}
 		delay = min(delay*2, 2*time.Second)
 	}
+}
+
+// retryBG is retryTransient for the background loops and the reads runs
+// depend on: every failure asks for a stray check, and is logged now and
+// then.
+func (e *Engine) retryBG(ctx context.Context, what string, op func(ctx context.Context) error) error {
+	err, _ := retryTransient(ctx, op, func(attempt int, err error) {
+		e.noteDBTrouble()
+		if attempt == 1 || attempt%10 == 0 {
+			e.log.Warn("durable: database unreachable, retrying", "op", what, "attempt", attempt, "err", err)
+		}
+	})
+	return err
 }
 
 // noteDBTrouble says a database call of a path that makes runs owned by

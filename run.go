@@ -161,24 +161,16 @@ func (r *run) sleep(d time.Duration) error {
 // the run's context ends. It is how checkpoint writes ride out a database
 // outage instead of failing the run.
 func (r *run) retryDB(what string, op func(ctx context.Context) error) error {
-	delay := 20 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := op(r.e.hardCtx) // not r.ctx: a run past its deadline still records its end
-		if err == nil || !isTransient(err) {
-			return err
-		}
+	// r.e.hardCtx, not r.ctx: a run past its deadline still records its end.
+	err, stopped := retryTransient(r.e.hardCtx, op, func(attempt int, err error) {
 		if attempt == 1 || attempt%10 == 0 {
 			r.log().Warn("durable: database write failed, retrying", "op", what, "attempt", attempt, "err", err)
 		}
-		t := time.NewTimer(jitter(delay, 0.2))
-		select {
-		case <-t.C:
-		case <-r.e.hardCtx.Done():
-			t.Stop()
-			return r.halt(fmt.Errorf("workflow %q: %s: %w", r.id, what, ErrShutdown))
-		}
-		delay = min(delay*2, 2*time.Second)
+	})
+	if stopped {
+		return r.halt(fmt.Errorf("workflow %q: %s: %w", r.id, what, ErrShutdown))
 	}
+	return err
 }
 
 func jitter(d time.Duration, frac float64) time.Duration {
