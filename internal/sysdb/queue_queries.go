@@ -94,7 +94,7 @@ FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
 		// on its own. The IDs come as an array so the update finds each row
 		// by its key (a join may scan the whole table when the queue is most
 		// of it), and the order is the index order of
-		// workflows_queue_next_idx, so the scan stops after $5 entries.
+		// workflows_queue_claim_idx, so the scan stops after $5 entries.
 		// $1 name, $2 executor, $3 app_version, $4 names, $5 limit.
 		ClaimSimple: r(`UPDATE {{schema}}.workflows w
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),

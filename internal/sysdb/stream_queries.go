@@ -24,7 +24,7 @@ func NewStreamQueries(schema, channel string) *StreamQueries {
 		// Only the entries of runs still pending at the writer's epoch are
 		// written: FOR SHARE makes a concurrent change of owner wait for this
 		// write (or this write see the new owner), so a fenced executor can
-		// never append. An entry already present (a retry after a lost
+		// never append. Runs are found by primary key (see InsertSteps). An entry already present (a retry after a lost
 		// acknowledgement) is skipped. Returns the (id, epoch) pairs whose
 		// entries were accepted and, when $8, notifies 's:<id>' for those a
 		// reader in another process watches (workflows.notify, set by
@@ -37,11 +37,10 @@ func NewStreamQueries(schema, channel string) *StreamQueries {
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::json[], $5::bool[], $6::bigint[], $7::bigint[])
 		AS u(workflow_id, key, off, value, closed, wseq, epoch)),
 ok AS (
-	SELECT w.id, w.epoch, w.notify
-	FROM (SELECT DISTINCT workflow_id, epoch FROM u) x
-	JOIN {{schema}}.workflows w ON w.id = x.workflow_id AND w.epoch = x.epoch AND w.status = 'pending'
-	ORDER BY w.id
-	FOR SHARE OF w),
+	SELECT x.workflow_id AS id, x.epoch, w.notify
+	FROM (SELECT DISTINCT workflow_id, epoch FROM u ORDER BY workflow_id) x
+	CROSS JOIN LATERAL (SELECT w.notify FROM {{schema}}.workflows w
+		WHERE w.id = x.workflow_id AND w.epoch = x.epoch AND w.status = 'pending' FOR SHARE) w),
 ins AS (
 	INSERT INTO {{schema}}.streams (workflow_id, key, off, value, closed, wseq)
 	SELECT u.workflow_id, u.key, u.off, u.value, u.closed, u.wseq
