@@ -48,7 +48,9 @@ type QueueOpts struct {
 	// (EnqueueOpts.PartitionKey), e.g. 1 for one agent per customer.
 	PartitionConcurrency int
 	// RateLimit bounds how many runs start per RatePeriod, across all
-	// executors. Both must be set together.
+	// executors. Both must be set together. Starts count from when the
+	// limit is in place: runs started while the queue had none do not
+	// count toward it.
 	RateLimit  int
 	RatePeriod time.Duration
 	// ReleaseSlotWhileParked gives a run's slot back while it is parked (a
@@ -543,9 +545,9 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 		}
 		claimLimit = n
 		if s.PartitionConcurrency > 0 {
-			got, err = e.claimPartitioned(ctx, tx, q.name, n, s.PartitionConcurrency)
+			got, err = e.claimPartitioned(ctx, tx, q.name, n, s.PartitionConcurrency, s.RateLimit > 0)
 		} else {
-			got, err = scanClaimed(tx.Query(ctx, e.qq.ClaimSimple, q.name, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, n))
+			got, err = scanClaimed(tx.Query(ctx, e.qq.ClaimSimple, q.name, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, n, s.RateLimit > 0))
 		}
 		return err
 	})
@@ -571,7 +573,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 
 // claimPartitioned claims up to n runs, at most limit running per partition
 // key, from a window of candidates in priority order.
-func (e *Engine) claimPartitioned(ctx context.Context, tx pgx.Tx, queue string, n, limit int) ([]claimed, error) {
+func (e *Engine) claimPartitioned(ctx context.Context, tx pgx.Tx, queue string, n, limit int, rated bool) ([]claimed, error) {
 	rows, err := tx.Query(ctx, e.qq.Candidates, queue, e.cfg.AppVersion, e.names, min(n*8, QueueBatchMax*4))
 	if err != nil {
 		return nil, err
@@ -625,7 +627,7 @@ func (e *Engine) claimPartitioned(ctx context.Context, tx pgx.Tx, queue string, 
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return scanClaimed(tx.Query(ctx, e.qq.ClaimIDs, ids, e.cfg.ExecutorID, e.cfg.AppVersion))
+	return scanClaimed(tx.Query(ctx, e.qq.ClaimIDs, ids, e.cfg.ExecutorID, e.cfg.AppVersion, rated))
 }
 
 func scanClaimed(rows pgx.Rows, err error) ([]claimed, error) {

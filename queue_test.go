@@ -126,6 +126,59 @@ func TestQueuePriorityPauseAndLiveSettings(t *testing.T) {
 	require.Equal(t, []int{0, 1, 2, 3, 5, 7, 9}, order)
 }
 
+// TestQueueRateLimitCountsStartsWhileLimited: a rate limit counts the starts
+// made while it is in place (only those runs enter the rate index), not the
+// ones before it was set; raising it lets the held-back runs start.
+func TestQueueRateLimitCountsStartsWhileLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[int, int]
+	var q *durable.Queue
+	b.engine(t, func(c *durable.Config) { c.PollInterval = 50 * time.Millisecond }, func(e *durable.Engine) {
+		q = durable.RegisterQueue(e, "rl", nil)
+		wf = durable.Register(e, "rl-run", func(wctx durable.Context, in int) (int, error) { return in, nil }, nil)
+	})
+	ctx := ctxT(t)
+	run := func(from, n int) []*durable.Handle[int] {
+		var hs []*durable.Handle[int]
+		for i := from; i < from+n; i++ {
+			h, err := wf.Enqueue(ctx, q, i, nil)
+			require.NoError(t, err)
+			hs = append(hs, h)
+		}
+		return hs
+	}
+	for _, h := range run(0, 3) { // unlimited: these starts never count
+		_, err := h.Result(ctx)
+		require.NoError(t, err)
+	}
+	require.NoError(t, q.Update(ctx, durable.QueueOpts{RateLimit: 2, RatePeriod: time.Hour}))
+	hs := run(3, 4)
+	finished := 0
+	for finished < 2 {
+		finished = 0
+		for _, h := range hs {
+			st, err := h.Status(ctx)
+			require.NoError(t, err)
+			if st == durable.StatusSuccess {
+				finished++
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // a few dispatch passes
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Ready, "the limit holds back the other two for the hour")
+	require.Zero(t, st.Running)
+
+	require.NoError(t, q.Update(ctx, durable.QueueOpts{RateLimit: 4, RatePeriod: time.Hour}))
+	for _, h := range hs {
+		_, err := h.Result(ctx)
+		require.NoError(t, err)
+	}
+}
+
 // TestQueueDedupUnderConcurrentEnqueues: many enqueues race with one dedup
 // ID; exactly one run exists; the others are refused or get that run.
 func TestQueueDedupUnderConcurrentEnqueues(t *testing.T) {

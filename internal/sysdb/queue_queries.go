@@ -79,13 +79,15 @@ SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
 	partition_concurrency, rate_limit, rate_period_ms, paused, release_parked
 FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
 
+		// Recent starts are those with rate_start, which the claims set
+		// only while the queue has a rate limit.
 		// $1 name, $2 count running (bool), $3 rate period ms (0: none).
 		Counts: r(`SELECT
 	CASE WHEN $2::bool THEN (SELECT count(*) FROM {{schema}}.workflows WHERE queue_name = $1 AND status = 'pending') ELSE 0 END,
 	CASE WHEN $3::bigint > 0 THEN (SELECT count(*) FROM {{schema}}.workflows
-		WHERE queue_name = $1 AND started_at > now() - $3 * interval '1 millisecond') ELSE 0 END,
-	CASE WHEN $3::bigint > 0 THEN (SELECT min(started_at) + $3 * interval '1 millisecond' - now() FROM {{schema}}.workflows
-		WHERE queue_name = $1 AND started_at > now() - $3 * interval '1 millisecond') END,
+		WHERE queue_name = $1 AND rate_start > now() - $3 * interval '1 millisecond') ELSE 0 END,
+	CASE WHEN $3::bigint > 0 THEN (SELECT min(rate_start) + $3 * interval '1 millisecond' - now() FROM {{schema}}.workflows
+		WHERE queue_name = $1 AND rate_start > now() - $3 * interval '1 millisecond') END,
 	(SELECT min(not_before) - now() FROM {{schema}}.workflows
 		WHERE queue_name = $1 AND status = 'enqueued' AND not_before > now())`),
 
@@ -95,9 +97,11 @@ FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
 		// by its key (a join may scan the whole table when the queue is most
 		// of it), and the order is the index order of
 		// workflows_queue_claim_idx, so the scan stops after $5 entries.
-		// $1 name, $2 executor, $3 app_version, $4 names, $5 limit.
+		// $1 name, $2 executor, $3 app_version, $4 names, $5 limit,
+		// $6 rate limited (bool: record rate_start).
 		ClaimSimple: r(`UPDATE {{schema}}.workflows w
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
+	rate_start = CASE WHEN $6::bool THEN now() END,
 	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
 	wake_at = NULL, wait_topic = NULL
 WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
@@ -118,9 +122,10 @@ ORDER BY priority, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`),
 WHERE queue_name = $1 AND status = 'pending' AND coalesce(partition_key, '') = ANY($2::text[])
 GROUP BY 1`),
 
-		// $1 ids, $2 executor, $3 app_version.
+		// $1 ids, $2 executor, $3 app_version, $4 rate limited.
 		ClaimIDs: r(`UPDATE {{schema}}.workflows w
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
+	rate_start = CASE WHEN $4::bool THEN now() END,
 	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
 	wake_at = NULL, wait_topic = NULL
 WHERE w.id = ANY($1::text[]) AND w.status = 'enqueued'

@@ -20,8 +20,9 @@ func NewRetentionQueries(schema string) *RetentionQueries {
 		//   - a child whose parent exists and is not itself finished before
 		//     $1: a pending parent may still await it (and a resumed parent
 		//     replay it), so a child goes with or after its parent;
-		//   - a queued run started within its queue's rate period: the
-		//     rate limit counts recent starts from these rows.
+		//   - a queued run whose start still counts toward its queue's rate
+		//     limit (rate_start within the period): the limit counts
+		//     recent starts from these rows.
 		// Returns the counts per table and the last (updated_at, id) picked.
 		PruneBatch: r(`WITH victims AS (
 	SELECT w.id, w.updated_at FROM {{schema}}.workflows w
@@ -30,7 +31,7 @@ func NewRetentionQueries(schema string) *RetentionQueries {
 		AND w.updated_at < $1
 		AND (w.updated_at, w.id) > ($2::timestamptz, $3::text)
 		AND (p.id IS NULL OR (p.status IN ('success', 'error', 'cancelled', 'dead') AND p.updated_at < $1))
-		AND (w.queue_name IS NULL OR w.started_at IS NULL OR w.started_at <= now() - coalesce(
+		AND (w.rate_start IS NULL OR w.rate_start <= now() - coalesce(
 			(SELECT q.rate_period_ms FROM {{schema}}.queues q WHERE q.name = w.queue_name), 0) * interval '1 millisecond')
 	ORDER BY w.updated_at, w.id
 	LIMIT $4
