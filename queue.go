@@ -36,6 +36,13 @@ func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 // QueueBatchMax bounds how many runs one dispatch claims.
 const QueueBatchMax = 1000
 
+// queueBatchFirst is how many runs a dispatch claims after an idle spell.
+// Each dispatch that takes all it asked for doubles the next one, up to
+// QueueBatchMax: a backlog is claimed in big batches, but its first runs
+// start after a claim of a few runs instead of one of a thousand (~30 ms
+// on the bench's machine before any of them starts).
+const queueBatchFirst = 64
+
 // QueueOpts are the limits of a queue. Zero means unlimited for each.
 type QueueOpts struct {
 	// GlobalConcurrency bounds the runs of the queue running at once across
@@ -464,14 +471,17 @@ func (e *Engine) dispatchLoop(q *Queue) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		timer := time.NewTimer(0)
 		defer timer.Stop()
+		batch := queueBatchFirst
 		for {
-			wait, more := e.dispatch(ctx, q)
+			wait, more := e.dispatch(ctx, q, batch)
 			if ctx.Err() != nil {
 				return
 			}
 			if more {
+				batch = min(2*batch, QueueBatchMax)
 				continue
 			}
+			batch = queueBatchFirst
 			if !timer.Stop() {
 				select {
 				case <-timer.C:
@@ -489,10 +499,10 @@ func (e *Engine) dispatchLoop(q *Queue) func(ctx context.Context) {
 	}
 }
 
-// dispatch runs one dispatch transaction for q. It returns how long to wait
-// before the next one when nothing wakes the loop, and whether more work
-// may be ready right away.
-func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
+// dispatch runs one dispatch transaction for q, claiming at most batch
+// runs. It returns how long to wait before the next one when nothing wakes
+// the loop, and whether more work may be ready right away.
+func (e *Engine) dispatch(ctx context.Context, q *Queue, batch int) (time.Duration, bool) {
 	defer e.launches.enter()()
 	poll := e.cfg.PollInterval
 	q.mu.Lock()
@@ -515,7 +525,7 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue) (time.Duration, bool) {
 			return err
 		}
 		s.RatePeriod = time.Duration(period) * time.Millisecond
-		n := QueueBatchMax
+		n := batch
 		if s.WorkerConcurrency > 0 {
 			n = min(n, s.WorkerConcurrency-running)
 		}

@@ -144,12 +144,21 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 	if len(got) == 0 {
 		return nil
 	}
-	ids := make([]string, len(got))
-	for i, c := range got {
-		ids[i] = c.id
+	// A queued run at epoch 1 was just claimed for the first time (it
+	// was enqueued at epoch 0, and every later hand-back bumps the epoch):
+	// it has no recorded steps to load. (Not so for other claims: a fork
+	// is made at epoch 0 with the steps it copied.)
+	ids := make([]string, 0, len(got))
+	for _, c := range got {
+		if q == nil || c.epoch != 1 {
+			ids = append(ids, c.id)
+		}
 	}
 	var steps map[string]map[int]*stepRecord
 	err := e.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
+		if len(ids) == 0 {
+			return nil
+		}
 		var err error
 		steps, err = e.loadSteps(ctx, ids)
 		return err
