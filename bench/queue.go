@@ -30,6 +30,7 @@ const (
 	floorDrainBatch  = 1000 // rows per DELETE ... RETURNING of the floor drain
 	drainQueue       = "drain"
 	drainSchema      = "bench_drain"
+	drainWarmN       = 1000 // untimed runs drained on the worker pool before the timed drain
 	recoverySchema   = "bench_recovery"
 	recoveryExecutor = "bench-recovery"
 	recoveryChildEnv = "DURABLE_BENCH_RECOVERY_CHILD"
@@ -257,7 +258,9 @@ func (c costs) store(prefix string, n int, out map[string]float64) {
 
 // drain measures one queue drain and its floors, in a fresh schema:
 //
-//  1. an engine declares the queue (Launch) and shuts down;
+//  1. an engine declares the queue (Launch), drains drainWarmN runs on
+//     the worker pool untimed (River's tuned drain also runs on a pool
+//     that has worked before), and shuts down; the tables are emptied;
 //  2. a client engine (never launched, its own pool) enqueues DrainN
 //     one-step workflows from 8 goroutines, next to raw INSERTs from 8;
 //  3. the floors: raw INSERTs from 32 goroutines, and DrainN rows of a
@@ -283,17 +286,36 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 		return &durable.Config{Schema: drainSchema, AppVersion: "bench", ExecutorID: executor, Logger: discard}
 	}
 
-	// 1. Declare the queue, so that the client may enqueue on it.
+	// 1. Declare the queue, so that the client may enqueue on it, and
+	// warm the worker pool up as River's is (its tuned drain runs on the
+	// pool of its default one): an untimed drain of drainWarmN runs, then
+	// the tables are emptied.
 	decl, err := durable.New(wpool, cfg("bench-drain-declarer"))
 	if err != nil {
 		return nil, err
 	}
-	durable.Register(decl, "drain1", oneStep, nil)
-	durable.RegisterQueue(decl, drainQueue, nil)
+	dwf := durable.Register(decl, "drain1", oneStep, nil)
+	dq := durable.RegisterQueue(decl, drainQueue, nil)
 	if err := decl.Launch(ctx); err != nil {
 		return nil, err
 	}
+	var warm []*durable.Handle[int]
+	for i := 0; i < drainWarmN; i++ {
+		h, err := dwf.Enqueue(ctx, dq, i, nil)
+		if err != nil {
+			return nil, err
+		}
+		warm = append(warm, h)
+	}
+	for _, h := range warm {
+		if _, err := h.Result(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := decl.Shutdown(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := b.conn.Exec(ctx, "TRUNCATE "+drainSchema+".steps, "+drainSchema+".workflows"); err != nil {
 		return nil, err
 	}
 
