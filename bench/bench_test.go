@@ -38,7 +38,7 @@ func TestSmoke(t *testing.T) {
 	o.Database = "durable_bench_smoke"
 	o.Rounds, o.N, o.TputTotal, o.StatsN, o.Warmup = 1, 20, 40, 20, 2
 	o.QLatN, o.DrainN, o.DrainRounds, o.RecoveryN = 20, 20, 1, 20
-	o.PeerN, o.PeerDrainN, o.RiverLatN = 10, 50, 2
+	o.PeerN, o.PeerDrainN, o.RiverDrainN, o.RiverLatN = 10, 50, 50, 2
 	o.DBOSQLatN, o.DBOSRecoveryN = 2, 20
 	o.OutDir = t.TempDir()
 	o.DropAfter = true

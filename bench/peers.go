@@ -212,7 +212,7 @@ func (b *bench) peerDrains(ctx context.Context, r int, out map[string]float64) e
 			return fmt.Errorf("river: %w", err)
 		}
 		o.logf("round %d/%d  river drain     %d jobs: defaults %.0f jobs/s, tuned %.0f jobs/s; insert-to-start p50 %.0f µs p99 %.0f µs  (%.1fs)",
-			r+1, o.Rounds, o.PeerDrainN, out["river_drain_per_s"], out["river_tuned_drain_per_s"], out["river_lat_p50_us"], out["river_lat_p99_us"], time.Since(t0).Seconds())
+			r+1, o.Rounds, o.RiverDrainN, out["river_drain_per_s"], out["river_tuned_drain_per_s"], out["river_lat_p50_us"], out["river_lat_p99_us"], time.Since(t0).Seconds())
 	}
 	return nil
 }
@@ -327,11 +327,11 @@ func (w *noopWorker) Work(ctx context.Context, job *river.Job[noopArgs]) error {
 	return nil
 }
 
-// riverRound: in a fresh migrated database, the drain of PeerDrainN no-op
+// riverRound: in a fresh migrated database, the drain of RiverDrainN no-op
 // jobs inserted by one InsertMany before the client starts, with River's
 // default fetch settings (MaxWorkers 100) and with `river bench`'s
 // (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms); timed
-// from Start until PeerDrainN completion events (sent after the completer
+// from Start until RiverDrainN completion events (sent after the completer
 // committed). Then, with the defaults, insert-to-start latency of
 // RiverLatN single jobs on an idle queue (Insert until Work begins).
 func (b *bench) riverRound(ctx context.Context, out map[string]float64) error {
@@ -373,7 +373,7 @@ func (b *bench) riverRound(ctx context.Context, out map[string]float64) error {
 		if !tuned && o.RiverLatN > 0 {
 			w.started = make(chan time.Time, 1)
 		}
-		if err := riverDrain(ctx, pool, o.PeerDrainN, tuned, w, o.RiverLatN, key, out); err != nil {
+		if err := riverDrain(ctx, pool, o.RiverDrainN, tuned, w, o.RiverLatN, key, out); err != nil {
 			return err
 		}
 	}

@@ -67,7 +67,7 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		"(10 steps: %d) in the same interleaved blocks as the durable ones; throughput with the same goroutine counts and %d ops per level. "+
 		"Drains (in the %d drain rounds): %d pre-enqueued 1-step DBOS workflows (8-goroutine client enqueue, timed from Launch) and %d River v0.51.2 "+
 		"no-op jobs (InsertMany before Start, timed from Start to the last completion event), against the durable drain of %d: compare rates. ",
-		p.PeerN, max(1, p.PeerN/5), p.PeerTput, p.DrainRounds, p.PeerDrainN, p.PeerDrainN, p.DrainN)
+		p.PeerN, max(1, p.PeerN/5), p.PeerTput, p.DrainRounds, p.PeerDrainN, riverN(p), p.DrainN)
 	if has("dbos_qlat_us") {
 		fmt.Fprintf(sb, "DBOS enqueue-to-start (in the drain rounds, after the DBOS drain, in its database): %d runs of a 0-step workflow per polling "+
 			"setting and round, RunWorkflow + WithQueue one at a time, each after a random pause of up to one polling interval, timed to the "+
@@ -150,11 +150,11 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 	}
 	if has("river_drain_per_s") {
 		tn, tr := res("ratio_drain_vs_river")
-		row(fmt.Sprintf("River drain, defaults (MaxWorkers 100): %d no-op jobs", p.PeerDrainN),
+		row(fmt.Sprintf("River drain, defaults (MaxWorkers 100): %d no-op jobs", riverN(p)),
 			fmt.Sprintf("%.0f jobs/s (%.2f s; InsertMany %.0f/s)", m["river_drain_per_s"], m["river_drain_s"], m["river_drain_insert_per_s"]),
 			x("ratio_river_drain_insert_c32", "INSERT/s at 32 goroutines")+"; durable/River "+x("ratio_drain_vs_river", ""), tn, tr)
 		tn, tr = res("ratio_drain_vs_river_tuned")
-		row(fmt.Sprintf("River drain, `river bench` tuning (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms): %d no-op jobs", p.PeerDrainN),
+		row(fmt.Sprintf("River drain, `river bench` tuning (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms): %d no-op jobs", riverN(p)),
 			fmt.Sprintf("%.0f jobs/s (%.2f s)", m["river_tuned_drain_per_s"], m["river_tuned_drain_s"]),
 			x("ratio_river_tuned_drain_insert_c32", "INSERT/s at 32 goroutines")+"; durable/River "+x("ratio_drain_vs_river_tuned", ""), tn, tr)
 	}
@@ -176,3 +176,12 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 }
 
 func fmtMS(us float64) string { return fmt.Sprintf("%.1f ms", us/1000) }
+
+// riverN is the size of the River drains: results written before
+// RiverDrainN existed used PeerDrainN.
+func riverN(p Params) int {
+	if p.RiverDrainN > 0 {
+		return p.RiverDrainN
+	}
+	return p.PeerDrainN
+}

@@ -48,6 +48,7 @@ type Params struct {
 	PeerN          int   `json:"peer_n"`
 	PeerTput       int   `json:"peer_tput"`
 	PeerDrainN     int   `json:"peer_drain_n"`
+	RiverDrainN    int   `json:"river_drain_n"`
 	RiverLatN      int   `json:"river_lat_n"`
 	DBOSQLatN      int   `json:"dbos_qlat_n"`
 	DBOSRecoveryN  int   `json:"dbos_recovery_n"`
@@ -57,7 +58,7 @@ func paramsOf(o *Options) Params {
 	return Params{Rounds: o.Rounds, Blocks: o.Blocks, N: o.N, NK10: o.nK10(), TputTotal: o.TputTotal, Concurrency: o.Concurrency,
 		StatsN: o.StatsN, Warmup: o.Warmup, MaxConns: o.MaxConns,
 		QLatN: o.QLatN, DrainN: o.DrainN, DrainRounds: o.DrainRounds, RecoveryN: o.RecoveryN,
-		DBOS: o.DBOS, River: o.River, GroupCommitCmp: o.GroupCommitCmp, PeerN: o.PeerN, PeerTput: min(o.PeerTput, o.TputTotal), PeerDrainN: o.PeerDrainN, RiverLatN: o.RiverLatN,
+		DBOS: o.DBOS, River: o.River, GroupCommitCmp: o.GroupCommitCmp, PeerN: o.PeerN, PeerTput: min(o.PeerTput, o.TputTotal), PeerDrainN: o.PeerDrainN, RiverDrainN: o.RiverDrainN, RiverLatN: o.RiverLatN,
 		DBOSQLatN: o.DBOSQLatN, DBOSRecoveryN: o.DBOSRecoveryN}
 }
 

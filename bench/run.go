@@ -40,7 +40,8 @@ type Options struct {
 	GroupCommitCmp bool // durable with DisableGroupCommit at the throughput levels >= 32
 	PeerN          int  // DBOS ops per sequential scenario and round (10 steps: PeerN/5)
 	PeerTput       int  // DBOS ops per throughput level and round (at most TputTotal)
-	PeerDrainN     int  // jobs/workflows per DBOS and River drain
+	PeerDrainN     int  // workflows per DBOS drain
+	RiverDrainN    int  // jobs per River drain (default: the durable drain's size)
 	RiverLatN      int  // River insert-to-start samples per drain round
 	DBOSQLatN      int  // DBOS enqueue-to-start samples per polling setting and drain round (0: skip)
 	DBOSRecoveryN  int  // DBOS workflows recovered after a SIGKILL, once per run (0: skip)
@@ -72,6 +73,7 @@ func DefaultOptions() Options {
 		PeerN:          500,
 		PeerTput:       500,
 		PeerDrainN:     3000,
+		RiverDrainN:    10000,
 		RiverLatN:      30,
 		DBOSQLatN:      30,
 		DBOSRecoveryN:  1000,
@@ -96,8 +98,8 @@ func (o *Options) validate() error {
 	case (o.DrainRounds > 0 || o.RecoveryN > 0) && o.MaxConns < floorDrainConc:
 		return fmt.Errorf("the drain and recovery floors use %d connections: maxconns %d is too small", floorDrainConc, o.MaxConns)
 	}
-	if o.PeerN < 1 || o.PeerTput < 1 || o.PeerDrainN < 1 || o.RiverLatN < 0 || o.DBOSQLatN < 0 || o.DBOSRecoveryN < 0 {
-		return errors.New("peer-n, peer-tput and peer-drain-n must be at least 1, river-lat-n, dbos-qlat-n and dbos-recovery-n at least 0")
+	if o.PeerN < 1 || o.PeerTput < 1 || o.PeerDrainN < 1 || o.RiverDrainN < 1 || o.RiverLatN < 0 || o.DBOSQLatN < 0 || o.DBOSRecoveryN < 0 {
+		return errors.New("peer-n, peer-tput, peer-drain-n and river-drain-n must be at least 1, river-lat-n, dbos-qlat-n and dbos-recovery-n at least 0")
 	}
 	if o.DBOS && o.DBOSRecoveryN > 0 && o.MaxConns < floorDrainConc {
 		return fmt.Errorf("the DBOS recovery floor uses %d connections: maxconns %d is too small", floorDrainConc, o.MaxConns)
