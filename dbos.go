@@ -380,34 +380,20 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if err := e.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("durable: launch: database unreachable: %w", err)
 	}
-	if e.cfg.SkipMigrate {
-		conn, err := e.pool.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("durable: launch: %w", err)
-		}
-		missing, err := sysdb.Missing(ctx, conn.Conn(), migrations(), e.cfg.Schema)
-		conn.Release()
-		if err != nil {
-			return fmt.Errorf("durable: launch: %w", err)
-		}
-		if len(missing) > 0 {
-			return fmt.Errorf("%w: schema %q lacks migrations %v that this library needs: apply MigrationSQL or unset Config.SkipMigrate",
-				ErrSchemaOutdated, e.cfg.Schema, missing)
-		}
-	} else if err := Migrate(ctx, e.pool, e.cfg.Schema); err != nil {
+	// The LISTEN connection opens while the schema is checked and the
+	// executor registered (a new connection is the slowest part of a
+	// launch); recovery below waits for both.
+	e.bg = newServices()
+	lctx, cancelListen := context.WithCancel(ctx)
+	defer cancelListen()
+	listening := e.startListener(lctx)
+	if err := e.prepareLaunch(ctx); err != nil {
+		cancelListen()
+		e.bg.stopAll()
 		return err
 	}
-	host, _ := os.Hostname()
-	if _, err := e.pool.Exec(ctx, e.q.RegisterExecutor, e.cfg.ExecutorID, e.incarnation, e.cfg.AppVersion,
-		host, os.Getpid(), e.cfg.LeaseTTL.Milliseconds()); err != nil {
-		return fmt.Errorf("durable: launch: register executor %q: %w", e.cfg.ExecutorID, err)
-	}
-
-	if err := e.declareQueues(ctx); err != nil {
-		return fmt.Errorf("durable: launch: %w", err)
-	}
-	e.bg = newServices()
-	if err := e.startListener(ctx); err != nil {
+	if err := <-listening; err != nil {
+		e.bg.stopAll()
 		return err
 	}
 
@@ -438,13 +424,56 @@ func (e *Engine) Launch(ctx context.Context) error {
 	return nil
 }
 
-// startListener starts the LISTEN loop and waits for its first LISTEN.
-func (e *Engine) startListener(ctx context.Context) error {
+// prepareLaunch brings the schema up to date (or checks it is, with
+// SkipMigrate), registers this executor and declares its queues.
+func (e *Engine) prepareLaunch(ctx context.Context) error {
+	if e.cfg.SkipMigrate {
+		conn, err := e.pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("durable: launch: %w", err)
+		}
+		missing, err := sysdb.Missing(ctx, conn.Conn(), migrations(), e.cfg.Schema)
+		conn.Release()
+		if err != nil {
+			return fmt.Errorf("durable: launch: %w", err)
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%w: schema %q lacks migrations %v that this library needs: apply MigrationSQL or unset Config.SkipMigrate",
+				ErrSchemaOutdated, e.cfg.Schema, missing)
+		}
+	} else if err := Migrate(ctx, e.pool, e.cfg.Schema); err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	if _, err := e.pool.Exec(ctx, e.q.RegisterExecutor, e.cfg.ExecutorID, e.incarnation, e.cfg.AppVersion,
+		host, os.Getpid(), e.cfg.LeaseTTL.Milliseconds()); err != nil {
+		return fmt.Errorf("durable: launch: register executor %q: %w", e.cfg.ExecutorID, err)
+	}
+
+	if err := e.declareQueues(ctx); err != nil {
+		return fmt.Errorf("durable: launch: %w", err)
+	}
+	return nil
+}
+
+// startListener starts the LISTEN loop; the channel reports when its
+// first LISTEN is in place, or ctx's end before that.
+func (e *Engine) startListener(ctx context.Context) <-chan error {
+	ready := make(chan error, 1)
 	if e.cfg.PollOnly {
-		return nil
+		ready <- nil
+		return ready
 	}
 	listener := notify.New()
 	listener.Connect = func(ctx context.Context) (*pgx.Conn, error) {
+		// An idle connection of the pool is taken over (opening one costs
+		// a new server process: ~15 ms of a launch on the bench's
+		// machine); the pool opens another when it needs one.
+		if e.pool.Stat().IdleConns() > 0 {
+			if c, err := e.pool.Acquire(ctx); err == nil {
+				return c.Hijack(), nil
+			}
+		}
 		return pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
 	}
 	listener.ListenSQL = e.q.ListenStmt
@@ -463,13 +492,15 @@ func (e *Engine) startListener(ctx context.Context) error {
 	}
 	listener.Logger = e.log
 	e.bg.start("listener", listener.Run)
-	select {
-	case <-listener.Ready():
-		return nil
-	case <-ctx.Done():
-		e.bg.stopAll()
-		return fmt.Errorf("durable: launch: listen for notifications: %w", ctx.Err())
-	}
+	go func() {
+		select {
+		case <-listener.Ready():
+			ready <- nil
+		case <-ctx.Done():
+			ready <- fmt.Errorf("durable: launch: listen for notifications: %w", ctx.Err())
+		}
+	}()
+	return ready
 }
 
 // Shutdown stops the engine. New starts fail with [ErrShutdown]; running
