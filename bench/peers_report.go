@@ -92,6 +92,11 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		tn, tr := res("ratio_step_vs_dbos")
 		row("DBOS per-step overhead = (wf10 - wf0) / 10", fmtUS(m["dbos_step_overhead_us"]),
 			x("ratio_dbos_step_overhead", "floor A")+"; "+x("ratio_step_vs_dbos", "durable's (DBOS/durable)"), tn, tr)
+		// A step whose checkpoint is flushed before the workflow goes on
+		// costs at least floor A (one round trip, one flushed commit), so
+		// DBOS/floor A is the most any such design can be ahead here.
+		row("bound: DBOS per-step / floor A, the most a design flushing each step before the next can be ahead of DBOS in this run", "",
+			x("ratio_dbos_step_overhead", ""), "", "")
 	}
 	for _, c := range p.Concurrency {
 		k := fmt.Sprintf("tput_dbos_c%d", c)
