@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,8 +47,9 @@ type TxBlobStore interface {
 // agentkit_blobs of a schema, created by [Migrate]. Equal contents are
 // stored once.
 type PGBlobStore struct {
-	pool  *pgxpool.Pool
-	table string
+	pool   *pgxpool.Pool
+	schema string
+	table  string
 }
 
 var _ TxBlobStore = (*PGBlobStore)(nil)
@@ -64,7 +66,7 @@ func NewPGBlobStore(pool *pgxpool.Pool, schema string) (*PGBlobStore, error) {
 	if !identRE.MatchString(schema) {
 		return nil, fmt.Errorf("%w: schema %q must be a plain identifier", durable.ErrInvalidArgument, schema)
 	}
-	return &PGBlobStore{pool: pool, table: pgx.Identifier{schema, "agentkit_blobs"}.Sanitize()}, nil
+	return &PGBlobStore{pool: pool, schema: schema, table: pgx.Identifier{schema, "agentkit_blobs"}.Sanitize()}, nil
 }
 
 // Migrate creates agentkit's table (agentkit_blobs) in schema
@@ -99,6 +101,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 				return err
 			}
 		}
+		// created_at is when the content was last put (refreshed at most
+		// once a minute): Prune spares blobs put recently.
 		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s+`.agentkit_blobs (
 	sha256     text PRIMARY KEY,
 	size       integer NOT NULL,
@@ -118,11 +122,18 @@ func blobRef(data []byte) BlobRef {
 	return BlobRef{SHA256: hex.EncodeToString(sum[:]), Size: len(data)}
 }
 
+// putSQL stores content once; putting it again refreshes created_at when
+// it is over a minute old, so a Prune running meanwhile spares it (its
+// delete re-checks the row it would remove).
+func (s *PGBlobStore) putSQL() string {
+	return `INSERT INTO ` + s.table + ` AS b (sha256, size, data) VALUES ($1, $2, $3)
+ON CONFLICT (sha256) DO UPDATE SET created_at = now() WHERE b.created_at < now() - interval '1 minute'`
+}
+
 // Put stores data and returns its reference.
 func (s *PGBlobStore) Put(ctx context.Context, data []byte) (BlobRef, error) {
 	ref := blobRef(data)
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` (sha256, size, data) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING`, ref.SHA256, ref.Size, data)
-	if err != nil {
+	if _, err := s.pool.Exec(ctx, s.putSQL(), ref.SHA256, ref.Size, data); err != nil {
 		return BlobRef{}, fmt.Errorf("agentkit: put blob: %w", err)
 	}
 	return ref, nil
@@ -131,11 +142,58 @@ func (s *PGBlobStore) Put(ctx context.Context, data []byte) (BlobRef, error) {
 // PutTx stores data inside tx.
 func (s *PGBlobStore) PutTx(ctx context.Context, tx pgx.Tx, data []byte) (BlobRef, error) {
 	ref := blobRef(data)
-	_, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (sha256, size, data) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING`, ref.SHA256, ref.Size, data)
-	if err != nil {
+	if _, err := tx.Exec(ctx, s.putSQL(), ref.SHA256, ref.Size, data); err != nil {
 		return BlobRef{}, fmt.Errorf("agentkit: put blob: %w", err)
 	}
 	return ref, nil
+}
+
+// PruneBlobsMinAge is the least olderThan [PGBlobStore.Prune] takes: a blob
+// is put by a tool step before the step's checkpoint refers to it.
+const PruneBlobsMinAge = 10 * time.Minute
+
+// Prune deletes the blobs that no run refers to any more and that were
+// last put more than olderThan ago, and returns how many it deleted. Blobs
+// are shared between runs (equal contents are stored once), so they are
+// not removed with the runs that made them: call Prune after pruning runs
+// (durable's Engine.Prune or Config.Retention), e.g. from a daily schedule.
+//
+// A reference is a BlobRef recorded in the runs of the engine whose schema
+// holds the store (keep the store in the engine's schema): in a step's
+// output (a tool's result), or in a run's input or output (a history
+// handed to a new run). Prune reads all of them, one scan of those
+// columns. A reference kept only outside the database (a history saved by
+// the application, not in any run) does not keep its blob: a run started
+// from it after the blob was pruned fails with [ErrBlobNotFound].
+func (s *PGBlobStore) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan < PruneBlobsMinAge {
+		return 0, fmt.Errorf("%w: Prune: olderThan %s is below %s", durable.ErrInvalidArgument, olderThan, PruneBlobsMinAge)
+	}
+	runs := pgx.Identifier{s.schema, "workflows"}.Sanitize()
+	steps := pgx.Identifier{s.schema, "steps"}.Sanitize()
+	var ok bool
+	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", runs, steps).Scan(&ok); err != nil {
+		return 0, fmt.Errorf("agentkit: prune blobs: %w", err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: Prune: schema %q holds no durable runs; keep the blob store in the engine's schema", durable.ErrInvalidArgument, s.schema)
+	}
+	// The references are collected first (a run finishing meanwhile is
+	// seen or, if it put a blob, spared by created_at); the delete then
+	// re-checks created_at on the row it removes.
+	tag, err := s.pool.Exec(ctx, `WITH texts AS (
+	SELECT output::text AS t FROM `+steps+` WHERE output::text LIKE '%sha256%'
+	UNION ALL SELECT input::text FROM `+runs+` WHERE input::text LIKE '%sha256%'
+	UNION ALL SELECT output::text FROM `+runs+` WHERE output::text LIKE '%sha256%'),
+live AS MATERIALIZED (
+	SELECT DISTINCT m[1] AS sha256 FROM texts, regexp_matches(texts.t, '"sha256"\s*:\s*"([0-9a-f]{64})"', 'g') AS m)
+DELETE FROM `+s.table+` b
+WHERE b.created_at < now() - $1 * interval '1 millisecond'
+	AND NOT EXISTS (SELECT 1 FROM live WHERE live.sha256 = b.sha256)`, olderThan.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("agentkit: prune blobs: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Get returns the content of ref, or an error matching [ErrBlobNotFound].

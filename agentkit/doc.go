@@ -123,7 +123,9 @@
 //
 // Tool outputs larger than AgentConfig.BlobThreshold can be stored by
 // reference in a [BlobStore] ([NewPGBlobStore], after [Migrate]): the step
-// records a hash, the model step loads the content. With a
+// records a hash, the model step loads the content. Blobs are shared
+// between runs and outlive them: [PGBlobStore.Prune] deletes those no run
+// refers to any more (call it after pruning runs). With a
 // [ContinuePolicy], a long run summarises its history with a model call
 // and continues as a new run ("<first run>/cont-<n>"), linked to the
 // previous one and carrying what the chain spent; [Agent.Result] follows

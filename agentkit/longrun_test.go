@@ -2,6 +2,7 @@ package agentkit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -181,4 +182,95 @@ func TestScheduledAgent(t *testing.T) {
 		}
 		return false
 	}, 20*time.Second, 20*time.Millisecond, "the every-second schedule fires")
+}
+
+// TestPruneBlobs: a blob stays while a run refers to it (a tool's recorded
+// result, or a history handed to a run as input) and goes once no run
+// does; one put recently stays however unreferenced, and putting old
+// content again makes it recent.
+func TestPruneBlobs(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := ctxT(t)
+	require.NoError(t, agentkit.Migrate(ctx, v.pool, v.schema))
+	blobs, err := agentkit.NewPGBlobStore(v.pool, v.schema)
+	require.NoError(t, err)
+	big := strings.Repeat("0123456789abcdef", 100<<10/16) // 100 KiB
+	srv := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
+		if r.Turn == 0 {
+			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{call("dump", `{}`)}}
+		}
+		return agentkittest.Reply{Text: "done"}
+	})
+	defer srv.Close()
+	var a *agentkit.Agent
+	e := v.engine(t, nil, func(e *durable.Engine) {
+		a = agentkit.Define(e, "dumper", agentkit.AgentConfig{Model: openAI(t, srv), Blobs: blobs, Tools: []*agentkit.Tool{
+			agentkit.StepTool("dump", "", nil, func(context.Context, struct{}) (string, error) { return big, nil }, nil),
+		}})
+	})
+	h, err := a.Start(ctx, agentkit.Input{Prompt: "dump"}, &durable.StartOpts{ID: "prune-blobs-1"})
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+
+	table := pgx.Identifier{v.schema, "agentkit_blobs"}.Sanitize()
+	age := func(ref agentkit.BlobRef) {
+		_, err := v.pool.Exec(ctx, "UPDATE "+table+" SET created_at = now() - interval '1 day' WHERE sha256 = $1", ref.SHA256)
+		require.NoError(t, err)
+	}
+	exists := func(ref agentkit.BlobRef) bool {
+		_, err := blobs.Get(ctx, ref)
+		if errors.Is(err, agentkit.ErrBlobNotFound) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+	bigRef, err := blobs.Put(ctx, []byte(big)) // the same content: the tool's blob
+	require.NoError(t, err)
+	orphan, err := blobs.Put(ctx, []byte("no run refers to this"))
+	require.NoError(t, err)
+	fresh, err := blobs.Put(ctx, []byte("put a moment ago"))
+	require.NoError(t, err)
+	inInput, err := blobs.Put(ctx, []byte("handed to a run in its history"))
+	require.NoError(t, err)
+	age(bigRef)
+	age(orphan)
+	age(inInput)
+	// A run whose input carries a reference (a history handed over).
+	_, err = v.pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{v.schema, "workflows"}.Sanitize()+
+		" (id, name, status, app_version, input) VALUES ('with-history', 'x', 'success', 'v', $1)",
+		fmt.Sprintf(`{"history":[{"parts":[{"type":"text","ref":{"sha256":%q,"size":%d}}]}]}`, inInput.SHA256, inInput.Size))
+	require.NoError(t, err)
+
+	_, err = blobs.Prune(ctx, time.Minute)
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
+	n, err := blobs.Prune(ctx, time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.False(t, exists(orphan), "unreferenced and old")
+	require.True(t, exists(bigRef), "a tool's recorded result refers to it")
+	require.True(t, exists(inInput), "a run's input refers to it")
+	require.True(t, exists(fresh), "put a moment ago")
+
+	// The runs go: their blobs follow, unless put again meanwhile.
+	_, err = v.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{v.schema, "workflows"}.Sanitize()+" WHERE id = 'with-history'")
+	require.NoError(t, err)
+	res, err := e.Prune(ctx, time.Now().Add(time.Hour), nil)
+	require.NoError(t, err)
+	require.Positive(t, res.Runs)
+	_, err = blobs.Put(ctx, []byte("handed to a run in its history")) // over a minute old: refreshed
+	require.NoError(t, err)
+	n, err = blobs.Prune(ctx, time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.False(t, exists(bigRef))
+	require.True(t, exists(inInput), "put again: recent")
+	require.True(t, exists(fresh))
+
+	other, err := agentkit.NewPGBlobStore(v.pool, "agentkit_no_runs_here")
+	require.NoError(t, err)
+	_, err = other.Prune(ctx, time.Hour)
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
 }
