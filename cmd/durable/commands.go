@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit"
 	"github.com/durable-go/durable/dashboard"
@@ -431,14 +433,38 @@ func cmdPrune(ctx context.Context, c *cli, _ []string) error {
 		fmt.Fprintf(c.stderr, "durable prune: stopped after deleting %d runs\n", res.Runs)
 		return err
 	}
+	// agentkit's blobs are shared between runs and outlive them: those no
+	// remaining run refers to go too, when the schema has the table.
+	var blobs int64
+	var hasBlobs bool
+	if err := c.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL",
+		pgx.Identifier{c.schema, "agentkit_blobs"}.Sanitize()).Scan(&hasBlobs); err != nil {
+		return err
+	}
+	if hasBlobs {
+		store, err := agentkit.NewPGBlobStore(c.pool, c.schema)
+		if err != nil {
+			return err
+		}
+		if blobs, err = store.Prune(ctx, pruneBlobsAge); err != nil {
+			return err
+		}
+	}
 	if c.asJSON {
 		return c.json(map[string]any{"before": before.UTC(), "runs": res.Runs, "steps": res.Steps, "messages": res.Messages,
-			"events": res.Events, "streams": res.Streams, "batches": res.Batches})
+			"events": res.Events, "streams": res.Streams, "batches": res.Batches, "blobs": blobs})
 	}
 	fmt.Fprintf(c.stdout, "pruned %d runs finished before %s (%d steps, %d messages, %d events, %d stream entries) in %d batches\n",
 		res.Runs, fmtTime(before), res.Steps, res.Messages, res.Events, res.Streams, res.Batches)
+	if hasBlobs {
+		fmt.Fprintf(c.stdout, "pruned %d agentkit blobs no run refers to (put over %s ago)\n", blobs, pruneBlobsAge)
+	}
 	return nil
 }
+
+// pruneBlobsAge spares blobs put recently: a tool step puts its blob
+// before its checkpoint refers to it.
+const pruneBlobsAge = time.Hour
 
 // cmdUI serves the dashboard on the engine, which is never launched: the
 // pages read and act on the database only. It always requires a token.

@@ -157,7 +157,7 @@ var commands = []*command{
 		flags: func(fs *flag.FlagSet, c *cli) {
 			fs.StringVar(&c.f.tick, "tick", "", "trigger: the tick the run gets (RFC 3339; default now)")
 		}, run: cmdSchedules},
-	{name: "prune", summary: "delete runs finished longer ago than --older-than, with their steps, messages and streams", nargs: [2]int{0, 0},
+	{name: "prune", summary: "delete runs finished longer ago than --older-than, with their steps, messages and streams (and agentkit blobs no run refers to)", nargs: [2]int{0, 0},
 		flags: func(fs *flag.FlagSet, c *cli) {
 			fs.DurationVar(&c.f.olderThan, "older-than", 0, "delete runs finished longer ago than this (required, e.g. 720h)")
 			fs.IntVar(&c.f.batch, "batch", durable.PruneBatchDefault, fmt.Sprintf("runs deleted per transaction (1..%d)", durable.PruneBatchMax))

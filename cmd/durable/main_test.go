@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/agentkit"
 )
 
 // bin is the durable binary built once for the package's tests.
@@ -563,6 +564,25 @@ func TestPrune(t *testing.T) {
 	require.Equal(t, 2, res.Batches)
 	out := e.ok("prune", "--older-than", "720h")
 	require.Contains(t, out, "pruned 0 runs")
+	require.NotContains(t, out, "blobs", "no agentkit table in this schema")
+
+	// With agentkit's blob table, blobs no run refers to go too.
+	require.NoError(t, agentkit.Migrate(ctx, e.pool, e.schema))
+	store, err := agentkit.NewPGBlobStore(e.pool, e.schema)
+	require.NoError(t, err)
+	orphan, err := store.Put(ctx, []byte("referred to by no run"))
+	require.NoError(t, err)
+	_, err = store.Put(ctx, []byte("put just now"))
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, "UPDATE "+pgx.Identifier{e.schema, "agentkit_blobs"}.Sanitize()+
+		" SET created_at = now() - interval '2 hours' WHERE sha256 = $1", orphan.SHA256)
+	require.NoError(t, err)
+	var withBlobs struct {
+		Blobs int64 `json:"blobs"`
+	}
+	e.okJSON(&withBlobs, "prune", "--older-than", "720h")
+	require.Equal(t, int64(1), withBlobs.Blobs)
+	require.Contains(t, e.ok("prune", "--older-than", "720h"), "pruned 0 agentkit blobs")
 	out = e.ok("list")
 	require.Contains(t, out, "run-3")
 	require.NotContains(t, out, "run-0")
