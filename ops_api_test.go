@@ -91,3 +91,77 @@ func TestOperatorAPIs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, one, list[1])
 }
+
+// TestListStepWindowAndEvents: a window of a long run's steps (from a
+// position, or the last N) with the total, and the events it published.
+func TestListStepWindowAndEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[int, int]
+	e := b.engine(t, nil, func(e *durable.Engine) {
+		wf = durable.Register(e, "window-wf", func(wctx durable.Context, n int) (int, error) {
+			for i := range n {
+				if _, err := durable.Step(wctx, "s", func(context.Context) (int, error) { return i, nil }, nil); err != nil {
+					return 0, err
+				}
+			}
+			if err := durable.SetEvent(wctx, "progress", "half"); err != nil {
+				return 0, err
+			}
+			if err := durable.SetEvent(wctx, "progress", "done"); err != nil {
+				return 0, err
+			}
+			return n, durable.SetEvent(wctx, "answer", 42)
+		}, nil)
+	})
+	ctx := ctxT(t)
+	h, err := wf.Start(ctx, 25, nil)
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+	all, err := e.ListSteps(ctx, h.ID())
+	require.NoError(t, err)
+	require.Len(t, all, 28) // 25 steps and 3 event records
+
+	positions := func(steps []durable.StepRecord) []int {
+		var p []int
+		for _, s := range steps {
+			p = append(p, s.Pos)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		from, limit int
+		want        []int
+	}{
+		{-1, 3, []int{25, 26, 27}},
+		{0, 3, []int{0, 1, 2}},
+		{26, 10, []int{26, 27}},
+		{100, 10, nil},
+		{-1, 100, positions(all)},
+	} {
+		got, total, err := e.ListStepWindow(ctx, h.ID(), c.from, c.limit)
+		require.NoError(t, err)
+		require.Equal(t, 28, total)
+		require.Equal(t, c.want, positions(got), "from %d limit %d", c.from, c.limit)
+		for _, s := range got {
+			require.Equal(t, all[s.Pos], s)
+		}
+	}
+	_, _, err = e.ListStepWindow(ctx, h.ID(), 0, 0)
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
+	_, _, err = e.ListStepWindow(ctx, h.ID(), 0, durable.StepWindowMax+1)
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
+	_, _, err = e.ListStepWindow(ctx, "no-such-run", -1, 10)
+	require.ErrorIs(t, err, durable.ErrWorkflowNotFound)
+
+	events, err := e.ListEvents(ctx, h.ID())
+	require.NoError(t, err)
+	require.Len(t, events, 2)
+	require.Equal(t, "answer", events[0].Key)
+	require.JSONEq(t, `42`, string(events[0].Value))
+	require.Equal(t, "progress", events[1].Key)
+	require.JSONEq(t, `"done"`, string(events[1].Value))
+	_, err = e.ListEvents(ctx, "no-such-run")
+	require.ErrorIs(t, err, durable.ErrWorkflowNotFound)
+}

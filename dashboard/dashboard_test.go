@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -29,10 +30,11 @@ const hostile = `<script>alert(1)</script><b>x</b>`
 // rig is an engine with a workflow that waits for a message, and its
 // dashboard.
 type rig struct {
-	cfg *durable.Config
-	e   *durable.Engine
-	wf  *durable.Workflow[string, string]
-	h   http.Handler
+	cfg  *durable.Config
+	e    *durable.Engine
+	wf   *durable.Workflow[string, string]
+	many *durable.Workflow[int, int] // a run of n steps
+	h    http.Handler
 }
 
 func newRig(t *testing.T, opts *dashboard.Options) *rig {
@@ -52,6 +54,14 @@ func newRig(t *testing.T, opts *dashboard.Options) *rig {
 		}
 		msg, _, err := durable.Recv[string](wctx, "go", time.Minute)
 		return in + msg, err
+	}, nil)
+	rg.many = durable.Register(e, "many", func(wctx durable.Context, n int) (int, error) {
+		for i := range n {
+			if _, err := durable.Step(wctx, fmt.Sprintf("s%03d", i), func(context.Context) (int, error) { return i, nil }, nil); err != nil {
+				return 0, err
+			}
+		}
+		return n, nil
 	}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -385,4 +395,53 @@ func TestUnlaunchedEngine(t *testing.T) {
 	out, err := h.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "xy", out)
+}
+
+// TestLongRunPages: a run of 250 steps shows its last 200 with a link to
+// the earlier ones; a window from a position links to the later ones and
+// back to the latest.
+func TestLongRunPages(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, nil)
+	ctx := ctxT(t)
+	h, err := rg.many.Start(ctx, 250, &durable.StartOpts{ID: "long-run"})
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+
+	w := rg.do("GET", "/run?id=long-run", nil, withBearer)
+	require.Equal(t, http.StatusOK, w.Code)
+	body := w.Body.String()
+	has(t, body, true, "200 of 250, from #50")
+	has(t, body, true, `href="/run?id=long-run&amp;from=0" id="steps-earlier"`)
+	has(t, body, false, "steps-later")
+	has(t, body, true, "s249")
+	has(t, body, false, "s049")
+
+	w = rg.do("GET", "/run?id=long-run&from=0", nil, withBearer)
+	require.Equal(t, http.StatusOK, w.Code)
+	body = w.Body.String()
+	has(t, body, true, "200 of 250, from #0")
+	has(t, body, true, `href="/run?id=long-run&amp;from=200" id="steps-later"`)
+	has(t, body, true, `href="/run?id=long-run" id="steps-latest"`)
+	has(t, body, false, "steps-earlier")
+	has(t, body, true, "s000")
+	has(t, body, false, "s200")
+
+	w = rg.do("GET", "/run?id=long-run&from=200", nil, withBearer)
+	require.Equal(t, http.StatusOK, w.Code)
+	has(t, w.Body.String(), true, "50 of 250, from #200")
+
+	for _, from := range []string{"x", "-1", "99999999999"} {
+		w = rg.do("GET", "/run?id=long-run&from="+from, nil, withBearer)
+		require.Equal(t, http.StatusBadRequest, w.Code, from)
+	}
+}
+
+// has checks whether page contains s, without printing the whole page.
+func has(t *testing.T, page string, want bool, s string) {
+	t.Helper()
+	if strings.Contains(page, s) != want {
+		t.Fatalf("page contains %q: %v, want %v", s, !want, want)
+	}
 }

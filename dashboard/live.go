@@ -111,18 +111,19 @@ func (d *dash) fingerprint(ctx context.Context, id string) (string, bool, error)
 	if err != nil {
 		return "", false, err
 	}
-	steps, err := d.eng.ListSteps(ctx, id)
+	last, total, err := d.eng.ListStepWindow(ctx, id, -1, 1)
 	if err != nil {
 		return "", false, err
 	}
-	return version(info, steps), info.Status.Finished(), nil
+	return version(info, last, total), info.Status.Finished(), nil
 }
 
-// version sums up the state of a run that its page shows.
-func version(info durable.WorkflowInfo, steps []durable.StepRecord) string {
+// version sums up the state of a run that its page shows: steps ends
+// with the run's last recorded step (if any), of total.
+func version(info durable.WorkflowInfo, steps []durable.StepRecord, total int) string {
 	last := ""
 	if n := len(steps); n > 0 {
-		last = steps[n-1].Status
+		last = fmt.Sprintf("%d:%s", steps[n-1].Pos, steps[n-1].Status)
 	}
-	return fmt.Sprintf("%s|%s|%d|%d|%s", info.Status, info.WaitTopic, info.UpdatedAt.UnixMicro(), len(steps), last)
+	return fmt.Sprintf("%s|%s|%d|%d|%s", info.Status, info.WaitTopic, info.UpdatedAt.UnixMicro(), total, last)
 }

@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"io/fs"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -216,6 +217,10 @@ type runView struct {
 	Output      string
 	Error       string
 	Steps       []stepView
+	StepsTotal  int    // recorded steps of the run; Steps is a window of them
+	Earlier     string // link to the window before, if any
+	Later       string // link to the window after, if any
+	Latest      string // link to the last steps, when not shown
 	Span        time.Duration
 	ChartHeight float64
 	Approvals   []agentkit.PendingApproval
@@ -236,6 +241,7 @@ const (
 	chartBars  = 610.0
 	chartRow   = 22.0
 	payloadMax = 64 << 10
+	stepsPage  = 200 // steps shown at once: a long agent run has thousands
 )
 
 func (d *dash) runPage(w http.ResponseWriter, r *http.Request) {
@@ -253,12 +259,19 @@ func (d *dash) runView(r *http.Request, id string) (*runView, error) {
 	if err != nil {
 		return nil, err
 	}
-	steps, err := d.eng.ListSteps(ctx, id)
+	from := -1 // the last steps
+	if f := r.URL.Query().Get("from"); f != "" {
+		if from, err = strconv.Atoi(f); err != nil || from < 0 || from > math.MaxInt32 {
+			return nil, fmt.Errorf("%w: from must be a step position", durable.ErrInvalidArgument)
+		}
+	}
+	steps, total, err := d.eng.ListStepWindow(ctx, id, from, stepsPage)
 	if err != nil {
 		return nil, err
 	}
 	v := &runView{Info: info, Input: pretty(info.Input), Output: pretty(info.Output), Live: !info.Status.Finished(),
-		Version:     version(info, steps),
+		Version:     version(info, steps, total),
+		StepsTotal:  total,
 		Cancellable: !info.Status.Finished(),
 		Resumable:   info.Status == durable.StatusCancelled || info.Status == durable.StatusDead || info.Status == durable.StatusError}
 	if info.Error != nil {
@@ -269,7 +282,20 @@ func (d *dash) runView(r *http.Request, id string) (*runView, error) {
 	if v.Live {
 		end = time.Now()
 	}
-	seen := map[string]bool{}
+	if n := len(steps); n > 0 && n < total {
+		run := d.opts.Prefix + "/run?id=" + url.QueryEscape(id)
+		if first := steps[0].Pos; first > 0 {
+			v.Earlier = run + "&from=" + strconv.Itoa(max(0, first-stepsPage))
+		}
+		if from >= 0 && n == stepsPage {
+			v.Later = run + "&from=" + strconv.Itoa(steps[n-1].Pos+1)
+		}
+		if from >= 0 {
+			v.Latest = run
+		}
+		// The chart spans the steps shown.
+		t0, end = steps[0].FinishedAt, steps[n-1].FinishedAt
+	}
 	for _, s := range steps {
 		if s.FinishedAt.After(end) {
 			end = s.FinishedAt
@@ -277,13 +303,13 @@ func (d *dash) runView(r *http.Request, id string) (*runView, error) {
 		if !s.StartedAt.IsZero() && s.StartedAt.Before(t0) {
 			t0 = s.StartedAt
 		}
-		if key, ok := strings.CutPrefix(s.Name, "durable.event:"); ok && !seen[key] {
-			seen[key] = true
-			val, ok, err := durable.GetEvent[json.RawMessage](ctx, d.eng, id, key, 0)
-			if err == nil && ok {
-				v.Events = append(v.Events, kv{key, pretty(val)})
-			}
-		}
+	}
+	events, err := d.eng.ListEvents(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, ev := range events {
+		v.Events = append(v.Events, kv{ev.Key, pretty(ev.Value)})
 	}
 	v.Span = end.Sub(t0)
 	span := max(float64(v.Span), 1)

@@ -59,6 +59,8 @@ type Queries struct {
 	CompleteIntent      string
 	StepRow             string
 	ListSteps           string
+	ListStepWindow      string
+	ListEvents          string
 	OwnershipCheck      string
 	RegisterExecutor    string
 	Heartbeat           string
@@ -237,6 +239,21 @@ WHERE s.workflow_id = w.id AND s.pos = $2 AND s.status = 'intent'`),
 
 		ListSteps: r(`SELECT pos, name, status, attempts, started_at, finished_at, output, error
 FROM {{schema}}.steps WHERE workflow_id = $1 ORDER BY pos`),
+
+		// A window of ListSteps: from position $2, at most $3 steps; or, when
+		// $2 is negative, the last $3. Every row carries the count of all
+		// the run's steps; with none in the window, one row of NULLs does.
+		ListStepWindow: r(`SELECT c.n, s.pos, s.name, s.status, s.attempts, s.started_at, s.finished_at, s.output, s.error
+FROM (SELECT count(*) AS n FROM {{schema}}.steps WHERE workflow_id = $1) c
+LEFT JOIN LATERAL (
+	(SELECT * FROM {{schema}}.steps WHERE workflow_id = $1 AND $2::int >= 0 AND pos >= $2 ORDER BY pos LIMIT $3)
+	UNION ALL
+	(SELECT * FROM {{schema}}.steps WHERE workflow_id = $1 AND $2::int < 0 ORDER BY pos DESC LIMIT $3)
+) s ON true
+ORDER BY s.pos`),
+
+		// The events a run published, latest value per key. $1 workflow_id.
+		ListEvents: r(`SELECT key, value, updated_at FROM {{schema}}.events WHERE workflow_id = $1 ORDER BY key`),
 
 		StepRow: r(`SELECT workflow_id, pos, name, status, output, error, attempts
 FROM {{schema}}.steps WHERE workflow_id = $1 AND pos = $2`),
