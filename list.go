@@ -77,6 +77,10 @@ type WorkflowInfo struct {
 	// memory records the topic and clears it when the wait ends (two small
 	// writes); a parked wait records it as part of parking.
 	WaitTopic string
+	// TraceID is the OpenTelemetry trace of the run (every execution of
+	// it joins the trace of the span that started it), as 32 hex digits;
+	// "" when the starting engine had no Config.TracerProvider.
+	TraceID string
 }
 
 // ListWorkflows returns runs matching p, newest first (by creation time,
@@ -130,12 +134,15 @@ func (e *Engine) listRuns(ctx context.Context, f sysdb.ListFilter) (runs []Workf
 func scanWorkflowInfo(rows pgx.Rows) (WorkflowInfo, error) {
 	var w WorkflowInfo
 	var status string
-	var executor, parent, queue, waitTopic *string
+	var executor, parent, queue, waitTopic, traceCtx *string
 	var deadline, started *time.Time
 	var errb, input, output []byte
 	if err := rows.Scan(&w.ID, &w.Name, &status, &w.AppVersion, &executor, &parent, &queue, &w.CreatedAt, &w.UpdatedAt,
-		&w.RecoveryAttempts, &deadline, &errb, &started, &input, &output, &waitTopic); err != nil {
+		&w.RecoveryAttempts, &deadline, &errb, &started, &input, &output, &waitTopic, &traceCtx); err != nil {
 		return w, err
+	}
+	if sc := parseTraceparent(traceCtx); sc.HasTraceID() {
+		w.TraceID = sc.TraceID().String()
 	}
 	w.Status = Status(status)
 	w.Executor, w.Parent, w.Queue, w.WaitTopic = deref(executor), deref(parent), deref(queue), deref(waitTopic)

@@ -178,6 +178,10 @@ func TestTraceSpanTree(t *testing.T) {
 		return len(s["durable.run parent"]) == 2 && len(s["durable.run child"]) == 1
 	}, 30*time.Second, 5*time.Millisecond)
 	req := s.one(t, "request")
+	// Operators find the trace from the run (Inspect, listings, dashboard).
+	info, err := e.Inspect(ctx, "traced-1")
+	require.NoError(t, err)
+	require.Equal(t, req.SpanContext.TraceID().String(), info.TraceID)
 	for _, sp := range exp.GetSpans() {
 		require.Equal(t, req.SpanContext.TraceID(), sp.SpanContext.TraceID(), "span %q joins the caller's trace", sp.Name)
 	}

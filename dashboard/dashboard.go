@@ -87,6 +87,10 @@ type Options struct {
 	// Defaults to false.
 	ReadOnly bool
 
+	// TraceURL links a run's trace ID (shown when the run was started
+	// with tracing) to a tracing UI: "{trace}" in it is replaced by the ID,
+	// e.g. "https://jaeger.example.com/trace/{trace}". Empty: no link.
+	TraceURL string
 	// Streams are the stream keys shown on a run's page, followed live.
 	// Defaults to agentkit's event stream (agentkit.EventsKey).
 	Streams []string

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/dashboard"
@@ -444,4 +445,47 @@ func has(t *testing.T, page string, want bool, s string) {
 	if strings.Contains(page, s) != want {
 		t.Fatalf("page contains %q: %v, want %v", s, !want, want)
 	}
+}
+
+// TestRunTraceLink: a run started with tracing shows its trace ID, linked
+// to the tracing UI of Options.TraceURL.
+func TestRunTraceLink(t *testing.T) {
+	t.Parallel()
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	cfg := &durable.Config{Schema: pgtest.Schema(t), AppVersion: "test", Logger: slog.New(slog.DiscardHandler), TracerProvider: tp}
+	e, err := durable.New(pgtest.Pool(t), cfg)
+	require.NoError(t, err)
+	wf := durable.Register(e, "traced", func(wctx durable.Context, in int) (int, error) { return in, nil }, nil)
+	ctx := ctxT(t)
+	require.NoError(t, e.Launch(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Shutdown(ctx)
+	})
+	h, err := wf.Start(ctx, 1, &durable.StartOpts{ID: "traced-run"})
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+	info, err := e.Inspect(ctx, "traced-run")
+	require.NoError(t, err)
+	require.Len(t, info.TraceID, 32)
+
+	hd, err := dashboard.New(e, &dashboard.Options{Token: token, TraceURL: "https://traces.example.com/trace/{trace}"})
+	require.NoError(t, err)
+	r := httptest.NewRequest("GET", "/run?id=traced-run", nil)
+	withBearer(r)
+	w := httptest.NewRecorder()
+	hd.ServeHTTP(w, r)
+	require.Equal(t, http.StatusOK, w.Code)
+	has(t, w.Body.String(), true, `<a href="https://traces.example.com/trace/`+info.TraceID+`">`+info.TraceID+`</a>`)
+
+	// Untraced runs show none.
+	rg := newRig(t, nil)
+	h2, err := rg.wf.Start(ctx, "x", nil)
+	require.NoError(t, err)
+	w2 := rg.do("GET", "/run?id="+h2.ID(), nil, withBearer)
+	require.Equal(t, http.StatusOK, w2.Code)
+	has(t, w2.Body.String(), false, `id="run-trace"`)
 }

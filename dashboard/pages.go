@@ -230,6 +230,7 @@ type runView struct {
 	Transcript  []kv
 	Children    []durable.WorkflowInfo
 	Version     string // see version
+	TraceURL    string // link to the run's trace, if Options.TraceURL is set
 	Live        bool
 	Cancellable bool
 	Resumable   bool
@@ -274,6 +275,9 @@ func (d *dash) runView(r *http.Request, id string) (*runView, error) {
 		StepsTotal:  total,
 		Cancellable: !info.Status.Finished(),
 		Resumable:   info.Status == durable.StatusCancelled || info.Status == durable.StatusDead || info.Status == durable.StatusError}
+	if info.TraceID != "" && d.opts.TraceURL != "" {
+		v.TraceURL = strings.ReplaceAll(d.opts.TraceURL, "{trace}", info.TraceID)
+	}
 	if info.Error != nil {
 		v.Error = info.Error.Error()
 	}

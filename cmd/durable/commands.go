@@ -129,6 +129,9 @@ func cmdShow(ctx context.Context, c *cli, args []string) error {
 	if run.RecoveryAttempts > 0 {
 		kv.row("Recoveries", strconv.Itoa(run.RecoveryAttempts))
 	}
+	if run.TraceID != "" {
+		kv.row("Trace", run.TraceID)
+	}
 	kv.row("Input", clip(string(run.Input), 200))
 	if run.Output != nil {
 		kv.row("Output", clip(string(run.Output), 200))

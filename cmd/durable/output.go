@@ -160,6 +160,7 @@ type runJSON struct {
 	StartedAt        *time.Time      `json:"started_at,omitempty"`
 	Deadline         *time.Time      `json:"deadline,omitempty"`
 	RecoveryAttempts int             `json:"recovery_attempts"`
+	TraceID          string          `json:"trace_id,omitempty"`
 	Error            *errorJSON      `json:"error,omitempty"`
 	Input            json.RawMessage `json:"input,omitempty"`
 	Output           json.RawMessage `json:"output,omitempty"`
@@ -177,7 +178,7 @@ func toRunJSON(r durable.WorkflowInfo) runJSON {
 	return runJSON{ID: r.ID, Name: r.Name, Status: r.Status, AppVersion: r.AppVersion, Executor: r.Executor,
 		Parent: r.Parent, Queue: r.Queue, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		StartedAt: timePtr(r.StartedAt), Deadline: timePtr(r.Deadline), RecoveryAttempts: r.RecoveryAttempts,
-		Error: toErrorJSON(r.Error), Input: r.Input, Output: r.Output}
+		TraceID: r.TraceID, Error: toErrorJSON(r.Error), Input: r.Input, Output: r.Output}
 }
 
 type stepJSON struct {

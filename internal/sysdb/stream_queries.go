@@ -103,8 +103,8 @@ type ListFilter struct {
 // arguments. The statement text depends only on which filters are set, so
 // each combination gets its own plan. Columns: id, name, status,
 // app_version, executor_id, parent_id, queue_name, created_at, updated_at,
-// recovery_attempts, deadline, error, started_at, input, output, and the
-// wait_topic of a pending or queued run.
+// recovery_attempts, deadline, error, started_at, input, output, the
+// wait_topic of a pending or queued run, and trace_context.
 func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	var where []string
 	var args []any
@@ -149,7 +149,7 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	var b strings.Builder
 	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
 	recovery_attempts, deadline, error, started_at, ` + payloads + `,
-	CASE WHEN status IN ('pending', 'enqueued') THEN wait_topic END
+	CASE WHEN status IN ('pending', 'enqueued') THEN wait_topic END, trace_context
 FROM {{schema}}.workflows`)
 	if len(where) > 0 {
 		b.WriteString("\nWHERE ")
