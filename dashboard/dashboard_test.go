@@ -410,31 +410,29 @@ func TestLongRunPages(t *testing.T) {
 	_, err = h.Result(ctx)
 	require.NoError(t, err)
 
-	w := rg.do("GET", "/run?id=long-run", nil, withBearer)
-	require.Equal(t, http.StatusOK, w.Code)
-	body := w.Body.String()
-	has(t, body, true, "200 of 250, from #50")
-	has(t, body, true, `href="/run?id=long-run&amp;from=0" id="steps-earlier"`)
-	has(t, body, false, "steps-later")
-	has(t, body, true, "s249")
-	has(t, body, false, "s049")
-
-	w = rg.do("GET", "/run?id=long-run&from=0", nil, withBearer)
-	require.Equal(t, http.StatusOK, w.Code)
-	body = w.Body.String()
-	has(t, body, true, "200 of 250, from #0")
-	has(t, body, true, `href="/run?id=long-run&amp;from=200" id="steps-later"`)
-	has(t, body, true, `href="/run?id=long-run" id="steps-latest"`)
-	has(t, body, false, "steps-earlier")
-	has(t, body, true, "s000")
-	has(t, body, false, "s200")
-
-	w = rg.do("GET", "/run?id=long-run&from=200", nil, withBearer)
-	require.Equal(t, http.StatusOK, w.Code)
-	has(t, w.Body.String(), true, "50 of 250, from #200")
-
+	for _, pg := range []struct {
+		target           string
+		present, missing []string
+	}{
+		{"/run?id=long-run",
+			[]string{"200 of 250, from #50", `href="/run?id=long-run&amp;from=0" id="steps-earlier"`, "s249"},
+			[]string{"steps-later", "s049"}},
+		{"/run?id=long-run&from=0",
+			[]string{"200 of 250, from #0", `href="/run?id=long-run&amp;from=200" id="steps-later"`, `href="/run?id=long-run" id="steps-latest"`, "s000"},
+			[]string{"steps-earlier", "s200"}},
+		{"/run?id=long-run&from=200", []string{"50 of 250, from #200"}, nil},
+	} {
+		w := rg.do("GET", pg.target, nil, withBearer)
+		require.Equal(t, http.StatusOK, w.Code, pg.target)
+		for _, s := range pg.present {
+			has(t, w.Body.String(), true, s)
+		}
+		for _, s := range pg.missing {
+			has(t, w.Body.String(), false, s)
+		}
+	}
 	for _, from := range []string{"x", "-1", "99999999999"} {
-		w = rg.do("GET", "/run?id=long-run&from="+from, nil, withBearer)
+		w := rg.do("GET", "/run?id=long-run&from="+from, nil, withBearer)
 		require.Equal(t, http.StatusBadRequest, w.Code, from)
 	}
 }
