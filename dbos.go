@@ -283,6 +283,7 @@ type Engine struct {
 	hardCtx    context.Context // parent of every run's context
 	hardCancel context.CancelCauseFunc
 	runs       sync.WaitGroup
+	workers    *workerPool
 	active     sync.Map // workflow ID -> *run executing here
 	launches   launchGate
 	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
@@ -347,6 +348,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	}
 	e.tracer = newTracer(c.TracerProvider)
 	e.initBatchers()
+	e.workers = newWorkerPool()
 	e.streamw = newStreamWriter(e)
 	return e, nil
 }
@@ -478,12 +480,19 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 	}
 	listener.ListenSQL = e.q.ListenStmt
 	listener.OnNotify = e.onNotify
+	connected := false // called from the listener's goroutine only
 	listener.OnConnected = func() {
 		// The connection came back: Postgres may have restarted (and lost
 		// the last finishes, which do not wait for their WAL flush: see
 		// FinishOne), and notifications may have been missed while
-		// disconnected. The next sweep looks for stray runs.
-		e.noteDBTrouble()
+		// disconnected. The next sweep looks for stray runs. (Not after
+		// the first connect: Launch's recovery has just claimed this
+		// executor's runs, and a stray check racing with runs that finish
+		// would only send no-op claims.)
+		if connected {
+			e.noteDBTrouble()
+		}
+		connected = true
 		e.hub.wakeAll()
 		e.wakeSweeper()
 		for _, q := range e.queues {
