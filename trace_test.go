@@ -487,7 +487,7 @@ func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 		for _, id := range ids {
 			if c.ids[id] {
 				c.byID[id]++
-				c.texts[id] = append(c.texts[id], strings.Fields(data.SQL)[0])
+				c.texts[id] = append(c.texts[id], strings.Join(strings.Fields(data.SQL), " "))
 				return ctx
 			}
 		}
