@@ -27,13 +27,7 @@ import (
 // (EXPLAIN ANALYZE, rolled back), with custom and with generic plans.
 func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	if err := Migrate(ctx, pool, schema); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema := migratedSchema(t)
 	const runs, batch = 3000, 50
 	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
 	for _, st := range []struct {
@@ -101,6 +95,19 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 	}
 }
 
+// migratedSchema returns a context bounded for the test, the test pool and
+// a fresh schema with every migration applied.
+func migratedSchema(t *testing.T) (context.Context, *pgxpool.Pool, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
+	if err := Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, pool, schema
+}
+
 // explainRows runs sql under EXPLAIN ANALYZE in a transaction it rolls
 // back and returns how many rows of the workflows table its plan nodes read
 // (rows returned plus rows removed by a filter, times loops, and rows a
@@ -158,13 +165,7 @@ func (n *planNode) rowsOf(rel string) int {
 // runs of another application version.
 func TestSweepReadsOnlyLiveRuns(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	if err := Migrate(ctx, pool, schema); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema := migratedSchema(t)
 	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
 	ex := pgx.Identifier{schema, "executors"}.Sanitize()
 	for _, sql := range []string{
