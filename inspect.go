@@ -59,7 +59,7 @@ func (e *Engine) ListStepWindow(ctx context.Context, id string, from, limit int)
 	if from > math.MaxInt32 || from < math.MinInt32 {
 		return nil, 0, fmt.Errorf("%w: ListStepWindow: from %d is out of range", ErrInvalidArgument, from)
 	}
-	if _, err := e.readRun(ctx, e.pool, id); err != nil {
+	if err := checkName("workflow ID", id); err != nil {
 		return nil, 0, err
 	}
 	rows, err := e.pool.Query(ctx, e.q.ListStepWindow, id, from, limit)
@@ -68,8 +68,9 @@ func (e *Engine) ListStepWindow(ctx context.Context, id string, from, limit int)
 	}
 	defer rows.Close()
 	var out []StepRecord
-	total := 0
+	total, found := 0, false
 	for rows.Next() {
+		found = true
 		var s stepRow
 		var pos, attempts *int
 		var name, status *string
@@ -83,7 +84,13 @@ func (e *Engine) ListStepWindow(ctx context.Context, id string, from, limit int)
 		s.pos, s.name, s.status, s.attempts, s.finished = *pos, *name, *status, *attempts, *finished
 		out = append(out, s.record())
 	}
-	return out, total, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("durable: list steps of %q: %w", id, err)
+	}
+	if !found {
+		return nil, 0, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
+	}
+	return out, total, nil
 }
 
 // stepRow is a row of the steps table as the listings read it.
@@ -117,7 +124,7 @@ type EventRecord struct {
 // ListEvents returns the events run id published, the latest value per
 // key, in key order. It works from any process, for any run.
 func (e *Engine) ListEvents(ctx context.Context, id string) ([]EventRecord, error) {
-	if _, err := e.readRun(ctx, e.pool, id); err != nil {
+	if err := checkName("workflow ID", id); err != nil {
 		return nil, err
 	}
 	rows, err := e.pool.Query(ctx, e.q.ListEvents, id)
@@ -126,14 +133,28 @@ func (e *Engine) ListEvents(ctx context.Context, id string) ([]EventRecord, erro
 	}
 	defer rows.Close()
 	var out []EventRecord
+	found := false
 	for rows.Next() {
+		found = true
+		var key *string
+		var updated *time.Time
 		var ev EventRecord
-		if err := rows.Scan(&ev.Key, &ev.Value, &ev.UpdatedAt); err != nil {
+		if err := rows.Scan(&key, &ev.Value, &updated); err != nil {
 			return nil, fmt.Errorf("durable: list events of %q: %w", id, err)
 		}
+		if key == nil { // the run has no event
+			continue
+		}
+		ev.Key, ev.UpdatedAt = *key, *updated
 		out = append(out, ev)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("durable: list events of %q: %w", id, err)
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
+	}
+	return out, nil
 }
 
 // Inspect returns run id, with its input and output, as [Engine.ListWorkflows]
