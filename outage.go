@@ -180,6 +180,15 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 	if !e.strayCheck.Swap(false) {
 		return nil
 	}
+	// Runs executing here before the read are not strays, even if they
+	// finish (and leave e.active) before the check below: the read may
+	// still have seen them pending. One that halts on a database error
+	// later marks the trouble again, and the next sweep looks at it.
+	executing := map[string]bool{}
+	e.active.Range(func(id, _ any) bool {
+		executing[id.(string)] = true
+		return true
+	})
 	rows, err := e.pool.Query(ctx, e.q.OwnUnparked, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
 	if err != nil {
 		e.noteDBTrouble()
@@ -216,7 +225,7 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 	}
 	var found []stray
 	for _, s := range candidates {
-		if _, running := e.active.Load(s.id); !running {
+		if _, running := e.active.Load(s.id); !running && !executing[s.id] {
 			found = append(found, s)
 		}
 	}
