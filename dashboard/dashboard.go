@@ -25,6 +25,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -142,15 +143,9 @@ func New(eng *durable.Engine, opts *Options) (http.Handler, error) {
 	case o.PageSize < 0 || o.PageSize > durable.ListLimitMax:
 		return nil, fmt.Errorf("dashboard: Options.PageSize %d is outside 0..%d", o.PageSize, durable.ListLimitMax)
 	}
-	if o.SessionTTL == 0 {
-		o.SessionTTL = SessionTTLDefault
-	}
-	if o.RefreshInterval == 0 {
-		o.RefreshInterval = RefreshIntervalDefault
-	}
-	if o.PageSize == 0 {
-		o.PageSize = PageSizeDefault
-	}
+	o.SessionTTL = cmp.Or(o.SessionTTL, SessionTTLDefault)
+	o.RefreshInterval = cmp.Or(o.RefreshInterval, RefreshIntervalDefault)
+	o.PageSize = cmp.Or(o.PageSize, PageSizeDefault)
 	if o.Streams == nil {
 		o.Streams = []string{agentkit.EventsKey}
 	}
