@@ -421,6 +421,7 @@ func riverDrain(ctx context.Context, pool *pgxpool.Pool, n int, tuned bool, w *n
 	out[key+"_insert_per_s"] = float64(n) / time.Since(ti).Seconds()
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + latN + 100, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	defer cancel()
+	cpu0 := sampleCPU()
 	t0 := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return err
@@ -442,6 +443,7 @@ func riverDrain(ctx context.Context, pool *pgxpool.Pool, n int, tuned bool, w *n
 		}
 	}
 	el := time.Since(t0)
+	storeCPUPer(out, key, cpu0, sampleCPU(), n)
 	out[key+"_s"] = el.Seconds()
 	out[key+"_per_s"] = float64(n) / el.Seconds()
 	if w.started == nil {

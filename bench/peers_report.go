@@ -162,6 +162,10 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		row(fmt.Sprintf("River drain, `river bench` tuning (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms): %d no-op jobs", riverN(p)),
 			fmt.Sprintf("%.0f jobs/s (%.2f s)", m["river_tuned_drain_per_s"], m["river_tuned_drain_s"]),
 			x("ratio_river_tuned_drain_insert_c32", "INSERT/s at 32 goroutines")+"; durable/River "+x("ratio_drain_vs_river_tuned", ""), tn, tr)
+		if v, ok := m["river_tuned_drain_server_cpu_us"]; ok {
+			row("CPU per River job, `river bench` tuning: Postgres server processes / the bench process",
+				fmt.Sprintf("%.0f µs / %.0f µs", v, m["river_tuned_drain_self_cpu_us"]), "", "", "")
+		}
 	}
 	if has("river_lat_p50_us") {
 		row("River insert-to-start (Insert -> Work begins), idle queue, defaults: p50", fmtUS(m["river_lat_p50_us"]), x("ratio_river_lat_p50", "floor A p50"), "", "")

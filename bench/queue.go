@@ -382,6 +382,7 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	if err != nil {
 		return nil, err
 	}
+	cpu0 := sampleCPU()
 	t0 := time.Now()
 	w, err := durable.New(wpool, cfg("bench-drain-worker"))
 	if err != nil {
@@ -404,6 +405,7 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 		return nil, err
 	}
 	elapsed := done.Sub(t0)
+	storeCPUPer(out, "drain", cpu0, sampleCPU(), n)
 	c, err := b.endCosts(ctx, wal0, xid0)
 	if err != nil {
 		return nil, err

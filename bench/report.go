@@ -409,6 +409,10 @@ func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, rati
 		}
 		row("per drained workflow (incl. Launch): SQL statements / write transactions / WAL bytes",
 			fmt.Sprintf("%s / %.2f / %.0f B", stmts, m["drain_xids_per_wf"], m["drain_wal_bytes_per_wf"]), "", "", "")
+		if v, ok := m["drain_server_cpu_us"]; ok {
+			row("CPU per drained workflow (incl. Launch): Postgres server processes / the bench process",
+				fmt.Sprintf("%.0f µs / %.0f µs", v, m["drain_self_cpu_us"]), "", "", "")
+		}
 	}
 	if rec := r.Recovery; rec != nil {
 		tn, tr := res("recovery_s")
