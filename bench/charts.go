@@ -116,6 +116,7 @@ func (r *Result) writeCharts(dir string) error {
 		key, name string
 		col       color.Color
 	}{
+		{"drain0_per_s", "durable, 0-step workflows (reference)", chartColors[1]},
 		{"dbos_drain_per_s", "DBOS Go v1.8.0", chartColors[2]},
 		{"river_drain_per_s", "River v0.51.2, defaults", chartColors[3]},
 		{"river_tuned_drain_per_s", "River, river bench tuning", chartColors[4]},

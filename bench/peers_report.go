@@ -51,6 +51,11 @@ func derivePeers(v map[string]float64, conc []int, div func(key string, x, y flo
 				div("ratio_"+k+"_drain_insert_c32", x, ins)
 			}
 		}
+		if x, ok := v["river_tuned_drain_per_s"]; ok {
+			if d0, ok := v["drain0_per_s"]; ok {
+				div("ratio_drain0_vs_river_tuned", d0, x)
+			}
+		}
 	}
 }
 
@@ -162,6 +167,10 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		row(fmt.Sprintf("River drain, `river bench` tuning (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms): %d no-op jobs", riverN(p)),
 			fmt.Sprintf("%.0f jobs/s (%.2f s)", m["river_tuned_drain_per_s"], m["river_tuned_drain_s"]),
 			x("ratio_river_tuned_drain_insert_c32", "INSERT/s at 32 goroutines")+"; durable/River "+x("ratio_drain_vs_river_tuned", ""), tn, tr)
+		if _, ok := m["ratio_drain0_vs_river_tuned"]; ok {
+			row("durable's reference drain of 0-step workflows (no step checkpoint, as a no-op job records none) against River's tuned drain",
+				fmt.Sprintf("%.0f wf/s", m["drain0_per_s"]), "durable/River "+x("ratio_drain0_vs_river_tuned", ""), "", "")
+		}
 		if v, ok := m["river_tuned_drain_server_cpu_us"]; ok {
 			row("CPU per River job, `river bench` tuning: Postgres server processes / the bench process",
 				fmt.Sprintf("%.0f µs / %.0f µs", v, m["river_tuned_drain_self_cpu_us"]), "", "", "")

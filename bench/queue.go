@@ -234,6 +234,9 @@ func oneStep(wctx durable.Context, i int) (int, error) {
 	return i, err
 }
 
+// zeroSteps is the drained workflow of the reference drain: no step.
+func zeroSteps(_ durable.Context, i int) (int, error) { return i, nil }
+
 // costs is what the server did during a timed phase: statements (this
 // database, the bench's polling left out), write transactions and WAL.
 type costs struct {
@@ -288,7 +291,9 @@ func (c costs) store(prefix string, n int, out map[string]float64) {
 //  3. the floors: raw INSERTs from 32 goroutines, and DrainN rows of a
 //     plain table consumed by DELETE ... RETURNING, 1000 at a time;
 //  4. a new engine declares and works the queue: timed from New + Launch
-//     until no run of the queue is enqueued or pending.
+//     until no run of the queue is enqueued or pending;
+//  5. for reference, 2 and 4 again with 0-step workflows, which record no
+//     step, as a River no-op job records none.
 func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stmt, error) {
 	o := b.o
 	n := o.DrainN
@@ -304,15 +309,11 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 		return nil, err
 	}
 	defer wpool.Close()
-	cfg := func(executor string) *durable.Config {
-		return &durable.Config{Schema: drainSchema, AppVersion: "bench", ExecutorID: executor, Logger: discard}
-	}
-
 	// 1. Declare the queue, so that the client may enqueue on it, and
 	// warm the worker pool up as River's is (its tuned drain runs on the
 	// pool of its default one): an untimed drain of drainWarmN runs, then
 	// the tables are emptied.
-	decl, err := durable.New(wpool, cfg("bench-drain-declarer"))
+	decl, err := durable.New(wpool, drainConfig("bench-drain-declarer"))
 	if err != nil {
 		return nil, err
 	}
@@ -345,26 +346,8 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	if err := timeConc(ctx, "drain_floor_insert_c8", enqueueConc, o.TputTotal, b.rawInsert, out); err != nil {
 		return nil, err
 	}
-	client, err := durable.New(b.clientPool, cfg("bench-drain-client"))
-	if err != nil {
+	if err := b.drainPrefill(ctx, "drain1", "drain_enqueue", out); err != nil {
 		return nil, err
-	}
-	cwf := durable.Register(client, "drain1", notHere[int, int], nil)
-	cq := client.QueueRef(drainQueue)
-	var next atomic.Int64
-	enqueue := func(ctx context.Context) error {
-		_, err := cwf.Enqueue(ctx, cq, int(next.Add(1)), nil)
-		return err
-	}
-	if err := timeConc(ctx, "drain_enqueue", enqueueConc, n, enqueue, out); err != nil {
-		return nil, err
-	}
-	st, err := cq.Stats(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if st.Ready != n || st.Running != 0 {
-		return nil, fmt.Errorf("after the pre-fill the queue has %d ready and %d running runs, want %d and 0", st.Ready, st.Running, n)
 	}
 	logf("%-15s %7.0f /s  (%d runs from %d goroutines; floor INSERTs from %d: %.0f /s)", "drain_enqueue",
 		out["drain_enqueue_per_s"], n, enqueueConc, enqueueConc, out["drain_floor_insert_c8_per_s"])
@@ -382,53 +365,119 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	if err != nil {
 		return nil, err
 	}
-	cpu0 := sampleCPU()
-	t0 := time.Now()
-	w, err := durable.New(wpool, cfg("bench-drain-worker"))
+	stop, err := b.drainTimed(ctx, wpool, "drain1", oneStep, "bench-drain-worker", "drain", out)
 	if err != nil {
 		return nil, err
 	}
-	durable.Register(w, "drain1", oneStep, nil)
-	durable.RegisterQueue(w, drainQueue, nil)
-	if err := w.Launch(ctx); err != nil {
-		return nil, err
-	}
-	launched := time.Since(t0)
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = w.Shutdown(sctx)
-	}()
-	anyLeft, count := queueLeft(drainSchema)
-	done, err := b.waitZero(ctx, anyLeft, count, drainQueue)
-	if err != nil {
-		return nil, err
-	}
-	elapsed := done.Sub(t0)
-	storeCPUPer(out, "drain", cpu0, sampleCPU(), n)
 	c, err := b.endCosts(ctx, wal0, xid0)
+	stop()
 	if err != nil {
 		return nil, err
 	}
-	var ok int
-	if err := b.conn.QueryRow(ctx, "SELECT /* "+pollMarker+" */ count(*) FROM "+drainSchema+".workflows WHERE queue_name = $1 AND status = 'success'", drainQueue).Scan(&ok); err != nil {
-		return nil, err
-	}
-	if ok != n {
-		return nil, fmt.Errorf("drain: %d of %d runs succeeded", ok, n)
-	}
-	out["drain_s"] = elapsed.Seconds()
-	out["drain_per_s"] = float64(n) / elapsed.Seconds()
-	out["drain_launch_ms"] = float64(launched) / float64(time.Millisecond)
 	c.store("drain", n, out)
 	logf("%-15s %7.0f wf/s  (%d runs in %.2fs, Launch %.0f ms; floors: INSERTs from %d %.0f /s, DELETE ... RETURNING %.0f rows/s)",
-		"drain", out["drain_per_s"], n, elapsed.Seconds(), out["drain_launch_ms"], floorDrainConc,
+		"drain", out["drain_per_s"], n, out["drain_s"], out["drain_launch_ms"], floorDrainConc,
 		out["drain_floor_insert_c32_per_s"], out["drain_floor_per_s"])
 	if c.calls >= 0 {
 		logf("%-15s %.2f statements, %.2f write transactions, %.0f WAL bytes per workflow", "drain",
 			out["drain_statements_per_wf"], out["drain_xids_per_wf"], out["drain_wal_bytes_per_wf"])
 	}
+
+	// 5. Reference: the same drain of 0-step workflows, which record no
+	// step, as a River no-op job records none.
+	if _, err := b.conn.Exec(ctx, "TRUNCATE "+drainSchema+".steps, "+drainSchema+".workflows"); err != nil {
+		return nil, err
+	}
+	if err := b.drainPrefill(ctx, "drain0", "drain0_enqueue", out); err != nil {
+		return nil, err
+	}
+	stop, err = b.drainTimed(ctx, wpool, "drain0", zeroSteps, "bench-drain-worker0", "drain0", out)
+	if err != nil {
+		return nil, err
+	}
+	stop()
+	logf("%-15s %7.0f wf/s  (%d 0-step runs in %.2fs, Launch %.0f ms; reference)", "drain0", out["drain0_per_s"], n, out["drain0_s"], out["drain0_launch_ms"])
 	return c.top, nil
+}
+
+func drainConfig(executor string) *durable.Config {
+	return &durable.Config{Schema: drainSchema, AppVersion: "bench", ExecutorID: executor, Logger: discard}
+}
+
+// drainPrefill has a client engine (never launched, its own pool) enqueue
+// DrainN runs of the workflow name from enqueueConc goroutines, timed as
+// key, and checks the queue holds them all, ready.
+func (b *bench) drainPrefill(ctx context.Context, name, key string, out map[string]float64) error {
+	n := b.o.DrainN
+	client, err := durable.New(b.clientPool, drainConfig("bench-drain-client"))
+	if err != nil {
+		return err
+	}
+	cwf := durable.Register(client, name, notHere[int, int], nil)
+	cq := client.QueueRef(drainQueue)
+	var next atomic.Int64
+	enqueue := func(ctx context.Context) error {
+		_, err := cwf.Enqueue(ctx, cq, int(next.Add(1)), nil)
+		return err
+	}
+	if err := timeConc(ctx, key, enqueueConc, n, enqueue, out); err != nil {
+		return err
+	}
+	st, err := cq.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Ready != n || st.Running != 0 {
+		return fmt.Errorf("after the pre-fill the queue has %d ready and %d running runs, want %d and 0", st.Ready, st.Running, n)
+	}
+	return nil
+}
+
+// drainTimed times a new engine that works the queue with workflow name
+// (body fn), from New + Launch until no run of the queue is left, checks
+// every run succeeded, and stores key_s, key_per_s, key_launch_ms and the
+// CPU used per run. stop shuts the engine down (untimed).
+func (b *bench) drainTimed(ctx context.Context, wpool *pgxpool.Pool, name string, fn func(durable.Context, int) (int, error),
+	executor, key string, out map[string]float64) (stop func(), err error) {
+	n := b.o.DrainN
+	cpu0 := sampleCPU()
+	t0 := time.Now()
+	w, err := durable.New(wpool, drainConfig(executor))
+	if err != nil {
+		return nil, err
+	}
+	durable.Register(w, name, fn, nil)
+	durable.RegisterQueue(w, drainQueue, nil)
+	if err := w.Launch(ctx); err != nil {
+		return nil, err
+	}
+	launched := time.Since(t0)
+	stop = func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = w.Shutdown(sctx)
+	}
+	anyLeft, count := queueLeft(drainSchema)
+	done, err := b.waitZero(ctx, anyLeft, count, drainQueue)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	elapsed := done.Sub(t0)
+	storeCPUPer(out, key, cpu0, sampleCPU(), n)
+	var ok int
+	if err := b.conn.QueryRow(ctx, "SELECT /* "+pollMarker+" */ count(*) FROM "+drainSchema+".workflows WHERE queue_name = $1 AND status = 'success'", drainQueue).Scan(&ok); err != nil {
+		stop()
+		return nil, err
+	}
+	if ok != n {
+		stop()
+		return nil, fmt.Errorf("%s: %d of %d runs succeeded", key, ok, n)
+	}
+	out[key+"_s"] = elapsed.Seconds()
+	out[key+"_per_s"] = float64(n) / elapsed.Seconds()
+	out[key+"_launch_ms"] = float64(launched) / float64(time.Millisecond)
+	return stop, nil
 }
 
 // floorDrain is the raw floor of a drain: n rows of a plain table, inserted

@@ -137,6 +137,9 @@ func derive(v map[string]float64, conc []int) {
 		div("ratio_drain_insert_c32", v["drain_per_s"], v["drain_floor_insert_c32_per_s"])
 		div("ratio_drain_floor", v["drain_per_s"], v["drain_floor_per_s"])
 		div("ratio_drain_enqueue_insert_c8", v["drain_enqueue_per_s"], v["drain_floor_insert_c8_per_s"])
+		if d0, ok := v["drain0_per_s"]; ok {
+			div("ratio_drain_vs_drain0", v["drain_per_s"], d0)
+		}
 	}
 }
 
@@ -412,6 +415,15 @@ func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, rati
 		if v, ok := m["drain_server_cpu_us"]; ok {
 			row("CPU per drained workflow (incl. Launch): Postgres server processes / the bench process",
 				fmt.Sprintf("%.0f µs / %.0f µs", v, m["drain_self_cpu_us"]), "", "", "")
+		}
+		if v, ok := m["drain0_per_s"]; ok {
+			row(fmt.Sprintf("reference: queue drain of %d 0-step workflows (no step checkpoint), Launch -> all done", p.DrainN),
+				fmt.Sprintf("%.0f wf/s (%.2f s; Launch %.0f ms)", v, m["drain0_s"], m["drain0_launch_ms"]),
+				fmtX(m["ratio_drain_vs_drain0"], "1-step drain / 0-step drain"), "", "")
+		}
+		if v, ok := m["drain0_server_cpu_us"]; ok {
+			row("CPU per drained 0-step workflow: Postgres server processes / the bench process",
+				fmt.Sprintf("%.0f µs / %.0f µs", v, m["drain0_self_cpu_us"]), "", "", "")
 		}
 	}
 	if rec := r.Recovery; rec != nil {
