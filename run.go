@@ -426,13 +426,14 @@ func (e *Engine) loadSteps(ctx context.Context, ids []string) (map[string]map[in
 }
 
 // encodePayload encodes v as JSON within the size limit.
-func (e *Engine) encodePayload(v any, what string) ([]byte, error) {
+// What it is, for errors, is fmt.Sprintf(what, name), made only then.
+func (e *Engine) encodePayload(v any, what, name string) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("durable: encode %s: %w", what, err))
+		return nil, Permanent(fmt.Errorf("durable: encode %s: %w", fmt.Sprintf(what, name), err))
 	}
 	if len(b) > e.cfg.MaxPayloadBytes {
-		return nil, &PayloadTooLargeError{What: what, Size: len(b), Limit: e.cfg.MaxPayloadBytes}
+		return nil, &PayloadTooLargeError{What: fmt.Sprintf(what, name), Size: len(b), Limit: e.cfg.MaxPayloadBytes}
 	}
 	return b, nil
 }

@@ -166,10 +166,10 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 					err = fmt.Errorf("durable: %s: InputFunc panicked: %v", what, p)
 				}
 			}()
-			return e.encodePayload(f(tick), what)
+			return e.encodePayload(f(tick), "%s", what)
 		}
 	} else {
-		b, err := e.encodePayload(o.Input, what)
+		b, err := e.encodePayload(o.Input, "%s", what)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -336,7 +337,7 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	status := stepDone
 	if runErr == nil {
 		var err error
-		output, err = r.e.encodePayload(out, fmt.Sprintf("output of step %q", name))
+		output, err = r.e.encodePayload(out, "output of step %q", name)
 		if err != nil {
 			runErr = err
 		}
@@ -347,7 +348,25 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	if err := r.checkpoint(pos, name, status, output, errb, attempts, started); err != nil {
 		return zero, err
 	}
+	if status == stepDone && jsonIdentity(out) {
+		return out, nil // what replay would decode
+	}
 	return replay[R](r, &stepRecord{pos: pos, name: name, status: status, output: output, err: errb, attempts: attempts})
+}
+
+// jsonIdentity reports whether v is of a type whose JSON round trip gives
+// v back exactly, so a live step can return it instead of decoding its
+// record: booleans, numbers of the predeclared types and valid UTF-8
+// strings (named types may have their own encoding, and invalid UTF-8 is
+// replaced when encoded).
+func jsonIdentity(v any) bool {
+	switch x := v.(type) {
+	case bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		return true // NaN and infinities never get here: they fail to encode
+	case string:
+		return utf8.ValidString(x)
+	}
+	return false
 }
 
 // replay returns a recorded step's outcome.
@@ -476,7 +495,7 @@ func txAttempt[R any](r *run, sp *tspan, pos int, name string, n int, started ti
 	if c.Conn().PgConn().TxStatus() != 'T' {
 		return out, nil, false, Permanent(fmt.Errorf("durable: step %q: the function committed, rolled back or broke its transaction; the engine commits it", name))
 	}
-	output, err = r.e.encodePayload(out, fmt.Sprintf("output of step %q", name))
+	output, err = r.e.encodePayload(out, "output of step %q", name)
 	if err != nil {
 		return out, nil, false, err
 	}
@@ -581,7 +600,7 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 	var output, errb []byte
 	status := stepDone
 	if runErr == nil {
-		output, runErr = r.e.encodePayload(out, fmt.Sprintf("output of step %q", name))
+		output, runErr = r.e.encodePayload(out, "output of step %q", name)
 	}
 	if runErr != nil {
 		status, output, errb = stepError, nil, encodeError(runErr)

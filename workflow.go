@@ -86,7 +86,7 @@ func TryRegister[P, R any](e *Engine, name string, fn func(wctx Context, in P) (
 		if err != nil {
 			return nil, err
 		}
-		return e.encodePayload(out, fmt.Sprintf("output of workflow %q", name))
+		return e.encodePayload(out, "output of workflow %q", name)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -178,7 +178,7 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 	if err := checkName("workflow ID", id); err != nil {
 		return "", nil, err
 	}
-	input, err := w.e.encodePayload(in, fmt.Sprintf("input of workflow %q", w.def.name))
+	input, err := w.e.encodePayload(in, "input of workflow %q", w.def.name)
 	return id, input, err
 }
 
