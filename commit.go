@@ -181,30 +181,33 @@ func (e *Engine) flushSteps(items []*batchItem[*stepWrite]) {
 		index[key{w.id, int32(w.pos)}] = it
 	}
 	rows, err := e.pool.Query(ctx, e.q.InsertSteps, ids, pos, names, statuses, outputs, errs, attempts, started, epochs)
+	if err == nil {
+		for rows.Next() {
+			var k key
+			if err = rows.Scan(&k.id, &k.pos); err != nil {
+				rows.Close()
+				break
+			}
+			if it := index[k]; it != nil {
+				it.ok = true
+			}
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+	}
 	if err != nil {
+		// The statement failed as a whole (a row already recorded, see
+		// InsertSteps; a bad row; the connection), its error with the
+		// rows or after some of them.
+		for _, it := range items {
+			it.ok = false
+		}
 		writeSingly(items, err, func(it *batchItem[*stepWrite]) {
 			w := it.v
 			tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, w.output, w.errb, w.attempts, w.started, w.epoch)
 			it.ok, it.err = tag.RowsAffected() == 1, err
 		})
-		return
-	}
-	for rows.Next() {
-		var k key
-		if err := rows.Scan(&k.id, &k.pos); err != nil {
-			rows.Close()
-			setAll(items, err)
-			return
-		}
-		if it := index[k]; it != nil {
-			it.ok = true
-		}
-	}
-	if err := rows.Err(); err != nil {
-		setAll(items, err)
-		for _, it := range items {
-			it.ok = false
-		}
 	}
 }
 
@@ -268,27 +271,27 @@ func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
 		index[w.id] = it
 	}
 	rows, err := e.pool.Query(ctx, e.q.FinishWorkflows, ids, epochs, statuses, outputs, errs)
-	if err != nil {
-		writeSingly(items, err, func(it *batchItem[*finishWrite]) { it.ok, it.err = e.finishOne(ctx, it.v) })
-		return
-	}
-	for rows.Next() {
-		var id string
-		var ignored *string
-		if err := rows.Scan(&id, &ignored); err != nil {
-			rows.Close()
-			setAll(items, err)
-			return
+	if err == nil {
+		for rows.Next() {
+			var id string
+			var ignored *string
+			if err = rows.Scan(&id, &ignored); err != nil {
+				rows.Close()
+				break
+			}
+			if it := index[id]; it != nil {
+				it.ok = true
+			}
 		}
-		if it := index[id]; it != nil {
-			it.ok = true
+		if err == nil {
+			err = rows.Err()
 		}
 	}
-	if err := rows.Err(); err != nil {
-		setAll(items, err)
+	if err != nil { // the statement failed as a whole, its error with the rows or after some
 		for _, it := range items {
 			it.ok = false
 		}
+		writeSingly(items, err, func(it *batchItem[*finishWrite]) { it.ok, it.err = e.finishOne(ctx, it.v) })
 		return
 	}
 	for _, it := range items {
@@ -345,26 +348,26 @@ func (e *Engine) flushStarts(items []*batchItem[*startWrite]) {
 		index[w.id] = append(index[w.id], it)
 	}
 	rows, err := e.pool.Query(ctx, e.q.InsertWorkflows, ids, names, e.cfg.AppVersion, e.cfg.ExecutorID, inputs, parents, deadlines, traces)
-	if err != nil {
-		writeSingly(items, err, func(it *batchItem[*startWrite]) { it.ok, it.err = e.startOne(ctx, it.v) })
-		return
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			setAll(items, err)
-			return
+	if err == nil {
+		for rows.Next() {
+			var id string
+			if err = rows.Scan(&id); err != nil {
+				rows.Close()
+				break
+			}
+			// With the same ID twice in one batch, the first start wins.
+			if its := index[id]; len(its) > 0 {
+				its[0].ok = true
+			}
 		}
-		// With the same ID twice in one batch, the first start wins.
-		if its := index[id]; len(its) > 0 {
-			its[0].ok = true
+		if err == nil {
+			err = rows.Err()
 		}
 	}
-	if err := rows.Err(); err != nil {
-		setAll(items, err)
+	if err != nil { // the statement failed as a whole, its error with the rows or after some
 		for _, it := range items {
 			it.ok = false
 		}
+		writeSingly(items, err, func(it *batchItem[*startWrite]) { it.ok, it.err = e.startOne(ctx, it.v) })
 	}
 }

@@ -168,7 +168,12 @@ FOR SHARE OF w
 ON CONFLICT (workflow_id, pos) DO NOTHING`),
 
 		// InsertStep for many runs at once (group commit). Returns the rows
-		// written; a missing one was fenced or already recorded. Each run's
+		// written; a missing one was fenced. A row already recorded (an
+		// earlier try whose acknowledgement was lost) fails the statement
+		// with a unique violation, and the caller then writes the rows one by
+		// one: no ON CONFLICT clause, whose speculative insertion made each
+		// row ~1.5x the cost of a plain insert (100,000 rows: 624-788 ms
+		// against 399-515). Each run's
 		// row is found by its primary key alone, in a LATERAL subquery that
 		// also takes the lock: a join of the array with the table leaves
 		// the access path to the statistics, and when those say few runs are
@@ -183,7 +188,6 @@ FROM (SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::js
 	AS u(workflow_id, pos, name, status, output, error, attempts, started_at, epoch) ORDER BY workflow_id) u
 CROSS JOIN LATERAL (SELECT 1 FROM {{schema}}.workflows w
 	WHERE w.id = u.workflow_id AND w.epoch = u.epoch AND w.status = 'pending' FOR SHARE) w
-ON CONFLICT (workflow_id, pos) DO NOTHING
 RETURNING workflow_id, pos`),
 
 		// FinishOne for many runs at once (group commit), waking parked
