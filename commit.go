@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -149,18 +150,27 @@ func (e *Engine) initBatchers() {
 // touched no row.
 func (e *Engine) writeStep(ctx context.Context, w *stepWrite) (bool, error) {
 	if e.cfg.DisableGroupCommit {
-		tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, w.output, w.errb, w.attempts, w.started, w.epoch)
-		return tag.RowsAffected() == 1, err
+		return e.insertStep(ctx, w)
 	}
 	return e.stepBatch.do(w)
+}
+
+// insertStep writes one step checkpoint; written is false when the run was
+// fenced or the step is already recorded (a unique violation: InsertStep
+// has no ON CONFLICT clause, see InsertSteps).
+func (e *Engine) insertStep(ctx context.Context, w *stepWrite) (written bool, err error) {
+	tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, w.output, w.errb, w.attempts, w.started, w.epoch)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return false, nil
+	}
+	return tag.RowsAffected() == 1, err
 }
 
 func (e *Engine) flushSteps(items []*batchItem[*stepWrite]) {
 	ctx := e.hardCtx
 	if len(items) == 1 {
-		w := items[0].v
-		tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, w.output, w.errb, w.attempts, w.started, w.epoch)
-		items[0].ok, items[0].err = tag.RowsAffected() == 1, err
+		items[0].ok, items[0].err = e.insertStep(ctx, items[0].v)
 		return
 	}
 	n := len(items)
@@ -203,11 +213,7 @@ func (e *Engine) flushSteps(items []*batchItem[*stepWrite]) {
 		for _, it := range items {
 			it.ok = false
 		}
-		writeSingly(items, err, func(it *batchItem[*stepWrite]) {
-			w := it.v
-			tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, w.output, w.errb, w.attempts, w.started, w.epoch)
-			it.ok, it.err = tag.RowsAffected() == 1, err
-		})
+		writeSingly(items, err, func(it *batchItem[*stepWrite]) { it.ok, it.err = e.insertStep(ctx, it.v) })
 	}
 }
 

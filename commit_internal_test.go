@@ -11,7 +11,8 @@ import (
 // TestStepBatchWithARecordedRow: a multi-row step write in which one row
 // is already recorded (an earlier try whose acknowledgement was lost)
 // still writes the others, reports that one as not written (the caller
-// then finds it recorded), and leaves the recorded row as it was.
+// then finds it recorded), and leaves the recorded row as it was; so does
+// a single-row write.
 func TestStepBatchWithARecordedRow(t *testing.T) {
 	t.Parallel()
 	ctx, pool, schema := migratedSchema(t)
@@ -54,5 +55,12 @@ func TestStepBatchWithARecordedRow(t *testing.T) {
 	}
 	if want := fmt.Sprint([]string{`run-0="new"`, `run-1="old"`, `run-2="new"`}); fmt.Sprint(got) != want {
 		t.Errorf("steps %v, want %v", got, want)
+	}
+	// The single-row statement (a lone write, or DisableGroupCommit) says
+	// the same of a recorded row.
+	one := []*batchItem[*stepWrite]{items[1]}
+	e.flushSteps(one)
+	if one[0].ok || one[0].err != nil {
+		t.Errorf("lone write of a recorded step: written %v, err %v; want false, nil", one[0].ok, one[0].err)
 	}
 }

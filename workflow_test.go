@@ -276,7 +276,14 @@ func TestLiveStepValueIsTheReplayedOne(t *testing.T) {
 	})
 	h, err := wf.Start(ctxT(t), 0, nil)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(execs) == 1 }, 20*time.Second, 5*time.Millisecond)
+	// Send once the run is parked (a message there before would be
+	// received without parking, and nothing would be replayed).
+	parked := fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND status = 'pending' AND executor_id IS NULL AND wait_topic = 'go'`, b.schema)
+	require.Eventually(t, func() bool {
+		var n int
+		_ = b.pool.QueryRow(ctxT(t), parked, h.ID()).Scan(&n)
+		return n == 1
+	}, 20*time.Second, 5*time.Millisecond)
 	require.NoError(t, durable.Send(ctxT(t), e, h.ID(), "go", 1, nil))
 	_, err = h.Result(ctxT(t))
 	require.NoError(t, err)

@@ -158,20 +158,22 @@ FROM {{schema}}.steps WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, 
 		// the run is pending and owned at epoch $9. FOR SHARE makes a
 		// concurrent change of owner wait for this write (or this write see
 		// the new owner), so a fenced executor can never slip a checkpoint in.
+		// A step already recorded fails it with a unique violation (no ON
+		// CONFLICT clause, as in InsertSteps), which the engine reads as "not
+		// written" and then finds the record.
 		// $1 workflow_id, $2 pos, $3 name, $4 status, $5 output, $6 error,
 		// $7 attempts, $8 started_at, $9 epoch.
 		InsertStep: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8
 FROM {{schema}}.workflows w
 WHERE w.id = $1 AND w.epoch = $9 AND w.status = 'pending'
-FOR SHARE OF w
-ON CONFLICT (workflow_id, pos) DO NOTHING`),
+FOR SHARE OF w`),
 
 		// InsertStep for many runs at once (group commit). Returns the rows
 		// written; a missing one was fenced. A row already recorded (an
 		// earlier try whose acknowledgement was lost) fails the statement
 		// with a unique violation, and the caller then writes the rows one by
-		// one: no ON CONFLICT clause, whose speculative insertion made each
+		// one (InsertStep): no ON CONFLICT clause, whose speculative insertion made each
 		// row ~1.5x the cost of a plain insert (100,000 rows: 624-788 ms
 		// against 399-515). Each run's
 		// row is found by its primary key alone, in a LATERAL subquery that
