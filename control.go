@@ -44,8 +44,8 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error 
 		return fmt.Errorf("durable: cancel %q: %w", id, err)
 	}
 	for _, cid := range cancelled {
-		if v, ok := e.active.Load(cid); ok {
-			v.(*run).cancelCause(ErrCancelled)
+		if r := e.active.load(cid); r != nil {
+			r.cancelCause(ErrCancelled)
 		}
 	}
 	if len(cancelled) == 0 {

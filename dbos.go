@@ -284,7 +284,7 @@ type Engine struct {
 	hardCancel context.CancelCauseFunc
 	runs       sync.WaitGroup
 	workers    *workerPool
-	active     sync.Map // workflow ID -> *run executing here
+	active     activeRuns // the runs executing here
 	launches   launchGate
 	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
 	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
@@ -604,8 +604,8 @@ func (e *Engine) onNotify(payload string) {
 		}
 		// A resumed run has a higher epoch: a late notification of an
 		// earlier cancel must not stop it.
-		if v, ok := e.active.Load(id); ok && v.(*run).epoch <= epoch {
-			v.(*run).cancelCause(ErrCancelled)
+		if r := e.active.load(id); r != nil && r.epoch <= epoch {
+			r.cancelCause(ErrCancelled)
 		}
 	case 'k': // a manual tick of a schedule was asked for
 		e.schedules().wake()

@@ -184,11 +184,7 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 	// finish (and leave e.active) before the check below: the read may
 	// still have seen them pending. One that halts on a database error
 	// later marks the trouble again, and the next sweep looks at it.
-	executing := map[string]bool{}
-	e.active.Range(func(id, _ any) bool {
-		executing[id.(string)] = true
-		return true
-	})
+	executing := e.active.ids()
 	rows, err := e.pool.Query(ctx, e.q.OwnUnparked, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
 	if err != nil {
 		e.noteDBTrouble()
@@ -225,7 +221,7 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 	}
 	var found []stray
 	for _, s := range candidates {
-		if _, running := e.active.Load(s.id); !running && !executing[s.id] {
+		if running := e.active.load(s.id) != nil; !running && !executing[s.id] {
 			found = append(found, s)
 		}
 	}

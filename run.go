@@ -248,12 +248,56 @@ type wfDef struct {
 // launch starts executing r in a new goroutine.
 func (e *Engine) launch(r *run, def *wfDef, input []byte) {
 	e.runs.Add(1)
-	e.active.Store(r.id, r)
+	e.active.store(r)
 	e.workers.run(func() {
 		defer e.runs.Done()
-		defer e.active.CompareAndDelete(r.id, r)
+		defer e.active.remove(r)
 		e.execute(r, def, input)
 	})
+}
+
+// activeRuns holds the runs executing in this process by ID. A map under a
+// mutex: every run is stored and removed once and looked up rarely
+// (cancel, stray checks), which a sync.Map does at the cost of an
+// allocation per store (~4% of the engine's CPU in a queue drain).
+type activeRuns struct {
+	mu sync.Mutex
+	m  map[string]*run
+}
+
+func (a *activeRuns) store(r *run) {
+	a.mu.Lock()
+	if a.m == nil {
+		a.m = map[string]*run{}
+	}
+	a.m[r.id] = r
+	a.mu.Unlock()
+}
+
+// remove forgets r, unless a later execution of its run took its place.
+func (a *activeRuns) remove(r *run) {
+	a.mu.Lock()
+	if a.m[r.id] == r {
+		delete(a.m, r.id)
+	}
+	a.mu.Unlock()
+}
+
+func (a *activeRuns) load(id string) *run {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.m[id]
+}
+
+// ids returns the IDs of the runs executing now.
+func (a *activeRuns) ids() map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]bool, len(a.m))
+	for id := range a.m {
+		out[id] = true
+	}
+	return out
 }
 
 // workerPool runs each execution on an idle worker goroutine, or on a new
