@@ -109,6 +109,35 @@ func writeSingly[T any](items []*batchItem[T], err error, one func(*batchItem[T]
 	}
 }
 
+// collectWritten reads the result of a multi-row write (the query's rows
+// and error), marking as written the item each row names (item scans the
+// row). It returns the statement's error, which may also come with the
+// rows or after some of them; then no item is marked: the statement failed
+// as a whole.
+func collectWritten[T any](rows pgx.Rows, err error, items []*batchItem[T], item func(pgx.Rows) (*batchItem[T], error)) error {
+	if err == nil {
+		for rows.Next() {
+			var it *batchItem[T]
+			if it, err = item(rows); err != nil {
+				rows.Close()
+				break
+			}
+			if it != nil {
+				it.ok = true
+			}
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		for _, it := range items {
+			it.ok = false
+		}
+	}
+	return err
+}
+
 func setAll[T any](items []*batchItem[T], err error) {
 	for _, it := range items {
 		it.err = err
@@ -191,28 +220,12 @@ func (e *Engine) flushSteps(items []*batchItem[*stepWrite]) {
 		index[key{w.id, int32(w.pos)}] = it
 	}
 	rows, err := e.pool.Query(ctx, e.q.InsertSteps, ids, pos, names, statuses, outputs, errs, attempts, started, epochs)
-	if err == nil {
-		for rows.Next() {
-			var k key
-			if err = rows.Scan(&k.id, &k.pos); err != nil {
-				rows.Close()
-				break
-			}
-			if it := index[k]; it != nil {
-				it.ok = true
-			}
-		}
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-	if err != nil {
-		// The statement failed as a whole (a row already recorded, see
-		// InsertSteps; a bad row; the connection), its error with the
-		// rows or after some of them.
-		for _, it := range items {
-			it.ok = false
-		}
+	err = collectWritten(rows, err, items, func(rows pgx.Rows) (*batchItem[*stepWrite], error) {
+		var k key
+		err := rows.Scan(&k.id, &k.pos)
+		return index[k], err
+	})
+	if err != nil { // a row already recorded (see InsertSteps), a bad row, the connection
 		writeSingly(items, err, func(it *batchItem[*stepWrite]) { it.ok, it.err = e.insertStep(ctx, it.v) })
 	}
 }
@@ -277,26 +290,13 @@ func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
 		index[w.id] = it
 	}
 	rows, err := e.pool.Query(ctx, e.q.FinishWorkflows, ids, epochs, statuses, outputs, errs)
-	if err == nil {
-		for rows.Next() {
-			var id string
-			var ignored *string
-			if err = rows.Scan(&id, &ignored); err != nil {
-				rows.Close()
-				break
-			}
-			if it := index[id]; it != nil {
-				it.ok = true
-			}
-		}
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-	if err != nil { // the statement failed as a whole, its error with the rows or after some
-		for _, it := range items {
-			it.ok = false
-		}
+	err = collectWritten(rows, err, items, func(rows pgx.Rows) (*batchItem[*finishWrite], error) {
+		var id string
+		var ignored *string
+		err := rows.Scan(&id, &ignored)
+		return index[id], err
+	})
+	if err != nil {
 		writeSingly(items, err, func(it *batchItem[*finishWrite]) { it.ok, it.err = e.finishOne(ctx, it.v) })
 		return
 	}
@@ -354,26 +354,15 @@ func (e *Engine) flushStarts(items []*batchItem[*startWrite]) {
 		index[w.id] = append(index[w.id], it)
 	}
 	rows, err := e.pool.Query(ctx, e.q.InsertWorkflows, ids, names, e.cfg.AppVersion, e.cfg.ExecutorID, inputs, parents, deadlines, traces)
-	if err == nil {
-		for rows.Next() {
-			var id string
-			if err = rows.Scan(&id); err != nil {
-				rows.Close()
-				break
-			}
-			// With the same ID twice in one batch, the first start wins.
-			if its := index[id]; len(its) > 0 {
-				its[0].ok = true
-			}
+	err = collectWritten(rows, err, items, func(rows pgx.Rows) (*batchItem[*startWrite], error) {
+		var id string
+		err := rows.Scan(&id)
+		if its := index[id]; len(its) > 0 {
+			return its[0], err // with the same ID twice in one batch, the first start wins
 		}
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-	if err != nil { // the statement failed as a whole, its error with the rows or after some
-		for _, it := range items {
-			it.ok = false
-		}
+		return nil, err
+	})
+	if err != nil {
 		writeSingly(items, err, func(it *batchItem[*startWrite]) { it.ok, it.err = e.startOne(ctx, it.v) })
 	}
 }
