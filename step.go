@@ -348,23 +348,25 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	if err := r.checkpoint(pos, name, status, output, errb, attempts, started); err != nil {
 		return zero, err
 	}
-	if status == stepDone && jsonIdentity(out) {
+	if status == stepDone && jsonIdentity(&out) {
 		return out, nil // what replay would decode
 	}
 	return replay[R](r, &stepRecord{pos: pos, name: name, status: status, output: output, err: errb, attempts: attempts})
 }
 
-// jsonIdentity reports whether v is of a type whose JSON round trip gives
-// v back exactly, so a live step can return it instead of decoding its
-// record: booleans, numbers of the predeclared types and valid UTF-8
-// strings (named types may have their own encoding, and invalid UTF-8 is
-// replaced when encoded).
-func jsonIdentity(v any) bool {
-	switch x := v.(type) {
-	case bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+// jsonIdentity reports whether *p, of a step's result type R (p is a *R),
+// comes back exactly from its JSON round trip, so a live step can return it
+// instead of decoding its record: R is bool, a number type of the
+// predeclared ones, or string holding valid UTF-8. The test is on R itself,
+// not on the dynamic type of an interface value (an int in an `any` decodes
+// as a float64); named types may have their own encoding, and invalid UTF-8
+// is replaced when encoded.
+func jsonIdentity(p any) bool {
+	switch x := p.(type) {
+	case *bool, *int, *int8, *int16, *int32, *int64, *uint, *uint8, *uint16, *uint32, *uint64, *float32, *float64:
 		return true // NaN and infinities never get here: they fail to encode
-	case string:
-		return utf8.ValidString(x)
+	case *string:
+		return utf8.ValidString(*x)
 	}
 	return false
 }

@@ -191,8 +191,8 @@ func TestPanicsAreRecorded(t *testing.T) {
 // exact), so the edge cases of that claim are here: HTML characters that
 // JSON escapes, non-ASCII text, invalid UTF-8 (replaced when encoded, so
 // decoded live too), extreme integers, floats that print short or long,
-// negative zero. The run records them, parks in Recv, and is replayed from
-// its records when the message comes.
+// negative zero, an int returned as any. The run records them, parks in
+// Recv, and is replayed from its records when the message comes.
 func TestLiveStepValueIsTheReplayedOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -205,6 +205,7 @@ func TestLiveStepValueIsTheReplayedOne(t *testing.T) {
 		B             bool
 		Named         level
 		Struct        pair
+		Any           any
 	}
 	var mu sync.Mutex
 	var execs []seen
@@ -258,6 +259,10 @@ func TestLiveStepValueIsTheReplayedOne(t *testing.T) {
 				s.Named, e = durable.Step(wctx, "named", func(context.Context) (level, error) { return 7, nil }, nil)
 				return e
 			})
+			step(func() (e error) { // an int in an interface comes back a float64, live too
+				s.Any, e = durable.Step(wctx, "any", func(context.Context) (any, error) { return 42, nil }, nil)
+				return e
+			})
 			step(func() (e error) { // an unexported field is lost by the record, live too
 				s.Struct, e = durable.Step(wctx, "struct", func(context.Context) (pair, error) { return pair{A: 1, b: 2}, nil }, nil)
 				return e
@@ -296,6 +301,7 @@ func TestLiveStepValueIsTheReplayedOne(t *testing.T) {
 	require.Equal(t, "bad \ufffd\ufffd utf8", live.S[2], "invalid UTF-8 comes back replaced, live as on replay")
 	require.Equal(t, level(7+100), live.Named, "a named type's own encoding applies live")
 	require.Equal(t, pair{A: 1}, live.Struct)
+	require.Equal(t, any(float64(42)), live.Any)
 }
 
 // level encodes itself (plus 100 on the way in), unlike its underlying int.
