@@ -281,25 +281,13 @@ func (b *bench) dbosDrain(ctx context.Context, out map[string]float64) error {
 		return err
 	}
 	out["dbos_drain_launch_ms"] = float64(time.Since(t0)) / float64(time.Millisecond)
-	deadline := time.Now().Add(2 * time.Minute)
-	var el time.Duration
-	for {
-		// As for durable's drain, a cheap probe (DBOS's index of in-flight
-		// runs) every pollEvery, the count at the end.
-		t := time.Now()
-		var left bool
-		if err := poll.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM dbos.workflow_status WHERE queue_name = 'drain' AND status IN ('ENQUEUED', 'PENDING')) /* bench:poll */").Scan(&left); err != nil {
-			return err
-		}
-		if !left {
-			el = t.Sub(t0)
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("DBOS drain not done after 2 minutes")
-		}
-		time.Sleep(pollEvery)
+	// As for durable's drain: DBOS's index of in-flight runs is probed.
+	inflight := " FROM dbos.workflow_status WHERE queue_name = 'drain' AND status IN ('ENQUEUED', 'PENDING')"
+	end, err := waitZero(ctx, poll, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1"+inflight+")", "SELECT /* "+pollMarker+" */ count(*)"+inflight)
+	if err != nil {
+		return fmt.Errorf("DBOS drain: %w", err)
 	}
+	el := end.Sub(t0)
 	var done int
 	if err := poll.QueryRow(ctx, "SELECT count(*) FROM dbos.workflow_status WHERE queue_name = 'drain' AND status = 'SUCCESS' /* bench:poll */").Scan(&done); err != nil {
 		return err

@@ -193,8 +193,8 @@ func dbosRec2(ctx dbos.Context, i int) (int, error) {
 // workflows with ExecutorID bench-recovery and the pinned application
 // version, whose second step blocks, and is SIGKILLed once every first
 // step is recorded; then a new DBOS context with the same executor ID and
-// version is made (untimed) and launched, and timed from Launch until all
-// runs are SUCCESS. Own database <db>_dbosr.
+// version is made (untimed) and launched, and timed from Launch until no
+// run is PENDING or ENQUEUED (how they ended is reported). Own database <db>_dbosr.
 func (b *bench) dbosRecovery(ctx context.Context) (*PeerRecovery, error) {
 	o := b.o
 	n := o.DBOSRecoveryN
@@ -258,28 +258,10 @@ func (b *bench) dbosRecovery(ctx context.Context) (*PeerRecovery, error) {
 		return nil, err
 	}
 	rec.LaunchMS = float64(time.Since(t1)) / float64(time.Millisecond)
-	last, lastChange := -1, time.Now()
-	var done time.Time
-	for {
-		t := time.Now()
-		var ok int
-		if err := poll.QueryRow(ctx, "SELECT /* "+pollMarker+" */ count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'").Scan(&ok); err != nil {
-			return nil, err
-		}
-		if ok >= n {
-			done = t
-			break
-		}
-		if ok != last {
-			last, lastChange = ok, time.Now()
-		} else if time.Since(lastChange) > stallTimeout {
-			return nil, fmt.Errorf("dbos recovery: no progress for %v: %d of %d runs SUCCESS", stallTimeout, ok, n)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(pollEvery):
-		}
+	unfinished := " FROM dbos.workflow_status WHERE status IN ('PENDING', 'ENQUEUED')" // Launch re-enqueues them
+	done, err := waitZero(ctx, poll, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1"+unfinished+")", "SELECT /* "+pollMarker+" */ count(*)"+unfinished)
+	if err != nil {
+		return nil, fmt.Errorf("dbos recovery: %w", err)
 	}
 	elapsed := done.Sub(t1)
 	rec.SecondStepRuns = dbosSecondStepRuns.Load()

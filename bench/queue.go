@@ -135,7 +135,7 @@ func (b *bench) enqueueStarted(client bool) opFunc {
 
 func (b *bench) settleQueued(ctx context.Context) error {
 	anyLeft, count := queueLeft("bench")
-	_, err := b.waitZero(ctx, anyLeft, count, qlatQueue)
+	_, err := waitZero(ctx, b.conn, anyLeft, count, qlatQueue)
 	return err
 }
 
@@ -146,13 +146,13 @@ func (b *bench) settleQueued(ctx context.Context) error {
 // drain is timed by in-process events, and a count over the whole queue
 // every 5 ms took ~10% of the machine's CPU from a drain. Progress is
 // counted once a second; the wait fails when the count stays the same for
-// stallTimeout.
-func (b *bench) waitZero(ctx context.Context, anyLeft, count string, args ...any) (time.Time, error) {
+// stallTimeout. conn is a connection to the database polled.
+func waitZero(ctx context.Context, conn *pgx.Conn, anyLeft, count string, args ...any) (time.Time, error) {
 	last, lastChange, lastCount := int64(-1), time.Now(), time.Time{}
 	for {
 		t := time.Now()
 		var left bool
-		if err := b.conn.QueryRow(ctx, anyLeft, args...).Scan(&left); err != nil {
+		if err := conn.QueryRow(ctx, anyLeft, args...).Scan(&left); err != nil {
 			return t, err
 		}
 		if !left {
@@ -161,7 +161,7 @@ func (b *bench) waitZero(ctx context.Context, anyLeft, count string, args ...any
 		if time.Since(lastCount) >= time.Second {
 			lastCount = time.Now()
 			var k int64
-			if err := b.conn.QueryRow(ctx, count, args...).Scan(&k); err != nil {
+			if err := conn.QueryRow(ctx, count, args...).Scan(&k); err != nil {
 				return t, err
 			}
 			if k != last {
@@ -458,7 +458,7 @@ func (b *bench) drainTimed(ctx context.Context, wpool *pgxpool.Pool, name string
 		_ = w.Shutdown(sctx)
 	}
 	anyLeft, count := queueLeft(drainSchema)
-	done, err := b.waitZero(ctx, anyLeft, count, drainQueue)
+	done, err := waitZero(ctx, b.conn, anyLeft, count, drainQueue)
 	if err != nil {
 		stop()
 		return nil, err
@@ -658,7 +658,7 @@ func (b *bench) recovery(ctx context.Context) (*Recovery, error) {
 	// A pending run is owned (workflows_owned_idx), unowned
 	// (workflows_unowned_idx) or parked (workflows_parked_due_idx).
 	w := recoverySchema + ".workflows"
-	done, err := b.waitZero(ctx, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1 FROM "+w+" WHERE status = 'pending' AND executor_id IS NOT NULL) "+
+	done, err := waitZero(ctx, b.conn, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1 FROM "+w+" WHERE status = 'pending' AND executor_id IS NOT NULL) "+
 		"OR EXISTS (SELECT 1 FROM "+w+" WHERE status = 'pending' AND executor_id IS NULL AND wake_at IS NULL) "+
 		"OR EXISTS (SELECT 1 FROM "+w+" WHERE status = 'pending' AND executor_id IS NULL AND wake_at IS NOT NULL)",
 		"SELECT /* "+pollMarker+" */ count(*) FROM "+w+" WHERE status = 'pending'")
