@@ -348,10 +348,17 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	if err := r.checkpoint(pos, name, status, output, errb, attempts, started); err != nil {
 		return zero, err
 	}
-	if status == stepDone && jsonIdentity(&out) {
-		return out, nil // what replay would decode
+	return replayLive(r, out, &stepRecord{pos: pos, name: name, status: status, output: output, err: errb, attempts: attempts})
+}
+
+// replayLive is replay for a step that just ran and returned out, which
+// rec records: out itself when its type's JSON round trip is exact (see
+// jsonIdentity), which spares a decode on the live path.
+func replayLive[R any](r *run, out R, rec *stepRecord) (R, error) {
+	if rec.status == stepDone && jsonIdentity(&out) {
+		return out, nil
 	}
-	return replay[R](r, &stepRecord{pos: pos, name: name, status: status, output: output, err: errb, attempts: attempts})
+	return replay[R](r, rec)
 }
 
 // jsonIdentity reports whether *p, of a step's result type R (p is a *R),
@@ -428,9 +435,8 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 			if ferr := r.flushStreams(); ferr != nil {
 				return zero, ferr
 			}
-			return replay[R](r, &stepRecord{pos: pos, name: name, status: stepDone, output: output, attempts: n})
+			return replayLive(r, out, &stepRecord{pos: pos, name: name, status: stepDone, output: output, attempts: n})
 		}
-		_ = out
 		if h := r.halted(); h != nil {
 			return zero, h
 		}
@@ -624,5 +630,5 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 			return zero, err
 		}
 	}
-	return replay[R](r, &stepRecord{pos: pos, name: name, status: status, output: output, err: errb, attempts: attempts})
+	return replayLive(r, out, &stepRecord{pos: pos, name: name, status: status, output: output, err: errb, attempts: attempts})
 }

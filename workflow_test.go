@@ -191,8 +191,9 @@ func TestPanicsAreRecorded(t *testing.T) {
 // exact), so the edge cases of that claim are here: HTML characters that
 // JSON escapes, non-ASCII text, invalid UTF-8 (replaced when encoded, so
 // decoded live too), extreme integers, floats that print short or long,
-// negative zero, an int returned as any. The run records them, parks in
-// Recv, and is replayed from its records when the message comes.
+// negative zero, an int returned as any (by a plain, a transaction and an
+// intent step). The run records them, parks in Recv, and is replayed from
+// its records when the message comes.
 func TestLiveStepValueIsTheReplayedOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -206,6 +207,8 @@ func TestLiveStepValueIsTheReplayedOne(t *testing.T) {
 		Named         level
 		Struct        pair
 		Any           any
+		TxAny         any    // the same through a transaction step
+		IntentBad     string // and through an intent step
 	}
 	var mu sync.Mutex
 	var execs []seen
@@ -263,6 +266,14 @@ func TestLiveStepValueIsTheReplayedOne(t *testing.T) {
 				s.Any, e = durable.Step(wctx, "any", func(context.Context) (any, error) { return 42, nil }, nil)
 				return e
 			})
+			step(func() (e error) {
+				s.TxAny, e = durable.TxStep(wctx, "tx-any", func(context.Context, pgx.Tx) (any, error) { return 42, nil }, nil)
+				return e
+			})
+			step(func() (e error) {
+				s.IntentBad, e = durable.IntentStep(wctx, "intent-bad", func(context.Context) (string, error) { return "bad \xff", nil }, nil, nil)
+				return e
+			})
 			step(func() (e error) { // an unexported field is lost by the record, live too
 				s.Struct, e = durable.Step(wctx, "struct", func(context.Context) (pair, error) { return pair{A: 1, b: 2}, nil }, nil)
 				return e
@@ -302,6 +313,8 @@ func TestLiveStepValueIsTheReplayedOne(t *testing.T) {
 	require.Equal(t, level(7+100), live.Named, "a named type's own encoding applies live")
 	require.Equal(t, pair{A: 1}, live.Struct)
 	require.Equal(t, any(float64(42)), live.Any)
+	require.Equal(t, any(float64(42)), live.TxAny)
+	require.Equal(t, "bad \ufffd", live.IntentBad)
 }
 
 // level encodes itself (plus 100 on the way in), unlike its underlying int.
