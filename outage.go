@@ -221,7 +221,7 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 	}
 	var found []stray
 	for _, s := range candidates {
-		if running := e.active.load(s.id) != nil; !running && !executing[s.id] {
+		if !executing[s.id] && e.active.load(s.id) == nil {
 			found = append(found, s)
 		}
 	}

@@ -245,7 +245,7 @@ type wfDef struct {
 	maxRecovery int
 }
 
-// launch starts executing r in a new goroutine.
+// launch starts executing r on a worker goroutine.
 func (e *Engine) launch(r *run, def *wfDef, input []byte) {
 	e.runs.Add(1)
 	e.active.store(r)
