@@ -47,6 +47,22 @@ type Counts struct {
 	WALPerQWF0Client   float64  `json:"wal_bytes_per_queued_wf0_client"`
 
 	Batches []Batch `json:"batches"`
+
+	// DBOS's, counted the same way while it runs; null without DBOS.
+	DBOS *PeerCounts `json:"dbos"`
+}
+
+// PeerCounts are DBOS's per-unit costs, counted like durable's: statements
+// in DBOS's own database (BEGIN and COMMIT included, as in durable's),
+// write transactions and WAL cluster-wide (durable's idle engine may add
+// a heartbeat).
+type PeerCounts struct {
+	StmtsPerWF0  *float64 `json:"statements_per_wf0"`
+	StmtsPerStep *float64 `json:"statements_per_step"`
+	XIDsPerWF0   float64  `json:"xids_per_wf0"`
+	XIDsPerStep  float64  `json:"xids_per_step"`
+	WALPerStep   float64  `json:"wal_bytes_per_step"`
+	Batches      []Batch  `json:"batches"`
 }
 
 // Batch is one counted batch of n sequential units.
@@ -96,7 +112,7 @@ func (b *bench) count(ctx context.Context) (Counts, error) {
 	}
 	got := map[string]Batch{}
 	for _, bt := range batches {
-		bb, err := b.countBatch(ctx, bt.name, n, bt.op, bt.settle, c.StatementsAvailable)
+		bb, err := b.countBatch(ctx, bt.name, n, bt.op, bt.settle, "", c.StatementsAvailable)
 		if err != nil {
 			return c, fmt.Errorf("count %s: %w", bt.name, err)
 		}
@@ -139,9 +155,39 @@ func (b *bench) count(ctx context.Context) (Counts, error) {
 
 func ptr(v float64) *float64 { return &v }
 
-func (b *bench) resetStatements(ctx context.Context) error {
-	// Only this database's entries: the server may be shared.
-	_, err := b.conn.Exec(ctx, "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)")
+// countDBOS counts DBOS's 0-step and 10-step workflows (before the peers
+// stop: DBOS must be running).
+func (b *bench) countDBOS(ctx context.Context) (*PeerCounts, error) {
+	stmts, _ := b.statementsAvailable(ctx)
+	db := b.o.dbName("dbos")
+	n0, n10 := b.o.StatsN, max(1, b.o.StatsN/5)
+	wf0, err := b.countBatch(ctx, "dbos_wf0", n0, b.dbosWorkflow(0), nil, db, stmts)
+	if err != nil {
+		return nil, fmt.Errorf("count dbos_wf0: %w", err)
+	}
+	wf10, err := b.countBatch(ctx, "dbos_wf10", n10, b.dbosWorkflow(10), nil, db, stmts)
+	if err != nil {
+		return nil, fmt.Errorf("count dbos_wf10: %w", err)
+	}
+	for _, bt := range []Batch{wf0, wf10} {
+		b.o.logf("count %-13s calls %6d  xids %6d  wal %9d B  (%d units, %d ms)", bt.Name, bt.Calls, bt.XIDs, bt.WALBytes, bt.N, bt.DurationMS)
+	}
+	per := func(v int64, n int) float64 { return float64(v) / float64(n) }
+	c := &PeerCounts{Batches: []Batch{wf0, wf10}}
+	c.XIDsPerWF0 = per(wf0.XIDs, n0)
+	c.XIDsPerStep = (per(wf10.XIDs, n10) - c.XIDsPerWF0) / 10
+	c.WALPerStep = (per(wf10.WALBytes, n10) - per(wf0.WALBytes, n0)) / 10
+	if stmts {
+		c.StmtsPerWF0 = ptr(per(wf0.Calls, n0))
+		c.StmtsPerStep = ptr((per(wf10.Calls, n10) - *c.StmtsPerWF0) / 10)
+	}
+	return c, nil
+}
+
+// resetStatements clears the statement counters of database db ("": the
+// bench's own), leaving the rest of a possibly shared server alone.
+func (b *bench) resetStatements(ctx context.Context, db string) error {
+	_, err := b.conn.Exec(ctx, "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = coalesce(nullif($1, ''), current_database())), 0)", db)
 	return err
 }
 
@@ -161,7 +207,7 @@ func (b *bench) statementsAvailable(ctx context.Context) (bool, string) {
 			b.stmtsNote = "n/a: " + err.Error()
 		} else if _, err := b.conn.Exec(ctx, "SELECT count(*) FROM pg_stat_statements"); err != nil {
 			b.stmtsNote = "n/a: " + err.Error()
-		} else if err := b.resetStatements(ctx); err != nil {
+		} else if err := b.resetStatements(ctx, ""); err != nil {
 			b.stmtsNote = "n/a: " + err.Error()
 		} else {
 			b.stmtsOK = true
@@ -171,14 +217,14 @@ func (b *bench) statementsAvailable(ctx context.Context) (bool, string) {
 	return b.stmtsOK, b.stmtsNote
 }
 
-// readStatements sums the calls of this database's statements since the
-// last reset, leaving out the bench's counting and polling queries, and
-// returns the most called ones.
-func (b *bench) readStatements(ctx context.Context) (int64, []Stmt, error) {
+// readStatements sums the calls of database db's statements ("": the
+// bench's own) since the last reset, leaving out the bench's counting and
+// polling queries, and returns the most called ones.
+func (b *bench) readStatements(ctx context.Context, db string) (int64, []Stmt, error) {
 	rows, err := b.conn.Query(ctx, `SELECT query, calls, rows, mean_exec_time FROM pg_stat_statements
-WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = coalesce(nullif($1, ''), current_database()))
 	AND query NOT ILIKE '%pg_stat_statements%' AND query NOT LIKE '%`+pollMarker+`%'
-ORDER BY calls DESC, query`)
+ORDER BY calls DESC, query`, db)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -199,7 +245,9 @@ ORDER BY calls DESC, query`)
 	return calls, top, rows.Err()
 }
 
-func (b *bench) countBatch(ctx context.Context, name string, n int, op, settle opFunc, stmts bool) (Batch, error) {
+// countBatch runs n units of op and counts what they cost; the statements
+// are those of database db ("": the bench's own), when stmts.
+func (b *bench) countBatch(ctx context.Context, name string, n int, op, settle opFunc, db string, stmts bool) (Batch, error) {
 	bt := Batch{Name: name, N: n, Calls: -1}
 	for i := 0; i < b.o.Warmup; i++ {
 		if err := op(ctx); err != nil {
@@ -216,7 +264,7 @@ func (b *bench) countBatch(ctx context.Context, name string, n int, op, settle o
 		return bt, err
 	}
 	if stmts {
-		if err := b.resetStatements(ctx); err != nil {
+		if err := b.resetStatements(ctx, db); err != nil {
 			return bt, err
 		}
 	}
@@ -233,7 +281,7 @@ func (b *bench) countBatch(ctx context.Context, name string, n int, op, settle o
 	}
 	bt.DurationMS = time.Since(t0).Milliseconds()
 	if stmts {
-		if bt.Calls, bt.Top, err = b.readStatements(ctx); err != nil {
+		if bt.Calls, bt.Top, err = b.readStatements(ctx, db); err != nil {
 			return bt, err
 		}
 	}

@@ -102,6 +102,14 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		// DBOS/floor A is the most any such design can be ahead here.
 		row("bound: DBOS per-step / floor A, the most a design flushing each step before the next can be ahead of DBOS in this run", "",
 			x("ratio_dbos_step_overhead", ""), "", "")
+		if dc := r.Counts.DBOS; dc != nil {
+			c := r.Counts
+			if dc.StmtsPerStep != nil && c.StmtsPerStep != nil {
+				row("SQL statements per step, BEGIN and COMMIT included: DBOS / durable", fmt.Sprintf("%.2f / %.2f", *dc.StmtsPerStep, *c.StmtsPerStep), "", "", "")
+			}
+			row("write transactions (commit flushes) per step: DBOS / durable", fmt.Sprintf("%.2f / %.2f", dc.XIDsPerStep, c.XIDsPerStep), "", "", "")
+			row("WAL bytes per step: DBOS / durable", fmt.Sprintf("%.0f B / %.0f B", dc.WALPerStep, c.WALPerStep), "", "", "")
+		}
 	}
 	for _, c := range p.Concurrency {
 		k := fmt.Sprintf("tput_dbos_c%d", c)

@@ -249,7 +249,7 @@ type costs struct {
 // positions; endCosts reads the differences.
 func (b *bench) startCosts(ctx context.Context) (wal, xid int64, err error) {
 	if ok, _ := b.statementsAvailable(ctx); ok {
-		if err := b.resetStatements(ctx); err != nil {
+		if err := b.resetStatements(ctx, ""); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -260,7 +260,7 @@ func (b *bench) endCosts(ctx context.Context, wal0, xid0 int64) (costs, error) {
 	c := costs{calls: -1}
 	if ok, _ := b.statementsAvailable(ctx); ok {
 		var err error
-		if c.calls, c.top, err = b.readStatements(ctx); err != nil {
+		if c.calls, c.top, err = b.readStatements(ctx, ""); err != nil {
 			return c, err
 		}
 	}

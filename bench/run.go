@@ -207,6 +207,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Rounds = append(res.Rounds, round)
 	}
 	res.Median = medians(res.Rounds)
+	var dbosCounts *PeerCounts
+	if o.DBOS {
+		o.logf("bench: counting DBOS's statements, WAL and write transactions")
+		if dbosCounts, err = b.countDBOS(ctx); err != nil {
+			return nil, err
+		}
+	}
 	b.stopPeers(ctx)
 
 	if o.RecoveryN > 0 {
@@ -229,6 +236,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if res.Counts, err = b.count(ctx); err != nil {
 		return nil, err
 	}
+	res.Counts.DBOS = dbosCounts
 
 	res.Targets = targets(res)
 	res.Peer = peerReference()
