@@ -186,8 +186,8 @@ func (b *bench) peerConcScenarios(c int) []concScenario {
 	return s
 }
 
-// peerDrains measures the DBOS and River drains of one round.
-func (b *bench) peerDrains(ctx context.Context, r int, out map[string]float64) error {
+// dbosDrains runs DBOS's drain and its enqueue-to-start latency.
+func (b *bench) dbosDrains(ctx context.Context, r int, out map[string]float64) error {
 	o := b.o
 	if o.DBOS {
 		t0 := time.Now()
@@ -206,6 +206,13 @@ func (b *bench) peerDrains(ctx context.Context, r int, out map[string]float64) e
 				time.Since(t0).Seconds())
 		}
 	}
+	return nil
+}
+
+// riverDrains runs River's drains (defaults, then tuned) and its
+// insert-to-start latency.
+func (b *bench) riverDrains(ctx context.Context, r int, out map[string]float64) error {
+	o := b.o
 	if o.River {
 		t0 := time.Now()
 		if err := b.riverRound(ctx, out); err != nil {
@@ -276,6 +283,7 @@ func (b *bench) dbosDrain(ctx context.Context, out map[string]float64) error {
 		return err
 	}
 	defer poll.Close(context.WithoutCancel(ctx))
+	b.quiesce(ctx)
 	t0 := time.Now()
 	if err := dbos.Launch(wctx); err != nil {
 		return err
@@ -372,7 +380,7 @@ func (b *bench) riverRound(ctx context.Context, out map[string]float64) error {
 		if !tuned && o.RiverLatN > 0 {
 			w.started = make(chan time.Time, 1)
 		}
-		if err := riverDrain(ctx, pool, o.RiverDrainN, tuned, w, o.RiverLatN, key, out); err != nil {
+		if err := riverDrain(ctx, pool, o.RiverDrainN, tuned, w, o.RiverLatN, key, b.quiesce, out); err != nil {
 			return err
 		}
 	}
@@ -391,7 +399,8 @@ func riverConfig(tuned bool, w *noopWorker, logger bool) *river.Config {
 	return cfg
 }
 
-func riverDrain(ctx context.Context, pool *pgxpool.Pool, n int, tuned bool, w *noopWorker, latN int, key string, out map[string]float64) error {
+func riverDrain(ctx context.Context, pool *pgxpool.Pool, n int, tuned bool, w *noopWorker, latN int, key string,
+	quiesce func(context.Context), out map[string]float64) error {
 	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(tuned, w, false))
 	if err != nil {
 		return err
@@ -407,6 +416,7 @@ func riverDrain(ctx context.Context, pool *pgxpool.Pool, n int, tuned bool, w *n
 		}
 	}
 	out[key+"_insert_per_s"] = float64(n) / time.Since(ti).Seconds()
+	quiesce(ctx)
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + latN + 100, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	defer cancel()
 	cpu0 := sampleCPU()

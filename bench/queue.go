@@ -38,6 +38,7 @@ const (
 	startTimeout     = 30 * time.Second     // a queued run must start within this
 	stallTimeout     = 60 * time.Second     // a drain or recovery making no progress this long fails
 	pollMarker       = "bench:poll"         // in the bench's own polling queries, left out of statement counts
+	quiesceMax       = 5 * time.Second      // longest wait for autovacuum workers before a timed drain
 )
 
 // qstartBody is the latency workflow. Its first line takes the time and
@@ -400,6 +401,28 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	return c.top, nil
 }
 
+// quiesce gives a timed drain a quiet server, the same for every system:
+// a CHECKPOINT writes out what the scenarios before it left dirty (else
+// the checkpointer may do it during the drain), then the wait lets running
+// autovacuum workers finish (at most quiesceMax). Without the privilege to
+// checkpoint (a shared server) only the wait is done.
+func (b *bench) quiesce(ctx context.Context) {
+	if !b.noCheckpoint {
+		if _, err := b.conn.Exec(ctx, "CHECKPOINT"); err != nil {
+			b.noCheckpoint = true
+			b.o.logf("bench: no CHECKPOINT before the drains (%v); they only wait for autovacuum workers", err)
+		}
+	}
+	deadline := time.Now().Add(quiesceMax)
+	for time.Now().Before(deadline) {
+		var busy int
+		if err := b.conn.QueryRow(ctx, "SELECT /* "+pollMarker+" */ count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'").Scan(&busy); err != nil || busy == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func drainConfig(executor string) *durable.Config {
 	return &durable.Config{Schema: drainSchema, AppVersion: "bench", ExecutorID: executor, Logger: discard}
 }
@@ -440,6 +463,7 @@ func (b *bench) drainPrefill(ctx context.Context, name, key string, out map[stri
 func (b *bench) drainTimed(ctx context.Context, wpool *pgxpool.Pool, name string, fn func(durable.Context, int) (int, error),
 	executor, key string, out map[string]float64) (stop func(), err error) {
 	n := b.o.DrainN
+	b.quiesce(ctx)
 	cpu0 := sampleCPU()
 	t0 := time.Now()
 	w, err := durable.New(wpool, drainConfig(executor))

@@ -143,6 +143,8 @@ type bench struct {
 
 	peers *peers // nil until openPeers
 
+	noCheckpoint bool // CHECKPOINT was refused: quiesce only waits
+
 	stmtsOK   bool   // pg_stat_statements works (statementsAvailable)
 	stmtsNote string // "" until checked
 }
@@ -194,10 +196,23 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("round %d: %w", r+1, err)
 		}
 		if r < o.DrainRounds {
+			// Durable's drains and River's take turns going first, so that
+			// neither always inherits what the round's scenarios left.
+			riverFirst := r%2 == 1
+			if riverFirst {
+				if err := b.riverDrains(ctx, r, round.Values); err != nil {
+					return nil, fmt.Errorf("round %d: %w", r+1, err)
+				}
+			}
 			if res.DrainTop, err = b.drain(ctx, r, round.Values); err != nil {
 				return nil, fmt.Errorf("round %d: queue drain: %w", r+1, err)
 			}
-			if err := b.peerDrains(ctx, r, round.Values); err != nil {
+			if !riverFirst {
+				if err := b.riverDrains(ctx, r, round.Values); err != nil {
+					return nil, fmt.Errorf("round %d: %w", r+1, err)
+				}
+			}
+			if err := b.dbosDrains(ctx, r, round.Values); err != nil {
 				return nil, fmt.Errorf("round %d: %w", r+1, err)
 			}
 		}
