@@ -171,6 +171,28 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 
+	// DBOS's per-step costs, counted the same way while it ran: a DBOS step
+	// is one write transaction.
+	dc, ok := counts["dbos"].(map[string]any)
+	if !ok {
+		t.Fatalf("counts.dbos: got %v, want an object", counts["dbos"])
+	}
+	for _, k := range []string{"xids_per_wf0", "xids_per_step", "wal_bytes_per_step"} {
+		if v, ok := dc[k].(float64); !ok || v <= 0 {
+			t.Errorf("counts.dbos.%s missing or not positive: %v", k, dc[k])
+		}
+	}
+	if res.Counts.StatementsAvailable {
+		for _, k := range []string{"statements_per_wf0", "statements_per_step"} {
+			if v, ok := dc[k].(float64); !ok || v <= 0 {
+				t.Errorf("counts.dbos.%s missing or not positive: %v", k, dc[k])
+			}
+		}
+	}
+	if n := len(dc["batches"].([]any)); n != 2 {
+		t.Errorf("counts.dbos.batches: got %d, want 2", n)
+	}
+
 	rec, ok := doc["recovery"].(map[string]any)
 	if !ok {
 		t.Fatalf("recovery: got %v, want an object", doc["recovery"])
