@@ -486,9 +486,9 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 		// the last finishes, which do not wait for their WAL flush: see
 		// FinishOne), and notifications may have been missed while
 		// disconnected. The next sweep looks for stray runs. (Not after
-		// the first connect: Launch's recovery has just claimed this
-		// executor's runs, and a stray check racing with runs that finish
-		// would only send no-op claims.)
+		// the first connect: Launch waits for it, then its recovery claims
+		// and starts this executor's runs, so a check would only read them
+		// again.)
 		if connected {
 			e.noteDBTrouble()
 		}

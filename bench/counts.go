@@ -116,7 +116,6 @@ func (b *bench) count(ctx context.Context) (Counts, error) {
 		if err != nil {
 			return c, fmt.Errorf("count %s: %w", bt.name, err)
 		}
-		b.o.logf("count %-13s calls %6d  xids %6d  wal %9d B  (%d units, %d ms)", bt.name, bb.Calls, bb.XIDs, bb.WALBytes, n, bb.DurationMS)
 		got[bt.name] = bb
 		c.Batches = append(c.Batches, bb)
 	}
@@ -168,9 +167,6 @@ func (b *bench) countDBOS(ctx context.Context) (*PeerCounts, error) {
 	wf10, err := b.countBatch(ctx, "dbos_wf10", n10, b.dbosWorkflow(10), nil, db, stmts)
 	if err != nil {
 		return nil, fmt.Errorf("count dbos_wf10: %w", err)
-	}
-	for _, bt := range []Batch{wf0, wf10} {
-		b.o.logf("count %-13s calls %6d  xids %6d  wal %9d B  (%d units, %d ms)", bt.Name, bt.Calls, bt.XIDs, bt.WALBytes, bt.N, bt.DurationMS)
 	}
 	per := func(v int64, n int) float64 { return float64(v) / float64(n) }
 	c := &PeerCounts{Batches: []Batch{wf0, wf10}}
@@ -245,8 +241,8 @@ ORDER BY calls DESC, query`, db)
 	return calls, top, rows.Err()
 }
 
-// countBatch runs n units of op and counts what they cost; the statements
-// are those of database db ("": the bench's own), when stmts.
+// countBatch runs n units of op, counts what they cost and logs it; the
+// statements are those of database db ("": the bench's own), when stmts.
 func (b *bench) countBatch(ctx context.Context, name string, n int, op, settle opFunc, db string, stmts bool) (Batch, error) {
 	bt := Batch{Name: name, N: n, Calls: -1}
 	for i := 0; i < b.o.Warmup; i++ {
@@ -290,6 +286,7 @@ func (b *bench) countBatch(ctx context.Context, name string, n int, op, settle o
 		return bt, err
 	}
 	bt.WALBytes, bt.XIDs = wal1-wal0, xid1-xid0
+	b.o.logf("count %-13s calls %6d  xids %6d  wal %9d B  (%d units, %d ms)", bt.Name, bt.Calls, bt.XIDs, bt.WALBytes, bt.N, bt.DurationMS)
 	return bt, nil
 }
 

@@ -362,16 +362,7 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	}
 
 	// 4. The drain.
-	wal0, xid0, err := b.startCosts(ctx)
-	if err != nil {
-		return nil, err
-	}
-	stop, err := b.drainTimed(ctx, wpool, "drain1", oneStep, "bench-drain-worker", "drain", out)
-	if err != nil {
-		return nil, err
-	}
-	c, err := b.endCosts(ctx, wal0, xid0)
-	stop()
+	c, err := b.drainTimed(ctx, wpool, "drain1", oneStep, "bench-drain-worker", "drain", out)
 	if err != nil {
 		return nil, err
 	}
@@ -392,11 +383,9 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	if err := b.drainPrefill(ctx, "drain0", "drain0_enqueue", out); err != nil {
 		return nil, err
 	}
-	stop, err = b.drainTimed(ctx, wpool, "drain0", zeroSteps, "bench-drain-worker0", "drain0", out)
-	if err != nil {
+	if _, err := b.drainTimed(ctx, wpool, "drain0", zeroSteps, "bench-drain-worker0", "drain0", out); err != nil {
 		return nil, err
 	}
-	stop()
 	logf("%-15s %7.0f wf/s  (%d 0-step runs in %.2fs, Launch %.0f ms; reference)", "drain0", out["drain0_per_s"], n, out["drain0_s"], out["drain0_launch_ms"])
 	return c.top, nil
 }
@@ -458,50 +447,56 @@ func (b *bench) drainPrefill(ctx context.Context, name, key string, out map[stri
 
 // drainTimed times a new engine that works the queue with workflow name
 // (body fn), from New + Launch until no run of the queue is left, checks
-// every run succeeded, and stores key_s, key_per_s, key_launch_ms and the
-// CPU used per run. stop shuts the engine down (untimed).
+// every run succeeded, stores key_s, key_per_s, key_launch_ms and the CPU
+// used per run, and returns what the server did meanwhile (the quiet start
+// and the engine's shutdown left out).
 func (b *bench) drainTimed(ctx context.Context, wpool *pgxpool.Pool, name string, fn func(durable.Context, int) (int, error),
-	executor, key string, out map[string]float64) (stop func(), err error) {
+	executor, key string, out map[string]float64) (costs, error) {
 	n := b.o.DrainN
 	b.quiesce(ctx)
+	wal0, xid0, err := b.startCosts(ctx)
+	if err != nil {
+		return costs{}, err
+	}
 	cpu0 := sampleCPU()
 	t0 := time.Now()
 	w, err := durable.New(wpool, drainConfig(executor))
 	if err != nil {
-		return nil, err
+		return costs{}, err
 	}
 	durable.Register(w, name, fn, nil)
 	durable.RegisterQueue(w, drainQueue, nil)
 	if err := w.Launch(ctx); err != nil {
-		return nil, err
+		return costs{}, err
 	}
 	launched := time.Since(t0)
-	stop = func() {
+	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = w.Shutdown(sctx)
-	}
+	}()
 	anyLeft, count := queueLeft(drainSchema)
 	done, err := waitZero(ctx, b.conn, anyLeft, count, drainQueue)
 	if err != nil {
-		stop()
-		return nil, err
+		return costs{}, err
 	}
 	elapsed := done.Sub(t0)
 	storeCPUPer(out, key, cpu0, sampleCPU(), n)
+	c, err := b.endCosts(ctx, wal0, xid0)
+	if err != nil {
+		return costs{}, err
+	}
 	var ok int
 	if err := b.conn.QueryRow(ctx, "SELECT /* "+pollMarker+" */ count(*) FROM "+drainSchema+".workflows WHERE queue_name = $1 AND status = 'success'", drainQueue).Scan(&ok); err != nil {
-		stop()
-		return nil, err
+		return costs{}, err
 	}
 	if ok != n {
-		stop()
-		return nil, fmt.Errorf("%s: %d of %d runs succeeded", key, ok, n)
+		return costs{}, fmt.Errorf("%s: %d of %d runs succeeded", key, ok, n)
 	}
 	out[key+"_s"] = elapsed.Seconds()
 	out[key+"_per_s"] = float64(n) / elapsed.Seconds()
 	out[key+"_launch_ms"] = float64(launched) / float64(time.Millisecond)
-	return stop, nil
+	return c, nil
 }
 
 // floorDrain is the raw floor of a drain: n rows of a plain table, inserted
