@@ -60,6 +60,7 @@ func dbosSteps(ctx dbos.Context, k int) (int, error) {
 			return 0, err
 		}
 	}
+	returned.Add(1)
 	return k, nil
 }
 
@@ -228,7 +229,8 @@ func (b *bench) riverDrains(ctx context.Context, r int, out map[string]float64) 
 // registers the workflow, without launching; a DBOS client enqueues
 // PeerDrainN one-step workflows from 8 goroutines (application version
 // pinned); the clock starts at Launch and stops when every one is SUCCESS
-// (an index probe every 5 ms on a separate connection, then a count).
+// (once every body returned, an index probe every 1 ms on a separate
+// connection, then a count).
 func (b *bench) dbosDrain(ctx context.Context, out map[string]float64) error {
 	o := b.o
 	n := o.PeerDrainN
@@ -284,6 +286,7 @@ func (b *bench) dbosDrain(ctx context.Context, out map[string]float64) error {
 	}
 	defer poll.Close(context.WithoutCancel(ctx))
 	b.quiesce(ctx)
+	returned.Store(0)
 	t0 := time.Now()
 	if err := dbos.Launch(wctx); err != nil {
 		return err
@@ -291,7 +294,10 @@ func (b *bench) dbosDrain(ctx context.Context, out map[string]float64) error {
 	out["dbos_drain_launch_ms"] = float64(time.Since(t0)) / float64(time.Millisecond)
 	// As for durable's drain: DBOS's index of in-flight runs is probed.
 	inflight := " FROM dbos.workflow_status WHERE queue_name = 'drain' AND status IN ('ENQUEUED', 'PENDING')"
-	end, err := waitZero(ctx, poll, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1"+inflight+")", "SELECT /* "+pollMarker+" */ count(*)"+inflight)
+	if err := waitReturned(ctx, n); err != nil {
+		return fmt.Errorf("DBOS drain: %w", err)
+	}
+	end, err := waitZero(ctx, poll, gatedPollEvery, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1"+inflight+")", "SELECT /* "+pollMarker+" */ count(*)"+inflight)
 	if err != nil {
 		return fmt.Errorf("DBOS drain: %w", err)
 	}

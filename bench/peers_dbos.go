@@ -259,7 +259,7 @@ func (b *bench) dbosRecovery(ctx context.Context) (*PeerRecovery, error) {
 	}
 	rec.LaunchMS = float64(time.Since(t1)) / float64(time.Millisecond)
 	unfinished := " FROM dbos.workflow_status WHERE status IN ('PENDING', 'ENQUEUED')" // Launch re-enqueues them
-	done, err := waitZero(ctx, poll, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1"+unfinished+")", "SELECT /* "+pollMarker+" */ count(*)"+unfinished)
+	done, err := waitZero(ctx, poll, pollEvery, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1"+unfinished+")", "SELECT /* "+pollMarker+" */ count(*)"+unfinished)
 	if err != nil {
 		return nil, fmt.Errorf("dbos recovery: %w", err)
 	}

@@ -34,7 +34,8 @@ const (
 	recoverySchema   = "bench_recovery"
 	recoveryExecutor = "bench-recovery"
 	recoveryChildEnv = "DURABLE_BENCH_RECOVERY_CHILD"
-	pollEvery        = 5 * time.Millisecond // completion polling of the drain and the recovery
+	pollEvery        = 5 * time.Millisecond // completion polling of the recovery
+	gatedPollEvery   = time.Millisecond     // completion polling of a drain once its bodies returned (see returned)
 	startTimeout     = 30 * time.Second     // a queued run must start within this
 	stallTimeout     = 60 * time.Second     // a drain or recovery making no progress this long fails
 	pollMarker       = "bench:poll"         // in the bench's own polling queries, left out of statement counts
@@ -136,19 +137,19 @@ func (b *bench) enqueueStarted(client bool) opFunc {
 
 func (b *bench) settleQueued(ctx context.Context) error {
 	anyLeft, count := queueLeft("bench")
-	_, err := waitZero(ctx, b.conn, anyLeft, count, qlatQueue)
+	_, err := waitZero(ctx, b.conn, pollEvery, anyLeft, count, qlatQueue)
 	return err
 }
 
 // waitZero polls anyLeft (a cheap query, true while work is left: index
-// probes that stop at the first row) every pollEvery until it returns false,
+// probes that stop at the first row) every interval until it returns false,
 // and returns the time just before that last query was sent (the work was
 // done by its snapshot). The polling must cost the server little: River's
 // drain is timed by in-process events, and a count over the whole queue
 // every 5 ms took ~10% of the machine's CPU from a drain. Progress is
 // counted once a second; the wait fails when the count stays the same for
 // stallTimeout. conn is a connection to the database polled.
-func waitZero(ctx context.Context, conn *pgx.Conn, anyLeft, count string, args ...any) (time.Time, error) {
+func waitZero(ctx context.Context, conn *pgx.Conn, every time.Duration, anyLeft, count string, args ...any) (time.Time, error) {
 	last, lastChange, lastCount := int64(-1), time.Now(), time.Time{}
 	for {
 		t := time.Now()
@@ -174,7 +175,39 @@ func waitZero(ctx context.Context, conn *pgx.Conn, anyLeft, count string, args .
 		select {
 		case <-ctx.Done():
 			return t, ctx.Err()
-		case <-time.After(pollEvery):
+		case <-time.After(every):
+		}
+	}
+}
+
+// returned counts the bodies of drained workflows that returned in this
+// process (durable's and DBOS's). A timed drain polls the database for its
+// end only once all its runs' bodies have returned, and then every
+// gatedPollEvery: before that the runs cannot all be finished, and the
+// polling would only take CPU from the drain it times (River's drain is
+// timed by in-process events, which cost its server nothing).
+var returned atomic.Int64
+
+// waitReturned waits until returned reaches n, checking every millisecond;
+// it fails when returned stays the same for stallTimeout.
+func waitReturned(ctx context.Context, n int) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	last, lastChange := int64(-1), time.Now()
+	for {
+		k := returned.Load()
+		if k >= int64(n) {
+			return nil
+		}
+		if k != last {
+			last, lastChange = k, time.Now()
+		} else if time.Since(lastChange) > stallTimeout {
+			return fmt.Errorf("no progress for %v: %d of %d workflow bodies returned", stallTimeout, k, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
 		}
 	}
 }
@@ -232,11 +265,15 @@ func okStep(context.Context) (string, error) { return "ok", nil }
 // oneStep is the drained workflow: one no-op step.
 func oneStep(wctx durable.Context, i int) (int, error) {
 	_, err := durable.Step(wctx, "s", okStep, nil)
+	returned.Add(1)
 	return i, err
 }
 
 // zeroSteps is the drained workflow of the reference drain: no step.
-func zeroSteps(_ durable.Context, i int) (int, error) { return i, nil }
+func zeroSteps(_ durable.Context, i int) (int, error) {
+	returned.Add(1)
+	return i, nil
+}
 
 // costs is what the server did during a timed phase: statements (this
 // database, the bench's polling left out), write transactions and WAL.
@@ -458,6 +495,7 @@ func (b *bench) drainTimed(ctx context.Context, wpool *pgxpool.Pool, name string
 	if err != nil {
 		return costs{}, err
 	}
+	returned.Store(0)
 	cpu0 := sampleCPU()
 	t0 := time.Now()
 	w, err := durable.New(wpool, drainConfig(executor))
@@ -475,8 +513,11 @@ func (b *bench) drainTimed(ctx context.Context, wpool *pgxpool.Pool, name string
 		defer cancel()
 		_ = w.Shutdown(sctx)
 	}()
+	if err := waitReturned(ctx, n); err != nil {
+		return costs{}, err
+	}
 	anyLeft, count := queueLeft(drainSchema)
-	done, err := waitZero(ctx, b.conn, anyLeft, count, drainQueue)
+	done, err := waitZero(ctx, b.conn, gatedPollEvery, anyLeft, count, drainQueue)
 	if err != nil {
 		return costs{}, err
 	}
@@ -677,7 +718,7 @@ func (b *bench) recovery(ctx context.Context) (*Recovery, error) {
 	// A pending run is owned (workflows_owned_idx), unowned
 	// (workflows_unowned_idx) or parked (workflows_parked_due_idx).
 	w := recoverySchema + ".workflows"
-	done, err := waitZero(ctx, b.conn, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1 FROM "+w+" WHERE status = 'pending' AND executor_id IS NOT NULL) "+
+	done, err := waitZero(ctx, b.conn, pollEvery, "SELECT /* "+pollMarker+" */ EXISTS (SELECT 1 FROM "+w+" WHERE status = 'pending' AND executor_id IS NOT NULL) "+
 		"OR EXISTS (SELECT 1 FROM "+w+" WHERE status = 'pending' AND executor_id IS NULL AND wake_at IS NULL) "+
 		"OR EXISTS (SELECT 1 FROM "+w+" WHERE status = 'pending' AND executor_id IS NULL AND wake_at IS NOT NULL)",
 		"SELECT /* "+pollMarker+" */ count(*) FROM "+w+" WHERE status = 'pending'")

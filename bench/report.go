@@ -375,8 +375,8 @@ func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, rati
 	fmt.Fprintf(sb, "Enqueue-to-start: %d sequential runs per variant and round, in the blocks above (time from just before Enqueue to the "+
 		"first line of the workflow body; the next run is enqueued after the previous one finished). "+
 		"Drain: %d pre-enqueued 1-step workflows, in %d of the %d rounds, timed from New + Launch of the engine that works the queue "+
-		"until none is enqueued or pending (an index probe every %v, a count once a second). Recovery: %d two-step runs, once.\n\n",
-		p.QLatN, p.DrainN, p.DrainRounds, p.Rounds, pollEvery, p.RecoveryN)
+		"until none is enqueued or pending (once every body returned, an index probe every %v). Recovery: %d two-step runs, once.\n\n",
+		p.QLatN, p.DrainN, p.DrainRounds, p.Rounds, gatedPollEvery, p.RecoveryN)
 	sb.WriteString("| metric | value | ratio | target | result |\n|---|---|---|---|---|\n")
 	for _, q := range []struct{ key, label string }{
 		{"qlat_local", "enqueue-to-start, enqueued by the engine that works the queue"},
