@@ -201,6 +201,11 @@ func TestHostileInput(t *testing.T) {
 		for _, r := range runs {
 			require.True(t, strings.HasPrefix(r.ID, s), "IDPrefix %q listed %q", s, r.ID)
 		}
+		// IDs match exactly.
+		runs, _, err = e.ListWorkflows(ctx, &durable.ListParams{IDs: []string{"no-such-run", s}, OmitPayloads: true})
+		require.NoError(t, err)
+		require.Len(t, runs, 1, "IDs [%q]", s)
+		require.Equal(t, s, runs[0].ID)
 
 		// Workflow name, queue name, dedup ID and partition key.
 		hn, err := named[s].Enqueue(ctx, queues[s], s, &durable.EnqueueOpts{DedupID: s, PartitionKey: s})
@@ -275,7 +280,7 @@ func TestHostileInput(t *testing.T) {
 		requireInvalid(t, err, "StreamEntries ID %q", s)
 		_, _, err = durable.StreamEntries[int](ctx, e, "bystander-0", s, 0, 0)
 		requireInvalid(t, err, "StreamEntries key %q", s)
-		for _, p := range []durable.ListParams{{Name: s}, {Queue: s}, {Parent: s}, {IDPrefix: s}, {Cursor: s}} {
+		for _, p := range []durable.ListParams{{Name: s}, {Queue: s}, {Parent: s}, {IDPrefix: s}, {IDs: []string{"bystander-0", s}}, {Cursor: s}} {
 			_, _, err = e.ListWorkflows(ctx, &p)
 			requireInvalid(t, err, "ListWorkflows %+v", p)
 		}

@@ -31,6 +31,11 @@ type ListParams struct {
 	Queue string
 	// Parent keeps the child runs of this workflow ID. Defaults to all.
 	Parent string
+	// IDs keeps the runs with these IDs (at most ListLimitMax of them):
+	// the state of known runs in one query, and with OmitPayloads a cheap
+	// status poll. IDs no run has are left out of the result, not
+	// reported. nil does not filter; an empty, non-nil slice keeps no run.
+	IDs []string
 	// IDPrefix keeps runs whose ID starts with this string. Defaults to all.
 	IDPrefix string
 	// WaitTopicPrefix keeps the pending or queued runs waiting for a
@@ -200,6 +205,15 @@ func (p ListParams) filter() (sysdb.ListFilter, error) {
 			}
 		}
 	}
+	if len(p.IDs) > ListLimitMax {
+		return f, bad("IDs", "has %d IDs, more than %d", len(p.IDs), ListLimitMax)
+	}
+	for _, id := range p.IDs {
+		if err := checkName("ListParams.IDs", id); err != nil {
+			return f, err
+		}
+	}
+	f.IDs = p.IDs
 	if !p.From.IsZero() && !p.To.IsZero() && !p.From.Before(p.To) {
 		return f, bad("To", "(%s) must be after From (%s)", p.To.Format(time.RFC3339Nano), p.From.Format(time.RFC3339Nano))
 	}

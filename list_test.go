@@ -171,6 +171,21 @@ func TestListWorkflows(t *testing.T) {
 	require.Empty(t, list(&durable.ListParams{IDPrefix: "lt_ok"}), "_ is not a wildcard")
 	require.Empty(t, list(&durable.ListParams{IDPrefix: "lt-%"}), "% is not a wildcard")
 	require.Equal(t, []string{"lt-ok-2"}, ids(list(&durable.ListParams{Name: "list-ok", IDPrefix: "lt-ok-2", Statuses: []durable.Status{durable.StatusSuccess}})))
+	var wantIDs []string // in the listing's order
+	for _, r := range all {
+		if r.ID == "lt-fail-0" || r.ID == "lt-ok-2" {
+			wantIDs = append(wantIDs, r.ID)
+		}
+	}
+	require.Equal(t, wantIDs, ids(list(&durable.ListParams{IDs: []string{"lt-ok-2", "lt-fail-0", "no-such-run", "lt-ok-"}})),
+		"exact IDs only, in the listing's order; unknown ones left out")
+	require.Equal(t, []string{"lt-fail-0"}, ids(list(&durable.ListParams{IDs: []string{"lt-fail-0", "lt-ok-2"}, Statuses: []durable.Status{durable.StatusError}})))
+	require.Empty(t, list(&durable.ListParams{IDs: []string{}}), "an empty, non-nil IDs keeps no run")
+	require.Equal(t, []string{"lt-ok-2"}, ids(list(&durable.ListParams{IDs: []string{"lt-ok-2", "lt-ok-2"}})))
+	polled := list(&durable.ListParams{IDs: []string{"lt-ok-2"}, OmitPayloads: true})
+	require.Len(t, polled, 1)
+	require.Equal(t, durable.StatusSuccess, polled[0].Status)
+	require.Nil(t, polled[0].Output)
 	for _, r := range list(&durable.ListParams{OmitPayloads: true}) {
 		require.Nil(t, r.Input, r.ID)
 		require.Nil(t, r.Output, r.ID)
@@ -263,6 +278,9 @@ func TestListWorkflowsBadInput(t *testing.T) {
 		"to before from":     {From: now, To: now.Add(-time.Second)},
 		"empty range":        {From: now, To: now},
 		"invalid UTF-8 name": {Name: "\xff"},
+		"empty ID in IDs":    {IDs: []string{"a", ""}},
+		"NUL in IDs":         {IDs: []string{"a\x00b"}},
+		"too many IDs":       {IDs: make([]string, durable.ListLimitMax+1)},
 	} {
 		_, _, err := e.ListWorkflows(ctx, p)
 		require.ErrorIs(t, err, durable.ErrInvalidArgument, name)

@@ -105,12 +105,18 @@ func (d *dash) live(w http.ResponseWriter, r *http.Request) {
 }
 
 // fingerprint sums up what the run page shows that may change: status,
-// wait, number and state of steps.
+// wait, number and state of steps. It runs every RefreshInterval while a
+// page is open, so it reads the run without its input and output (an
+// agent's run may carry megabytes of them).
 func (d *dash) fingerprint(ctx context.Context, id string) (string, bool, error) {
-	info, err := d.eng.Inspect(ctx, id)
+	runs, _, err := d.eng.ListWorkflows(ctx, &durable.ListParams{IDs: []string{id}, OmitPayloads: true, Limit: 1})
 	if err != nil {
 		return "", false, err
 	}
+	if len(runs) == 0 {
+		return "", false, fmt.Errorf("%w: %q", durable.ErrWorkflowNotFound, id)
+	}
+	info := runs[0]
 	last, total, err := d.eng.ListStepWindow(ctx, id, -1, 1)
 	if err != nil {
 		return "", false, err

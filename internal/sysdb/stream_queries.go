@@ -80,7 +80,8 @@ ORDER BY s.off`),
 
 // ListFilter selects workflows for ListWorkflows. Zero fields do not filter.
 type ListFilter struct {
-	ID       string // exactly this run
+	ID       string   // exactly this run
+	IDs      []string // any of these runs (nil: no filter)
 	Statuses []string
 	Name     string
 	Queue    string
@@ -114,6 +115,9 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	}
 	if f.ID != "" {
 		where = append(where, "id = "+arg(f.ID))
+	}
+	if f.IDs != nil {
+		where = append(where, "id = ANY("+arg(f.IDs)+"::text[])")
 	}
 	if len(f.Statuses) > 0 {
 		where = append(where, "status = ANY("+arg(f.Statuses)+"::text[])")
