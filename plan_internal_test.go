@@ -253,3 +253,40 @@ func TestSweepReadsOnlyLiveRuns(t *testing.T) {
 		t.Errorf("runs of other versions: %v, want %v", groups, want)
 	}
 }
+
+// TestListByIDsReadsOnlyThoseRuns: a listing by IDs finds the runs by
+// primary key, however small its page. Ordered by creation time under a
+// LIMIT, the planner would otherwise walk the listing index from the newest
+// run and test each against the IDs: the whole table when they are old.
+func TestListByIDsReadsOnlyThoseRuns(t *testing.T) {
+	t.Parallel()
+	ctx, pool, schema := migratedSchema(t)
+	const runs, asked = 20000, 100
+	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
+	for _, sql := range []string{
+		`INSERT INTO ` + wf + ` (id, name, status, app_version, created_at)
+		  SELECT 'r' || i, 'w', 'success', 'v', now() - (20000 - i) * interval '1 second' FROM generate_series(1, 20000) i`,
+		`ANALYZE ` + wf,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	ids := make([]string, asked) // the oldest runs
+	for i := range ids {
+		ids[i] = fmt.Sprintf("r%d", i+1)
+	}
+	for _, limit := range []int{1, 10, ListLimitDefault} {
+		f, err := ListParams{IDs: ids, Limit: limit, OmitPayloads: true}.filter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sql, args := sysdb.ListWorkflows(schema, f)
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			n, plan := explainRows(ctx, t, pool, mode, sql, args)
+			if n > asked {
+				t.Errorf("limit %d, %s: the listing read %d rows of %d runs for %d IDs; plan: %s", limit, mode, n, runs, asked, plan)
+			}
+		}
+	}
+}

@@ -151,6 +151,13 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 		payloads = "input, output"
 	}
 	var b strings.Builder
+	if f.IDs != nil {
+		// The runs are found by primary key first, then ordered: under
+		// the LIMIT the planner would otherwise walk the listing index from
+		// the newest run, testing each against the IDs (the whole table
+		// when they are old). At most len(f.IDs) rows are materialized.
+		b.WriteString("WITH r AS MATERIALIZED (\n")
+	}
 	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
 	recovery_attempts, deadline, error, started_at, ` + payloads + `,
 	CASE WHEN status IN ('pending', 'enqueued') THEN wait_topic END, trace_context
@@ -158,6 +165,9 @@ FROM {{schema}}.workflows`)
 	if len(where) > 0 {
 		b.WriteString("\nWHERE ")
 		b.WriteString(strings.Join(where, " AND "))
+	}
+	if f.IDs != nil {
+		b.WriteString(")\nSELECT * FROM r")
 	}
 	b.WriteString("\nORDER BY created_at DESC, id DESC LIMIT " + arg(f.Limit))
 	return Render(b.String(), schema), args
