@@ -108,6 +108,16 @@ func migratedSchema(t *testing.T) (context.Context, *pgxpool.Pool, string) {
 	return ctx, pool, schema
 }
 
+// execAll runs each statement on pool, failing the test at the first error.
+func execAll(ctx context.Context, t *testing.T, pool *pgxpool.Pool, stmts ...string) {
+	t.Helper()
+	for _, sql := range stmts {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
 // explainRows runs sql under EXPLAIN ANALYZE in a transaction it rolls
 // back and returns how many rows of the workflows table its plan nodes read
 // (rows returned plus rows removed by a filter, times loops, and rows a
@@ -168,11 +178,11 @@ func TestSweepReadsOnlyLiveRuns(t *testing.T) {
 	ctx, pool, schema := migratedSchema(t)
 	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
 	ex := pgx.Identifier{schema, "executors"}.Sanitize()
-	for _, sql := range []string{
-		`INSERT INTO ` + wf + ` (id, name, status, app_version, epoch) SELECT 'done-' || i, 'w', 'success', 'v', 1 FROM generate_series(1, 3000) i`,
-		`INSERT INTO ` + ex + ` (id, incarnation, app_version, lease_expires_at) VALUES
+	execAll(ctx, t, pool,
+		`INSERT INTO `+wf+` (id, name, status, app_version, epoch) SELECT 'done-' || i, 'w', 'success', 'v', 1 FROM generate_series(1, 3000) i`,
+		`INSERT INTO `+ex+` (id, incarnation, app_version, lease_expires_at) VALUES
 			('live', 'x', 'v', now() + interval '1 hour'), ('dead', 'x', 'v', now() - interval '1 hour')`,
-		`INSERT INTO ` + wf + ` (id, name, status, app_version, epoch, executor_id, wake_at, queue_name) VALUES
+		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, executor_id, wake_at, queue_name) VALUES
 			('unowned', 'w', 'pending', 'v', 0, NULL, NULL, NULL),
 			('due', 'w', 'pending', 'v', 1, NULL, now() - interval '1 second', NULL),
 			('due-queued', 'w', 'pending', 'v', 1, NULL, now() - interval '1 second', 'q'),
@@ -182,12 +192,8 @@ func TestSweepReadsOnlyLiveRuns(t *testing.T) {
 			('not-due', 'w', 'pending', 'v', 1, NULL, now() + interval '1 hour', NULL),
 			('queued-unowned', 'w', 'pending', 'v', 1, NULL, NULL, 'q'),
 			('other-version', 'w', 'pending', 'v2', 0, NULL, NULL, NULL)`,
-		`ANALYZE ` + wf,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+		`ANALYZE `+wf,
+	)
 	q := sysdb.New(schema)
 	claimArgs := func(expired bool) []any { return []any{"me", "v", []string{"w"}, 100, expired} }
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -263,15 +269,11 @@ func TestListByIDsReadsOnlyThoseRuns(t *testing.T) {
 	ctx, pool, schema := migratedSchema(t)
 	const runs, asked = 20000, 100
 	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
-	for _, sql := range []string{
-		`INSERT INTO ` + wf + ` (id, name, status, app_version, created_at)
+	execAll(ctx, t, pool,
+		`INSERT INTO `+wf+` (id, name, status, app_version, created_at)
 		  SELECT 'r' || i, 'w', 'success', 'v', now() - (20000 - i) * interval '1 second' FROM generate_series(1, 20000) i`,
-		`ANALYZE ` + wf,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+		`ANALYZE `+wf,
+	)
 	ids := make([]string, asked) // the oldest runs
 	for i := range ids {
 		ids[i] = fmt.Sprintf("r%d", i+1)
