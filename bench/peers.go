@@ -64,26 +64,16 @@ func dbosSteps(ctx dbos.Context, k int) (int, error) {
 	return k, nil
 }
 
-// openPeers creates the DBOS database of the sequential and throughput
-// scenarios and starts the peers (startPeers).
 func (b *bench) openPeers(ctx context.Context) error {
-	b.peers = &peers{}
-	if b.o.DBOS {
-		if err := recreateDB(ctx, b.o.URL, b.o.dbName("dbos")); err != nil {
+	o := b.o
+	p := &peers{}
+	b.peers = p
+	if o.DBOS {
+		db := o.dbName("dbos")
+		if err := recreateDB(ctx, o.URL, db); err != nil {
 			return err
 		}
-	}
-	return b.startPeers(ctx)
-}
-
-// startPeers launches the peers' long-lived engines: the DBOS context of
-// the sequential and throughput scenarios (on its database as it is) and
-// durable's DisableGroupCommit engine.
-func (b *bench) startPeers(ctx context.Context) error {
-	o := b.o
-	p := b.peers
-	if o.DBOS {
-		u, err := urlFor(o.URL, o.dbName("dbos"))
+		u, err := urlFor(o.URL, db)
 		if err != nil {
 			return err
 		}
@@ -121,9 +111,8 @@ func (b *bench) startPeers(ctx context.Context) error {
 	return nil
 }
 
-// stopPeers shuts the peers' long-lived engines down (during the drains
-// and after the rounds, so that the drains, recovery and the counting
-// batches run without their background work).
+// stopPeers shuts the peers down (after the rounds, so that recovery and
+// the counting batches run without their background statements).
 func (b *bench) stopPeers(ctx context.Context) {
 	p := b.peers
 	if p == nil {

@@ -196,11 +196,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("round %d: %w", r+1, err)
 		}
 		if r < o.DrainRounds {
-			// The drains run without the peers' long-lived engines (their
-			// background work would fall into the timed windows), and
-			// durable's drains and River's take turns going first, so that
+			// Durable's drains and River's take turns going first, so that
 			// neither always inherits what the round's scenarios left.
-			b.stopPeers(ctx)
 			riverFirst := r%2 == 1
 			if riverFirst {
 				if err := b.riverDrains(ctx, r, round.Values); err != nil {
@@ -217,9 +214,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 			if err := b.dbosDrains(ctx, r, round.Values); err != nil {
 				return nil, fmt.Errorf("round %d: %w", r+1, err)
-			}
-			if err := b.startPeers(ctx); err != nil {
-				return nil, fmt.Errorf("round %d: restart the peers: %w", r+1, err)
 			}
 		}
 		derive(round.Values, o.Concurrency)
