@@ -141,75 +141,76 @@ func (b *bench) settleQueued(ctx context.Context) error {
 	return err
 }
 
+// pollUntil calls probe every interval until it reports done. probe also
+// reports a measure of progress (what: work done or left); the wait fails
+// when that stays the same for stallTimeout.
+func pollUntil(ctx context.Context, every time.Duration, what string, probe func() (done bool, progress int64, err error)) error {
+	last, lastChange := int64(-1), time.Now()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		done, progress, err := probe()
+		if err != nil || done {
+			return err
+		}
+		if progress != last {
+			last, lastChange = progress, time.Now()
+		} else if time.Since(lastChange) > stallTimeout {
+			return fmt.Errorf("no progress for %v: %s = %d", stallTimeout, what, progress)
+		}
+		t.Reset(every)
+	}
+}
+
 // waitZero polls anyLeft (a cheap query, true while work is left: index
 // probes that stop at the first row) every interval until it returns false,
 // and returns the time just before that last query was sent (the work was
 // done by its snapshot). The polling must cost the server little: River's
 // drain is timed by in-process events, and a count over the whole queue
-// every 5 ms took ~10% of the machine's CPU from a drain. Progress is
-// counted once a second; the wait fails when the count stays the same for
-// stallTimeout. conn is a connection to the database polled.
+// every 5 ms took ~10% of the machine's CPU from a drain. Progress is the
+// count of runs left, taken once a second. conn is a connection to the
+// database polled.
 func waitZero(ctx context.Context, conn *pgx.Conn, every time.Duration, anyLeft, count string, args ...any) (time.Time, error) {
-	last, lastChange, lastCount := int64(-1), time.Now(), time.Time{}
-	for {
-		t := time.Now()
-		var left bool
-		if err := conn.QueryRow(ctx, anyLeft, args...).Scan(&left); err != nil {
-			return t, err
+	var sent, counted time.Time
+	left := int64(-1)
+	err := pollUntil(ctx, every, "runs left", func() (bool, int64, error) {
+		sent = time.Now()
+		var more bool
+		if err := conn.QueryRow(ctx, anyLeft, args...).Scan(&more); err != nil || !more {
+			return true, left, err
 		}
-		if !left {
-			return t, nil
-		}
-		if time.Since(lastCount) >= time.Second {
-			lastCount = time.Now()
-			var k int64
-			if err := conn.QueryRow(ctx, count, args...).Scan(&k); err != nil {
-				return t, err
-			}
-			if k != last {
-				last, lastChange = k, time.Now()
-			} else if time.Since(lastChange) > stallTimeout {
-				return t, fmt.Errorf("no progress for %v: %d runs left", stallTimeout, k)
+		if time.Since(counted) >= time.Second {
+			counted = time.Now()
+			if err := conn.QueryRow(ctx, count, args...).Scan(&left); err != nil {
+				return false, left, err
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return t, ctx.Err()
-		case <-time.After(every):
-		}
-	}
+		return false, left, nil
+	})
+	return sent, err
 }
 
-// returned counts the bodies of drained workflows that returned in this
-// process (durable's and DBOS's). A timed drain polls the database for its
-// end only once all its runs' bodies have returned, and then every
-// gatedPollEvery: before that the runs cannot all be finished, and the
-// polling would only take CPU from the drain it times (River's drain is
-// timed by in-process events, which cost its server nothing).
+// returned counts the returns of the bodies the timed drains run
+// (oneStep, zeroSteps, dbosSteps) in this process; a timed drain resets it
+// before its clock starts. The drain polls the database for its end only
+// once all its runs' bodies have returned, and then every gatedPollEvery:
+// before that the runs cannot all be finished, and the polling would only
+// take CPU from the drain it times (River's drain is timed by in-process
+// events, which cost its server nothing).
 var returned atomic.Int64
 
 // waitReturned waits until returned reaches n, checking every millisecond;
 // it fails when returned stays the same for stallTimeout.
 func waitReturned(ctx context.Context, n int) error {
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	last, lastChange := int64(-1), time.Now()
-	for {
+	return pollUntil(ctx, time.Millisecond, fmt.Sprintf("workflow bodies returned (of %d)", n), func() (bool, int64, error) {
 		k := returned.Load()
-		if k >= int64(n) {
-			return nil
-		}
-		if k != last {
-			last, lastChange = k, time.Now()
-		} else if time.Since(lastChange) > stallTimeout {
-			return fmt.Errorf("no progress for %v: %d of %d workflow bodies returned", stallTimeout, k, n)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+		return k >= int64(n), k, nil
+	})
 }
 
 // queueLeft returns waitZero's two queries for the runs of a queue in
