@@ -164,7 +164,7 @@ func (e *Engine) Inspect(ctx context.Context, id string) (WorkflowInfo, error) {
 	if err := checkName("workflow ID", id); err != nil {
 		return WorkflowInfo{}, err
 	}
-	sql, args := sysdb.ListWorkflows(e.cfg.Schema, sysdb.ListFilter{ID: id, Limit: 1, Payloads: true})
+	sql, args := sysdb.ListWorkflows(e.cfg.Schema, sysdb.ListFilter{IDs: []string{id}, Limit: 1, Payloads: true})
 	rows, err := e.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return WorkflowInfo{}, fmt.Errorf("durable: inspect %q: %w", id, err)

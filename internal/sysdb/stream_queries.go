@@ -80,7 +80,6 @@ ORDER BY s.off`),
 
 // ListFilter selects workflows for ListWorkflows. Zero fields do not filter.
 type ListFilter struct {
-	ID       string   // exactly this run
 	IDs      []string // any of these runs (nil: no filter)
 	Statuses []string
 	Name     string
@@ -112,9 +111,6 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
-	}
-	if f.ID != "" {
-		where = append(where, "id = "+arg(f.ID))
 	}
 	if f.IDs != nil {
 		where = append(where, "id = ANY("+arg(f.IDs)+"::text[])")
