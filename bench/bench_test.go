@@ -81,11 +81,11 @@ func TestSmoke(t *testing.T) {
 
 	median := doc["median"].(map[string]any)
 	var want []string
-	for _, s := range []string{"floor_insert", "floor_tx", "floor_select", "wf0", "wf1", "wf10", "txwf", "qlat_local", "qlat_client",
+	for _, s := range []string{"floor_insert", "floor_tx", "floor_select", "floor_ckpt", "floor_ckpt_plain", "wf0", "wf1", "wf10", "txwf", "qlat_local", "qlat_client",
 		"qlat_local_enqueue", "qlat_client_enqueue"} {
 		want = append(want, s+"_us", s+"_p50_us", s+"_p99_us")
 	}
-	want = append(want, "ratio_floor_tx", "ratio_floor_select", "ratio_wf0", "ratio_wf1", "ratio_wf10",
+	want = append(want, "ratio_floor_tx", "ratio_floor_select", "ratio_floor_ckpt", "ratio_floor_ckpt_plain", "ratio_step_vs_ckpt", "ratio_wf0", "ratio_wf1", "ratio_wf10",
 		"ratio_step_overhead", "ratio_txwf",
 		"ratio_qlat_local", "ratio_qlat_local_p50", "ratio_qlat_local_p99",
 		"ratio_qlat_client", "ratio_qlat_client_p50", "ratio_qlat_client_p99",

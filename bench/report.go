@@ -115,10 +115,13 @@ func derive(v map[string]float64, conc []int) {
 	}
 	div("ratio_floor_tx", b, a)
 	div("ratio_floor_select", v["floor_select_us"], a)
+	div("ratio_floor_ckpt", v["floor_ckpt_us"], a)
+	div("ratio_floor_ckpt_plain", v["floor_ckpt_plain_us"], a)
 	div("ratio_wf0", v["wf0_us"], a)
 	div("ratio_wf1", v["wf1_us"], a)
 	div("ratio_wf10", v["wf10_us"], a)
 	div("ratio_step_overhead", v["step_overhead_us"], a)
+	div("ratio_step_vs_ckpt", v["step_overhead_us"], v["floor_ckpt_us"])
 	div("ratio_txwf", v["txwf_us"], b)
 	div("ratio_txstep_cost", v["txstep_cost_us"], b)
 	for _, c := range conc {
@@ -303,6 +306,10 @@ func (r *Result) Markdown() string {
 		return t.Name, "**miss**"
 	}
 	lat := func(label, key, ratioKey, of, metric string) {
+		_, ok := m[key]
+		if _, rok := m[ratioKey]; !ok || ratioKey != "" && !rok {
+			return // a scenario the run did not have (a saved run re-rendered)
+		}
 		tn, tr := res(metric)
 		ratio := ""
 		if ratioKey != "" {
@@ -313,10 +320,13 @@ func (r *Result) Markdown() string {
 	lat("floor A: INSERT, autocommit", "floor_insert_us", "", "", "")
 	lat("floor B: BEGIN; INSERT; COMMIT", "floor_tx_us", "ratio_floor_tx", "floor A", "")
 	lat("floor: SELECT 1 round trip", "floor_select_us", "ratio_floor_select", "floor A", "")
+	lat("floor C: a step checkpoint's INSERT by hand, fenced as the engine's (copies of its tables)", "floor_ckpt_us", "ratio_floor_ckpt", "floor A", "")
+	lat("floor C without the fence (the same row, INSERT ... VALUES)", "floor_ckpt_plain_us", "ratio_floor_ckpt_plain", "floor A", "")
 	lat("workflow, 0 steps (Start + Result)", "wf0_us", "ratio_wf0", "floor A", "ratio_wf0")
 	lat("workflow, 1 step", "wf1_us", "ratio_wf1", "floor A", "")
 	lat("workflow, 10 steps", "wf10_us", "ratio_wf10", "floor A", "")
 	lat("per-step overhead = (wf10 - wf0) / 10", "step_overhead_us", "ratio_step_overhead", "floor A", "ratio_step_overhead")
+	lat("per-step overhead against floor C (the engine around its statement)", "step_overhead_us", "ratio_step_vs_ckpt", "floor C", "")
 	lat("workflow with 1 TxStep (one app INSERT)", "txwf_us", "ratio_txwf", "floor B", "")
 	lat("TxStep's own cost = TxStep workflow - 0-step workflow", "txstep_cost_us", "ratio_txstep_cost", "floor B", "")
 	for _, c := range p.Concurrency {

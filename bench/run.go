@@ -123,7 +123,10 @@ type bench struct {
 	pool  *pgxpool.Pool // the engine's pool
 	eng   *durable.Engine
 	steps *durable.Workflow[int, int] // k no-op steps
-	txwf  *durable.Workflow[int, int] // k transaction steps of one INSERT each
+	// floor C (ckptfloor.go): a step's checkpoint statement by hand, fenced
+	// and plain
+	ckptFenced, ckptPlain opFunc
+	txwf                  *durable.Workflow[int, int] // k transaction steps of one INSERT each
 
 	// Enqueue-to-start latency (queue.go): eng works queue qlat; client is
 	// an engine on its own pool that is never launched and only enqueues.
@@ -372,6 +375,10 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 		b.eng = nil
 		return nil, err
 	}
+	if err := b.createCkptFloor(ctx, "bench"); err != nil {
+		return nil, err
+	}
+	b.ckptFenced, b.ckptPlain = b.ckptFloor(true), b.ckptFloor(false)
 
 	// The client: same database and schema, its own pool, never launched.
 	if b.clientPool, err = b.newPool(ctx, clientConns, true); err != nil {

@@ -49,6 +49,8 @@ func (b *bench) seqScenarios() []seqScenario {
 		{name: "floor_insert", n: o.N, op: b.floorInsert},
 		{name: "floor_tx", n: o.N, op: b.floorTx},
 		{name: "floor_select", n: o.N, op: b.floorSelect},
+		{name: "floor_ckpt", n: o.N, op: b.ckptFenced},
+		{name: "floor_ckpt_plain", n: o.N, op: b.ckptPlain},
 		{name: "wf0", n: o.N, op: b.workflow(b.steps, 0)},
 		{name: "wf1", n: o.N, op: b.workflow(b.steps, 1)},
 		{name: "wf10", n: o.nK10(), op: b.workflow(b.steps, 10)},
