@@ -123,10 +123,11 @@ type bench struct {
 	pool  *pgxpool.Pool // the engine's pool
 	eng   *durable.Engine
 	steps *durable.Workflow[int, int] // k no-op steps
+	txwf  *durable.Workflow[int, int] // k transaction steps of one INSERT each
+
 	// floor C (ckptfloor.go): a step's checkpoint statement by hand, fenced
 	// and plain
 	ckptFenced, ckptPlain opFunc
-	txwf                  *durable.Workflow[int, int] // k transaction steps of one INSERT each
 
 	// Enqueue-to-start latency (queue.go): eng works queue qlat; client is
 	// an engine on its own pool that is never launched and only enqueues.
