@@ -4,24 +4,24 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Floor C: a step checkpoint's own statement, sent by hand on floor A's
-// connection. Its tables are copies of the library's (LIKE ... INCLUDING
-// ALL: the same columns, defaults, checks and indexes), so floor C / floor
-// A is what a step row and its fence cost beyond the smallest INSERT, and
-// the per-step overhead / floor C what the engine adds around its one
-// statement. The fenced form has the shape of the engine's checkpoint: the
-// row is inserted only if the run is pending with the writer's epoch, and
-// the run's row is share-locked until the commit; the plain form inserts
-// the same row without the fence.
+// connection. The fenced form is the engine's statement itself
+// (sysdb.Queries.InsertStep: the row is inserted only if the run is
+// pending with the writer's epoch, and the run's row is share-locked until
+// the commit), rendered for schema ckptSchema, whose tables are copies of
+// the engine's (LIKE ... INCLUDING ALL: the same columns, defaults, checks
+// and indexes). The plain form inserts the same row without the fence. So
+// floor C / floor A is what a step's row and fence cost beyond the
+// smallest INSERT, and the per-step overhead / floor C what the engine adds
+// around its one statement.
 const (
-	ckptRunsTable    = "bench_ckpt_runs"
-	ckptStepsTable   = "bench_ckpt_steps"
-	ckptColumns      = "workflow_id, pos, name, status, output, error, attempts, started_at"
-	insertCkptFenced = "INSERT INTO " + ckptStepsTable + " (" + ckptColumns + ") SELECT $1, $2, $3, $4, $5, $6, $7, $8 FROM " +
-		ckptRunsTable + " w WHERE w.id = $1 AND w.epoch = $9 AND w.status = 'pending' FOR SHARE OF w"
-	insertCkptPlain = "INSERT INTO " + ckptStepsTable + " (" + ckptColumns + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+	ckptSchema      = "bench_ckpt"
+	insertCkptPlain = "INSERT INTO " + ckptSchema + ".steps (workflow_id, pos, name, status, output, error, attempts, started_at) " +
+		"VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
 
 	// Run IDs shaped like the engine's (UUIDv7 text): one run per form.
 	ckptFencedRun = "019ad2c0-0000-7000-8000-00000000000c"
@@ -31,13 +31,14 @@ const (
 // ckptOutput is what the bench's no-op step records ("ok" as JSON).
 var ckptOutput = []byte(`"ok"`)
 
-// createCkptFloor copies the tables of the engine's schema and inserts the
-// pending run the fenced form writes under.
+// createCkptFloor copies the tables of the engine's schema into ckptSchema
+// and inserts the pending run the fenced form writes under.
 func (b *bench) createCkptFloor(ctx context.Context, schema string) error {
 	for _, q := range []string{
-		"CREATE TABLE " + ckptRunsTable + " (LIKE " + schema + ".workflows INCLUDING ALL)",
-		"CREATE TABLE " + ckptStepsTable + " (LIKE " + schema + ".steps INCLUDING ALL)",
-		"INSERT INTO " + ckptRunsTable + " (id, name, status, app_version, epoch) VALUES ('" + ckptFencedRun + "', 'steps', 'pending', 'bench', 1)",
+		"CREATE SCHEMA " + ckptSchema,
+		"CREATE TABLE " + ckptSchema + ".workflows (LIKE " + schema + ".workflows INCLUDING ALL)",
+		"CREATE TABLE " + ckptSchema + ".steps (LIKE " + schema + ".steps INCLUDING ALL)",
+		"INSERT INTO " + ckptSchema + ".workflows (id, name, status, app_version, epoch) VALUES ('" + ckptFencedRun + "', 'steps', 'pending', 'bench', 1)",
 	} {
 		if _, err := b.conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("floor C: %w", err)
@@ -48,6 +49,7 @@ func (b *bench) createCkptFloor(ctx context.Context, schema string) error {
 
 // ckptFloor returns floor C's op: the fenced form, or the plain one.
 func (b *bench) ckptFloor(fenced bool) opFunc {
+	insertStep := sysdb.New(ckptSchema).InsertStep
 	pos := 0
 	return func(ctx context.Context) error {
 		pos++
@@ -55,7 +57,7 @@ func (b *bench) ckptFloor(fenced bool) opFunc {
 			_, err := b.conn.Exec(ctx, insertCkptPlain, ckptPlainRun, pos, "s", "done", ckptOutput, []byte(nil), 1, time.Now())
 			return err
 		}
-		tag, err := b.conn.Exec(ctx, insertCkptFenced, ckptFencedRun, pos, "s", "done", ckptOutput, []byte(nil), 1, time.Now(), int64(1))
+		tag, err := b.conn.Exec(ctx, insertStep, ckptFencedRun, pos, "s", "done", ckptOutput, []byte(nil), 1, time.Now(), int64(1))
 		if err == nil && tag.RowsAffected() != 1 {
 			err = fmt.Errorf("floor C: the fenced insert wrote %d rows, want 1", tag.RowsAffected())
 		}
