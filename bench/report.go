@@ -306,9 +306,12 @@ func (r *Result) Markdown() string {
 		return t.Name, "**miss**"
 	}
 	lat := func(label, key, ratioKey, of, metric string) {
-		_, ok := m[key]
-		if _, rok := m[ratioKey]; !ok || ratioKey != "" && !rok {
-			return // a scenario the run did not have (a saved run re-rendered)
+		// A scenario the run did not have (a saved run re-rendered).
+		if _, ok := m[key]; !ok {
+			return
+		}
+		if _, ok := m[ratioKey]; ratioKey != "" && !ok {
+			return
 		}
 		tn, tr := res(metric)
 		ratio := ""
