@@ -270,8 +270,8 @@ func TestListByIDsReadsOnlyThoseRuns(t *testing.T) {
 	const runs, asked = 20000, 100
 	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
 	execAll(ctx, t, pool,
-		`INSERT INTO `+wf+` (id, name, status, app_version, created_at)
-		  SELECT 'r' || i, 'w', 'success', 'v', now() - (20000 - i) * interval '1 second' FROM generate_series(1, 20000) i`,
+		fmt.Sprintf(`INSERT INTO %s (id, name, status, app_version, created_at)
+		  SELECT 'r' || i, 'w', 'success', 'v', now() - (%[2]d - i) * interval '1 second' FROM generate_series(1, %[2]d) i`, wf, runs),
 		`ANALYZE `+wf,
 	)
 	ids := make([]string, asked) // the oldest runs
