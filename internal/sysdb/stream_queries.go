@@ -1,6 +1,7 @@
 package sysdb
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -116,7 +117,7 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 		where = append(where, "id = ANY("+arg(f.IDs)+"::text[])")
 	}
 	if len(f.Statuses) > 0 {
-		where = append(where, "status = ANY("+arg(f.Statuses)+"::text[])")
+		where = append(where, statusCond(f.Statuses, arg))
 	}
 	if f.Name != "" {
 		where = append(where, "name = "+arg(f.Name))
@@ -147,11 +148,22 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 		payloads = "input, output"
 	}
 	var b strings.Builder
-	if f.IDs != nil {
-		// The runs are found by primary key first, then ordered: under
-		// the LIMIT the planner would otherwise walk the listing index from
-		// the newest run, testing each against the IDs (the whole table
-		// when they are old). At most len(f.IDs) rows are materialized.
+	// Two kinds of listing are planned in a CTE of their own, which is
+	// planned for all its rows (the outer LIMIT would reach into a
+	// subquery), and ordered after it:
+	//   - by IDs: the runs are found by primary key first. Under the LIMIT
+	//     the planner would otherwise walk the listing index from the
+	//     newest run, testing each against the IDs (the whole table when
+	//     they are old). At most len(f.IDs) rows are materialized.
+	//   - by status, for a page smaller than a default one: it is planned
+	//     for a default page. Under a LIMIT of a few rows the planner bets
+	//     that the listing index soon yields runs in those statuses, and
+	//     loses the whole history when they are rare and old; for a page of
+	//     a hundred it reads them from their partial indexes (see
+	//     statusArms). Execution still stops after the rows asked for.
+	byIDs := f.IDs != nil
+	cte := byIDs || (len(f.Statuses) > 0 && f.Limit < minStatusPlanRows)
+	if cte {
 		b.WriteString("WITH r AS MATERIALIZED (\n")
 	}
 	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
@@ -162,11 +174,61 @@ FROM {{schema}}.workflows`)
 		b.WriteString("\nWHERE ")
 		b.WriteString(strings.Join(where, " AND "))
 	}
-	if f.IDs != nil {
+	if cte {
+		if !byIDs {
+			b.WriteString("\nORDER BY created_at DESC, id DESC LIMIT " + strconv.Itoa(minStatusPlanRows))
+		}
 		b.WriteString(")\nSELECT * FROM r")
 	}
 	b.WriteString("\nORDER BY created_at DESC, id DESC LIMIT " + arg(f.Limit))
 	return Render(b.String(), schema), args
+}
+
+// minStatusPlanRows is the fewest rows a listing by status is planned for:
+// a default page of ListWorkflows and the row that tells whether another
+// follows.
+const minStatusPlanRows = 101
+
+// statusArms are the listing's conditions for each status, in a fixed
+// order. Each arm implies the predicate of a partial index that holds the
+// runs in that status (pending runs are split as the takeover sweep's
+// indexes split them: owned, unowned, parked; a queued run always has its
+// queue; failed, cancelled and dead runs are in workflows_failed_idx), so
+// the planner can read a rare status's runs from those indexes instead of
+// walking the listing index from the newest run through the whole history.
+// The arms are written into the statement, not passed as a parameter: a
+// parameter's value is not known when a generic plan is made, so no
+// partial index could be proven to apply.
+type statusArm struct{ status, cond string }
+
+var statusArms = []statusArm{
+	{"enqueued", "(status = 'enqueued' AND queue_name IS NOT NULL)"},
+	{"pending", "(status = 'pending' AND executor_id IS NOT NULL)" +
+		" OR (status = 'pending' AND executor_id IS NULL AND wake_at IS NULL)" +
+		" OR (status = 'pending' AND executor_id IS NULL AND wake_at IS NOT NULL)"},
+	{"success", "status = 'success'"},
+	{"error", "status = 'error'"},
+	{"cancelled", "status = 'cancelled'"},
+	{"dead", "status = 'dead'"},
+}
+
+// statusCond is the condition keeping runs in any of statuses: the OR of
+// their arms (a status without one, which ListWorkflows's callers never
+// pass, is compared as a parameter).
+func statusCond(statuses []string, arg func(any) string) string {
+	var arms []string
+	for _, a := range statusArms {
+		if slices.Contains(statuses, a.status) {
+			arms = append(arms, a.cond)
+		}
+	}
+	other := slices.DeleteFunc(slices.Clone(statuses), func(s string) bool {
+		return slices.ContainsFunc(statusArms, func(a statusArm) bool { return a.status == s })
+	})
+	if len(other) > 0 {
+		arms = append(arms, "status = ANY("+arg(other)+"::text[])")
+	}
+	return "(" + strings.Join(arms, " OR ") + ")"
 }
 
 // likePrefix turns s into a LIKE pattern matching the strings that start
