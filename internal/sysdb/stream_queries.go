@@ -132,7 +132,7 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 		where = append(where, "id LIKE "+arg(likePrefix(f.IDPrefix))+` ESCAPE '\'`)
 	}
 	if f.WaitTopicPrefix != "" {
-		where = append(where, "status IN ('pending', 'enqueued') AND wait_topic LIKE "+arg(likePrefix(f.WaitTopicPrefix))+` ESCAPE '\'`)
+		where = append(where, statusCond(liveStatuses, arg)+" AND wait_topic LIKE "+arg(likePrefix(f.WaitTopicPrefix))+` ESCAPE '\'`)
 	}
 	if !f.From.IsZero() {
 		where = append(where, "created_at >= "+arg(f.From))
@@ -155,14 +155,15 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	//     the planner would otherwise walk the listing index from the
 	//     newest run, testing each against the IDs (the whole table when
 	//     they are old). At most len(f.IDs) rows are materialized.
-	//   - by status, for a page smaller than a default one: it is planned
-	//     for a default page. Under a LIMIT of a few rows the planner bets
-	//     that the listing index soon yields runs in those statuses, and
-	//     loses the whole history when they are rare and old; for a page of
-	//     a hundred it reads them from their partial indexes (see
-	//     statusArms). Execution still stops after the rows asked for.
+	//   - by status or awaited topic (which implies a status), for a page
+	//     smaller than a default one: it is planned for a default page.
+	//     Under a LIMIT of a few rows the planner bets that the listing
+	//     index soon yields runs in those statuses, and loses the whole
+	//     history when they are rare and old; for a page of a hundred it
+	//     reads them from their partial indexes (see statusArms).
+	//     Execution still stops after the rows asked for.
 	byIDs := f.IDs != nil
-	cte := byIDs || (len(f.Statuses) > 0 && f.Limit < minStatusPlanRows)
+	cte := byIDs || ((len(f.Statuses) > 0 || f.WaitTopicPrefix != "") && f.Limit < minStatusPlanRows)
 	if cte {
 		b.WriteString("WITH r AS MATERIALIZED (\n")
 	}
@@ -211,6 +212,9 @@ var statusArms = []statusArm{
 	{"cancelled", "status = 'cancelled'"},
 	{"dead", "status = 'dead'"},
 }
+
+// liveStatuses are the statuses of runs that may wait on a topic.
+var liveStatuses = []string{"pending", "enqueued"}
 
 // statusCond is the condition keeping runs in any of statuses: the OR of
 // their arms (a status without one, which ListWorkflows's callers never
