@@ -391,3 +391,67 @@ func TestListByRareStatusReadsOnlyThoseRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueCountsReadOnlyLiveRuns: a queue's counts (Queue.Stats, and each
+// queue's row of ListQueues, which a dashboard reads every few seconds)
+// read the queue's queued and running runs from their partial indexes, not
+// the queue's finished history, and count them right.
+func TestQueueCountsReadOnlyLiveRuns(t *testing.T) {
+	t.Parallel()
+	ctx, pool, schema := migratedSchema(t)
+	const history = 20000
+	const ready, delayed, running = 20, 10, 30
+	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
+	execAll(ctx, t, pool,
+		`INSERT INTO `+pgx.Identifier{schema, "queues"}.Sanitize()+` (name) VALUES ('q'), ('idle')`,
+		fmt.Sprintf(`INSERT INTO %s (id, name, status, app_version, queue_name, created_at)
+		  SELECT 'h' || i, 'w', 'success', 'v', 'q', now() - interval '1 day' + i * interval '1 ms' FROM generate_series(1, %d) i`, wf, history),
+		fmt.Sprintf(`INSERT INTO %s (id, name, status, app_version, queue_name, not_before)
+		  SELECT 'e' || i, 'w', 'enqueued', 'v', 'q', CASE WHEN i > %d THEN now() + interval '1 hour' END
+		  FROM generate_series(1, %d) i`, wf, ready, ready+delayed),
+		fmt.Sprintf(`INSERT INTO %s (id, name, status, app_version, executor_id, queue_name)
+		  SELECT 'p' || i, 'w', 'pending', 'v', 'x', 'q' FROM generate_series(1, %d) i`, wf, running),
+		`ANALYZE `+wf,
+	)
+	qq := sysdb.NewQueueQueries(schema, "c")
+	for _, c := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"Stats", qq.Stats, []any{"q"}},
+		{"ListQueues", sysdb.ListQueues(schema), nil},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			if n, plan := explainRows(ctx, t, pool, mode, c.sql, c.args); n > ready+delayed+running {
+				t.Errorf("%s, %s: read %d rows of %d runs for %d queued or running; plan: %s",
+					c.name, mode, n, history+ready+delayed+running, ready+delayed+running, plan)
+			}
+		}
+	}
+	var r, d, p int
+	if err := pool.QueryRow(ctx, qq.Stats, "q").Scan(&r, &d, &p); err != nil {
+		t.Fatal(err)
+	}
+	if r != ready || d != delayed || p != running {
+		t.Errorf("Stats: ready %d, delayed %d, running %d; want %d, %d, %d", r, d, p, ready, delayed, running)
+	}
+	rows, err := pool.Query(ctx, `SELECT name, ready, delayed, running FROM (`+sysdb.ListQueues(schema)+`) l`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name, &r, &d, &p); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s:%d/%d/%d", name, r, d, p))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"idle:0/0/0", fmt.Sprintf("q:%d/%d/%d", ready, delayed, running)}; !slices.Equal(got, want) {
+		t.Errorf("ListQueues: %v, want %v", got, want)
+	}
+}
