@@ -295,8 +295,9 @@ func TestListByIDsReadsOnlyThoseRuns(t *testing.T) {
 
 // TestListByRareStatusReadsOnlyThoseRuns: a listing by a status few runs
 // have (failures among many successes, the runs in flight, a queue's
-// backlog), or of the runs waiting on a topic (an approval inbox), reads
-// those runs from their partial indexes, however old they are. Ordered by
+// backlog), of the runs waiting on a topic (an approval inbox), or of a
+// run's children, reads those runs from their partial indexes, however old
+// they are. Ordered by
 // creation time under a LIMIT, the planner would otherwise walk the listing
 // index from the newest run (or scan the table) and test each run: the
 // whole history. A listing of successes, the common status, walks that
@@ -308,21 +309,23 @@ func TestListByRareStatusReadsOnlyThoseRuns(t *testing.T) {
 	const history, each = 20000, 20
 	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
 	// The rare runs are the oldest: each kind below has `each` of them;
-	// pending runs come owned, unowned and parked; some wait on a topic.
-	kinds := []struct{ id, status, executor, queue, wake, topic string }{
-		{"err", "error", "NULL", "NULL", "NULL", "NULL"},
-		{"can", "cancelled", "NULL", "NULL", "NULL", "NULL"},
-		{"dead", "dead", "NULL", "NULL", "NULL", "NULL"},
-		{"enq", "enqueued", "NULL", "'q'", "NULL", "'ask:' || i"},
-		{"own", "pending", "'x'", "NULL", "NULL", "'ask:' || i"},
-		{"unown", "pending", "NULL", "NULL", "NULL", "NULL"},
-		{"park", "pending", "NULL", "NULL", "'infinity'", "'ask:' || i"},
+	// pending runs come owned, unowned and parked; some wait on a topic;
+	// the last kind are children of one run.
+	kinds := []struct{ id, status, executor, queue, wake, topic, parent string }{
+		{"err", "error", "NULL", "NULL", "NULL", "NULL", "NULL"},
+		{"can", "cancelled", "NULL", "NULL", "NULL", "NULL", "NULL"},
+		{"dead", "dead", "NULL", "NULL", "NULL", "NULL", "NULL"},
+		{"enq", "enqueued", "NULL", "'q'", "NULL", "'ask:' || i", "NULL"},
+		{"own", "pending", "'x'", "NULL", "NULL", "'ask:' || i", "NULL"},
+		{"unown", "pending", "NULL", "NULL", "NULL", "NULL", "NULL"},
+		{"park", "pending", "NULL", "NULL", "'infinity'", "'ask:' || i", "NULL"},
+		{"kid", "success", "NULL", "NULL", "NULL", "NULL", "'mom'"},
 	}
 	var stmts []string
 	for k, kind := range kinds {
-		stmts = append(stmts, fmt.Sprintf(`INSERT INTO %s (id, name, status, app_version, executor_id, queue_name, wake_at, wait_topic, created_at)
-		  SELECT '%s' || i, 'w', '%s', 'v', %s, %s, %s, %s, now() - interval '1 day' + (%d * %d + i) * interval '1 second'
-		  FROM generate_series(1, %d) i`, wf, kind.id, kind.status, kind.executor, kind.queue, kind.wake, kind.topic, k, each, each))
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO %s (id, name, status, app_version, executor_id, queue_name, wake_at, wait_topic, parent_id, created_at)
+		  SELECT '%s' || i, 'w', '%s', 'v', %s, %s, %s, %s, %s, now() - interval '1 day' + (%d * %d + i) * interval '1 second'
+		  FROM generate_series(1, %d) i`, wf, kind.id, kind.status, kind.executor, kind.queue, kind.wake, kind.topic, kind.parent, k, each, each))
 	}
 	stmts = append(stmts,
 		fmt.Sprintf(`INSERT INTO %s (id, name, status, app_version, created_at)
@@ -345,7 +348,8 @@ func TestListByRareStatusReadsOnlyThoseRuns(t *testing.T) {
 		}
 		cases = append(cases, listing{ListParams{Statuses: statuses}, "status IN (" + strings.Join(names, ", ") + ")"})
 	}
-	cases = append(cases, listing{ListParams{WaitTopicPrefix: "ask:"}, "status IN ('pending', 'enqueued') AND wait_topic LIKE 'ask:%'"})
+	cases = append(cases, listing{ListParams{WaitTopicPrefix: "ask:"}, "status IN ('pending', 'enqueued') AND wait_topic LIKE 'ask:%'"},
+		listing{ListParams{Parent: "mom"}, "parent_id = 'mom'"})
 	for _, c := range cases {
 		for _, limit := range []int{1, 10, ListLimitDefault} {
 			c.p.Limit, c.p.OmitPayloads = limit, true
