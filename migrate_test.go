@@ -79,3 +79,82 @@ func TestMigrationSQLForDBAs(t *testing.T) {
 	require.ErrorIs(t, err, durable.ErrInvalidArgument)
 	require.True(t, strings.HasPrefix(script, "CREATE SCHEMA"))
 }
+
+// TestIdentifierColumnsCompareAsBytes: a new install keys its indexes by
+// identifiers in the C collation, whatever the database's default (see
+// migration 015); an install that already holds runs when it upgrades
+// keeps its columns as they are, since the change rebuilds every index on
+// them under an exclusive lock, and upgrades all the same.
+func TestIdentifierColumnsCompareAsBytes(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := ctxT(t)
+	columns := []string{
+		"workflows.id", "workflows.parent_id", "workflows.executor_id", "workflows.queue_name",
+		"workflows.partition_key", "workflows.dedup_id", "steps.workflow_id",
+		"messages.workflow_id", "messages.topic", "messages.idem_key",
+		"events.workflow_id", "events.key", "streams.workflow_id", "streams.key",
+		"executors.id", "queues.name",
+	}
+	collations := func(schema string) map[string]string {
+		rows, err := pool.Query(ctx, `SELECT table_name || '.' || column_name, coalesce(collation_name, '')
+			FROM information_schema.columns WHERE table_schema = $1 AND table_name || '.' || column_name = ANY($2)`, schema, columns)
+		require.NoError(t, err)
+		got := map[string]string{}
+		for rows.Next() {
+			var col, coll string
+			require.NoError(t, rows.Scan(&col, &coll))
+			got[col] = coll
+		}
+		require.NoError(t, rows.Err())
+		require.Len(t, got, len(columns))
+		return got
+	}
+
+	fresh := pgtest.Schema(t)
+	require.NoError(t, durable.Migrate(ctx, pool, fresh))
+	for col, coll := range collations(fresh) {
+		require.Equal(t, "C", coll, "%s of a new install", col)
+	}
+
+	// An install at version 14 with a run in it (the DBA script up to
+	// migration 015), upgraded by Migrate.
+	old := pgtest.Schema(t)
+	script, err := durable.MigrationSQL(old)
+	require.NoError(t, err)
+	cut := strings.Index(script, "\n-- migration 015 ")
+	require.Positive(t, cut)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = conn.Conn().PgConn().Exec(ctx, script[:cut]).ReadAll()
+	conn.Release()
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{old, "workflows"}.Sanitize()+
+		` (id, name, status, app_version) VALUES ('r1', 'w', 'success', 'v')`)
+	require.NoError(t, err)
+	require.NoError(t, durable.Migrate(ctx, pool, old))
+	for col, coll := range collations(old) {
+		require.Empty(t, coll, "%s of an upgraded install keeps the database's collation", col)
+	}
+	var v int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT max(version) FROM "+pgx.Identifier{old, "schema_migrations"}.Sanitize()).Scan(&v))
+	require.Equal(t, durable.SchemaVersion(), v)
+
+	// Both kinds of install work: a cancel of a run and its descendants
+	// (a recursive query over the ID columns) and listings.
+	for _, schema := range []string{fresh, old} {
+		_, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "workflows"}.Sanitize()+
+			` (id, name, status, app_version, parent_id) VALUES ('p', 'w', 'pending', 'v', NULL), ('c', 'w', 'pending', 'v', 'p'), ('g', 'w', 'pending', 'v', 'c')`)
+		require.NoError(t, err)
+		e, err := durable.New(pool, &durable.Config{Schema: schema, SkipMigrate: true})
+		require.NoError(t, err)
+		require.NoError(t, e.Cancel(ctx, "p", &durable.CancelOpts{Children: true}))
+		runs, _, err := e.ListWorkflows(ctx, &durable.ListParams{Statuses: []durable.Status{durable.StatusCancelled}, OmitPayloads: true})
+		require.NoError(t, err)
+		var ids []string
+		for _, r := range runs {
+			ids = append(ids, r.ID)
+		}
+		require.ElementsMatch(t, []string{"p", "c", "g"}, ids, schema)
+	}
+}

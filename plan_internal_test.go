@@ -295,9 +295,9 @@ func TestListByIDsReadsOnlyThoseRuns(t *testing.T) {
 
 // TestListByRareStatusReadsOnlyThoseRuns: a listing by a status few runs
 // have (failures among many successes, the runs in flight, a queue's
-// backlog), of the runs waiting on a topic (an approval inbox), or of a
-// run's children, reads those runs from their partial indexes, however old
-// they are. Ordered by
+// backlog), of the runs waiting on a topic (an approval inbox), of a run's
+// children or of an ID prefix, reads those runs from their indexes, however
+// old they are. Ordered by
 // creation time under a LIMIT, the planner would otherwise walk the listing
 // index from the newest run (or scan the table) and test each run: the
 // whole history. A listing of successes, the common status, walks that
@@ -349,7 +349,8 @@ func TestListByRareStatusReadsOnlyThoseRuns(t *testing.T) {
 		cases = append(cases, listing{ListParams{Statuses: statuses}, "status IN (" + strings.Join(names, ", ") + ")"})
 	}
 	cases = append(cases, listing{ListParams{WaitTopicPrefix: "ask:"}, "status IN ('pending', 'enqueued') AND wait_topic LIKE 'ask:%'"},
-		listing{ListParams{Parent: "mom"}, "parent_id = 'mom'"})
+		listing{ListParams{Parent: "mom"}, "parent_id = 'mom'"},
+		listing{ListParams{IDPrefix: "park"}, "id LIKE 'park%'"})
 	for _, c := range cases {
 		for _, limit := range []int{1, 10, ListLimitDefault} {
 			c.p.Limit, c.p.OmitPayloads = limit, true

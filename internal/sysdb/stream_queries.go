@@ -155,15 +155,16 @@ func ListWorkflows(schema string, f ListFilter) (string, []any) {
 	//     the planner would otherwise walk the listing index from the
 	//     newest run, testing each against the IDs (the whole table when
 	//     they are old). At most len(f.IDs) rows are materialized.
-	//   - by status or awaited topic (which implies a status), for a page
-	//     smaller than a default one: it is planned for a default page.
-	//     Under a LIMIT of a few rows the planner bets that the listing
-	//     index soon yields runs in those statuses, and loses the whole
+	//   - by status, awaited topic (which implies a status) or ID prefix,
+	//     for a page smaller than a default one: it is planned for a
+	//     default page. Under a LIMIT of a few rows the planner bets that
+	//     the listing index soon yields matching runs, and loses the whole
 	//     history when they are rare and old; for a page of a hundred it
-	//     reads them from their partial indexes (see statusArms).
-	//     Execution still stops after the rows asked for.
+	//     reads them from their partial indexes (see statusArms), or an ID
+	//     prefix from the primary key (with IDs in the C collation,
+	//     migration 015). Execution still stops after the rows asked for.
 	byIDs := f.IDs != nil
-	cte := byIDs || ((len(f.Statuses) > 0 || f.WaitTopicPrefix != "") && f.Limit < minStatusPlanRows)
+	cte := byIDs || ((len(f.Statuses) > 0 || f.WaitTopicPrefix != "" || f.IDPrefix != "") && f.Limit < minStatusPlanRows)
 	if cte {
 		b.WriteString("WITH r AS MATERIALIZED (\n")
 	}

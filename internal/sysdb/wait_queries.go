@@ -112,12 +112,16 @@ SELECT pg_notify('` + channel + `', 'e:' || workflow_id)::text FROM ev`),
 FROM {{schema}}.workflows w LEFT JOIN {{schema}}.events e ON e.workflow_id = w.id AND e.key = $2
 WHERE w.id = $1`),
 
-		// Cancel a run and, with $2, its descendants.
+		// Cancel a run and, with $2, its descendants. Both terms of the
+		// recursion name the same collation, whichever the ID column has
+		// (C since migration 015, the database's default in an older
+		// install); the default one then yields to the column's in the
+		// comparisons, which keeps them on its indexes.
 		// $1 id, $2 with children, $3 error.
 		Cancel: r(`WITH RECURSIVE tree(id) AS (
-	SELECT $1::text
+	SELECT $1::text COLLATE "default"
 	UNION
-	SELECT c.id FROM {{schema}}.workflows c JOIN tree t ON c.parent_id = t.id WHERE $2::bool),
+	SELECT c.id COLLATE "default" FROM {{schema}}.workflows c JOIN tree t ON c.parent_id = t.id WHERE $2::bool),
 u AS (
 	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, wait_topic = NULL, updated_at = now()
 	FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')
