@@ -2,16 +2,22 @@ package durable_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 func TestConcurrentMigrations(t *testing.T) {
@@ -156,5 +162,48 @@ func TestIdentifierColumnsCompareAsBytes(t *testing.T) {
 			ids = append(ids, r.ID)
 		}
 		require.ElementsMatch(t, []string{"p", "c", "g"}, ids, schema)
+	}
+}
+
+// TestLaunchHintsAtIDCollation: in a database whose default collation is a
+// language's (ICU en-US here), Launch on an install made before migration
+// 015 (its run IDs in that collation) logs how to move them to "C"; on a
+// new install it logs nothing of the kind. Skipped where the server cannot
+// create such a database.
+func TestLaunchHintsAtIDCollation(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	admin := pgtest.Pool(t)
+	db := fmt.Sprintf("icu_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db+" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'"); err != nil {
+		t.Skipf("cannot create a database with an ICU default collation: %v", err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE "+db+" WITH (FORCE)") })
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Database = db
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	for _, old := range []bool{true, false} {
+		schema := map[bool]string{true: "old", false: "fresh"}[old]
+		if old { // version 14 with a run in it: migration 015 leaves its columns
+			script, err := durable.MigrationSQL(schema)
+			require.NoError(t, err)
+			conn, err := pool.Acquire(ctx)
+			require.NoError(t, err)
+			_, err = conn.Conn().PgConn().Exec(ctx, script[:strings.Index(script, "\n-- migration 015 ")]).ReadAll()
+			conn.Release()
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, `INSERT INTO old.workflows (id, name, status, app_version) VALUES ('r1', 'w', 'success', 'v')`)
+			require.NoError(t, err)
+		}
+		buf := &proctest.Buffer{}
+		e, err := durable.New(pool, &durable.Config{Schema: schema, Logger: slog.New(slog.NewTextHandler(buf, nil))})
+		require.NoError(t, err)
+		require.NoError(t, e.Launch(ctx))
+		require.NoError(t, e.Shutdown(ctx))
+		require.Equal(t, old, strings.Contains(buf.String(), "migration 015"), "%s install; log:\n%s", schema, buf.String())
 	}
 }

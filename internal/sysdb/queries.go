@@ -75,6 +75,7 @@ type Queries struct {
 	ClaimStray          string
 	RequeueStray        string
 	ListenStmt          string
+	IDCollation         string
 }
 
 // New renders all statements for schema.
@@ -399,5 +400,14 @@ WHERE id = $1 AND epoch = $2 AND executor_id = $3 AND status = 'pending' AND wak
 RETURNING queue_name`),
 
 		ListenStmt: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
+
+		// The collation of the run ID column (C in an install made since
+		// migration 015) and the database's default: its name and, from
+		// Postgres 15 on, its provider (read through to_jsonb, so that the
+		// statement also runs where pg_database has no such column).
+		IDCollation: r(`SELECT c.collname, d.info ->> 'datcollate', d.info ->> 'datlocprovider'
+FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation,
+	(SELECT to_jsonb(db) AS info FROM pg_database db WHERE db.datname = current_database()) d
+WHERE a.attrelid = '{{schema}}.workflows'::regclass AND a.attname = 'id'`),
 	}
 }
