@@ -123,21 +123,9 @@ func TestIdentifierColumnsCompareAsBytes(t *testing.T) {
 		require.Equal(t, "C", coll, "%s of a new install", col)
 	}
 
-	// An install at version 14 with a run in it (the DBA script up to
-	// migration 015), upgraded by Migrate.
+	// An install at version 14 with a run in it, upgraded by Migrate.
 	old := pgtest.Schema(t)
-	script, err := durable.MigrationSQL(old)
-	require.NoError(t, err)
-	cut := strings.Index(script, "\n-- migration 015 ")
-	require.Positive(t, cut)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	_, err = conn.Conn().PgConn().Exec(ctx, script[:cut]).ReadAll()
-	conn.Release()
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{old, "workflows"}.Sanitize()+
-		` (id, name, status, app_version) VALUES ('r1', 'w', 'success', 'v')`)
-	require.NoError(t, err)
+	installBefore015(ctx, t, pool, old)
 	require.NoError(t, durable.Migrate(ctx, pool, old))
 	for col, coll := range collations(old) {
 		require.Empty(t, coll, "%s of an upgraded install keeps the database's collation", col)
@@ -188,16 +176,8 @@ func TestLaunchHintsAtIDCollation(t *testing.T) {
 
 	for _, old := range []bool{true, false} {
 		schema := map[bool]string{true: "old", false: "fresh"}[old]
-		if old { // version 14 with a run in it: migration 015 leaves its columns
-			script, err := durable.MigrationSQL(schema)
-			require.NoError(t, err)
-			conn, err := pool.Acquire(ctx)
-			require.NoError(t, err)
-			_, err = conn.Conn().PgConn().Exec(ctx, script[:strings.Index(script, "\n-- migration 015 ")]).ReadAll()
-			conn.Release()
-			require.NoError(t, err)
-			_, err = pool.Exec(ctx, `INSERT INTO old.workflows (id, name, status, app_version) VALUES ('r1', 'w', 'success', 'v')`)
-			require.NoError(t, err)
+		if old {
+			installBefore015(ctx, t, pool, schema)
 		}
 		buf := &proctest.Buffer{}
 		e, err := durable.New(pool, &durable.Config{Schema: schema, Logger: slog.New(slog.NewTextHandler(buf, nil))})
@@ -206,4 +186,23 @@ func TestLaunchHintsAtIDCollation(t *testing.T) {
 		require.NoError(t, e.Shutdown(ctx))
 		require.Equal(t, old, strings.Contains(buf.String(), "migration 015"), "%s install; log:\n%s", schema, buf.String())
 	}
+}
+
+// installBefore015 makes schema an install at version 14 holding a run, as
+// one made before migration 015: the DBA script up to that migration, and a
+// finished run.
+func installBefore015(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	script, err := durable.MigrationSQL(schema)
+	require.NoError(t, err)
+	cut := strings.Index(script, "\n-- migration 015 ")
+	require.Positive(t, cut)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = conn.Conn().PgConn().Exec(ctx, script[:cut]).ReadAll()
+	conn.Release()
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "workflows"}.Sanitize()+
+		` (id, name, status, app_version) VALUES ('r1', 'w', 'success', 'v')`)
+	require.NoError(t, err)
 }
