@@ -186,10 +186,13 @@ FROM {{schema}}.workflows`)
 	return Render(b.String(), schema), args
 }
 
-// minStatusPlanRows is the fewest rows a listing by status is planned for:
-// a default page of ListWorkflows and the row that tells whether another
-// follows.
+// minStatusPlanRows is the fewest rows a listing by status, awaited topic
+// or ID prefix is planned for: a default page of ListWorkflows and the row
+// that tells whether another follows.
 const minStatusPlanRows = 101
+
+// statusArm is the listing's condition for one status.
+type statusArm struct{ status, cond string }
 
 // statusArms are the listing's conditions for each status, in a fixed
 // order. Each arm implies the predicate of a partial index that holds the
@@ -201,8 +204,6 @@ const minStatusPlanRows = 101
 // The arms are written into the statement, not passed as a parameter: a
 // parameter's value is not known when a generic plan is made, so no
 // partial index could be proven to apply.
-type statusArm struct{ status, cond string }
-
 var statusArms = []statusArm{
 	{"enqueued", "(status = 'enqueued' AND queue_name IS NOT NULL)"},
 	{"pending", "(status = 'pending' AND executor_id IS NOT NULL)" +
