@@ -156,8 +156,9 @@ func TestIdentifierColumnsCompareAsBytes(t *testing.T) {
 // TestLaunchHintsAtIDCollation: in a database whose default collation is a
 // language's (ICU en-US here), Launch on an install made before migration
 // 015 (its run IDs in that collation) logs how to move them to "C"; on a
-// new install it logs nothing of the kind. Skipped where the server cannot
-// create such a database.
+// new install it logs nothing of the kind. Both run queued workflows and
+// answer listings there. Skipped where the server cannot create such a
+// database.
 func TestLaunchHintsAtIDCollation(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
@@ -182,9 +183,34 @@ func TestLaunchHintsAtIDCollation(t *testing.T) {
 		buf := &proctest.Buffer{}
 		e, err := durable.New(pool, &durable.Config{Schema: schema, Logger: slog.New(slog.NewTextHandler(buf, nil))})
 		require.NoError(t, err)
+		wf := durable.Register(e, "w", func(wctx durable.Context, in int) (int, error) {
+			return durable.Step(wctx, "double", func(ctx context.Context) (int, error) { return 2 * in, nil }, nil)
+		}, nil)
+		q := durable.RegisterQueue(e, "q", nil)
 		require.NoError(t, e.Launch(ctx))
-		require.NoError(t, e.Shutdown(ctx))
 		require.Equal(t, old, strings.Contains(buf.String(), "migration 015"), "%s install; log:\n%s", schema, buf.String())
+
+		// Either kind of install works in this database: queued runs with
+		// a step, a listing by ID prefix and status, the queue's counts.
+		var hs []*durable.Handle[int]
+		for i := 0; i < 10; i++ {
+			h, err := wf.Enqueue(ctx, q, i, &durable.EnqueueOpts{ID: fmt.Sprintf("job-%d", i)})
+			require.NoError(t, err)
+			hs = append(hs, h)
+		}
+		for i, h := range hs {
+			out, err := h.Result(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 2*i, out)
+		}
+		runs, next, err := e.ListWorkflows(ctx, &durable.ListParams{IDPrefix: "job-", Statuses: []durable.Status{durable.StatusSuccess}, Limit: 4})
+		require.NoError(t, err)
+		require.Len(t, runs, 4)
+		require.NotEmpty(t, next)
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		require.Zero(t, st.Ready+st.Delayed+st.Running)
+		require.NoError(t, e.Shutdown(ctx))
 	}
 }
 
