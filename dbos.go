@@ -446,12 +446,14 @@ func (e *Engine) prepareLaunch(ctx context.Context) error {
 	} else if err := Migrate(ctx, e.pool, e.cfg.Schema); err != nil {
 		return err
 	}
-	e.hintIDCollation(ctx)
 	host, _ := os.Hostname()
-	if _, err := e.pool.Exec(ctx, e.q.RegisterExecutor, e.cfg.ExecutorID, e.incarnation, e.cfg.AppVersion,
-		host, os.Getpid(), e.cfg.LeaseTTL.Milliseconds()); err != nil {
+	var idCollation, dbCollate string
+	var dbProvider *string
+	if err := e.pool.QueryRow(ctx, e.q.RegisterExecutor, e.cfg.ExecutorID, e.incarnation, e.cfg.AppVersion,
+		host, os.Getpid(), e.cfg.LeaseTTL.Milliseconds()).Scan(&idCollation, &dbCollate, &dbProvider); err != nil {
 		return fmt.Errorf("durable: launch: register executor %q: %w", e.cfg.ExecutorID, err)
 	}
+	e.hintIDCollation(idCollation, dbCollate, dbProvider)
 
 	if err := e.declareQueues(ctx); err != nil {
 		return fmt.Errorf("durable: launch: %w", err)
@@ -462,14 +464,10 @@ func (e *Engine) prepareLaunch(ctx context.Context) error {
 // hintIDCollation tells the operator of an install made before migration
 // 015, in a database whose default collation is a language's, that its run
 // IDs and keys still compare in that collation, which costs the server
-// 20-40% more per run than C, and how to change it. A hint only: a failure
-// to read the collations is ignored.
-func (e *Engine) hintIDCollation(ctx context.Context) {
-	var column, dbCollate string
-	var provider *string
-	if err := e.pool.QueryRow(ctx, e.q.IDCollation).Scan(&column, &dbCollate, &provider); err != nil {
-		return
-	}
+// 20-40% more per run than C, and how to change it. column is the ID
+// column's collation, dbCollate and provider the database's default (as
+// RegisterExecutor returns them; provider is nil before Postgres 15).
+func (e *Engine) hintIDCollation(column, dbCollate string, provider *string) {
 	cDefault := (provider == nil || *provider == "c") && (dbCollate == "C" || dbCollate == "POSIX")
 	if column != "default" || cDefault {
 		return

@@ -75,7 +75,6 @@ type Queries struct {
 	ClaimStray          string
 	RequeueStray        string
 	ListenStmt          string
-	IDCollation         string
 }
 
 // New renders all statements for schema.
@@ -276,12 +275,22 @@ FROM {{schema}}.steps WHERE workflow_id = $1 AND pos = $2`),
 LEFT JOIN {{schema}}.steps s ON s.workflow_id = w.id AND s.pos = $2
 WHERE w.id = $1`),
 
+		// Registers the executor at Launch. It also returns, for Launch's
+		// hint (no round trip of its own), the collation of the run ID
+		// column (C in an install made since migration 015) and the
+		// database's default: its name and, from Postgres 15 on, its
+		// provider (read through to_jsonb, so that the statement also runs
+		// where pg_database has no such column).
 		// $1 id, $2 incarnation, $3 app_version, $4 hostname, $5 pid, $6 lease (interval ms).
 		RegisterExecutor: r(`INSERT INTO {{schema}}.executors (id, incarnation, app_version, hostname, pid, lease_expires_at)
 VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond')
 ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, app_version = EXCLUDED.app_version,
 	hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = now(), heartbeat_at = now(),
-	lease_expires_at = EXCLUDED.lease_expires_at`),
+	lease_expires_at = EXCLUDED.lease_expires_at
+RETURNING (SELECT c.collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+		WHERE a.attrelid = '{{schema}}.workflows'::regclass AND a.attname = 'id'),
+	(SELECT datcollate FROM pg_database WHERE datname = current_database()),
+	(SELECT to_jsonb(db) ->> 'datlocprovider' FROM pg_database db WHERE db.datname = current_database())`),
 
 		// $1 id, $2 incarnation, $3 lease ms.
 		Heartbeat: r(`UPDATE {{schema}}.executors SET heartbeat_at = now(), lease_expires_at = now() + $3 * interval '1 millisecond'
@@ -400,14 +409,5 @@ WHERE id = $1 AND epoch = $2 AND executor_id = $3 AND status = 'pending' AND wak
 RETURNING queue_name`),
 
 		ListenStmt: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
-
-		// The collation of the run ID column (C in an install made since
-		// migration 015) and the database's default: its name and, from
-		// Postgres 15 on, its provider (read through to_jsonb, so that the
-		// statement also runs where pg_database has no such column).
-		IDCollation: r(`SELECT c.collname, d.info ->> 'datcollate', d.info ->> 'datlocprovider'
-FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation,
-	(SELECT to_jsonb(db) AS info FROM pg_database db WHERE db.datname = current_database()) d
-WHERE a.attrelid = '{{schema}}.workflows'::regclass AND a.attname = 'id'`),
 	}
 }
