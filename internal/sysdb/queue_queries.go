@@ -145,17 +145,8 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 	RETURNING o.queue_name)
 SELECT queue_name, count(*), pg_notify('` + channel + `', 'q:' || queue_name)::text FROM r GROUP BY queue_name`),
 
-		// Each count reads its runs from a partial index (queued:
-		// workflows_queue_claim_idx; running: workflows_queue_running_idx).
-		// One scan for status IN ('enqueued', 'pending') matched no index's
-		// predicate, and read the whole table, history included (~0.3-0.5 s
-		// per call with 1,000,000 finished runs).
-		// $1 name.
-		Stats: r(`SELECT e.ready, e.delayed, r.running
-FROM (SELECT count(*) FILTER (WHERE not_before IS NULL OR not_before <= now()) AS ready,
-		count(*) FILTER (WHERE not_before > now()) AS delayed
-	FROM {{schema}}.workflows WHERE queue_name = $1 AND status = 'enqueued') e,
-	(SELECT count(*) AS running FROM {{schema}}.workflows WHERE queue_name = $1 AND status = 'pending') r`),
+		// See queueCounts. $1 name.
+		Stats: r(`SELECT e.ready, e.delayed, r.running FROM ` + queueCounts("$1")),
 
 		// $1 queue, $2 dedup_id.
 		ByDedup: r(`SELECT id FROM {{schema}}.workflows
