@@ -192,17 +192,7 @@ func TestLaunchHintsAtIDCollation(t *testing.T) {
 
 		// Either kind of install works in this database: queued runs with
 		// a step, a listing by ID prefix and status, the queue's counts.
-		var hs []*durable.Handle[int]
-		for i := 0; i < 10; i++ {
-			h, err := wf.Enqueue(ctx, q, i, &durable.EnqueueOpts{ID: fmt.Sprintf("job-%d", i)})
-			require.NoError(t, err)
-			hs = append(hs, h)
-		}
-		for i, h := range hs {
-			out, err := h.Result(ctx)
-			require.NoError(t, err)
-			require.Equal(t, 2*i, out)
-		}
+		enqueueDoubles(ctx, t, wf, q, 10, func(i int) *durable.EnqueueOpts { return &durable.EnqueueOpts{ID: fmt.Sprintf("job-%d", i)} })
 		runs, next, err := e.ListWorkflows(ctx, &durable.ListParams{IDPrefix: "job-", Statuses: []durable.Status{durable.StatusSuccess}, Limit: 4})
 		require.NoError(t, err)
 		require.Len(t, runs, 4)

@@ -297,10 +297,9 @@ func TestListByIDsReadsOnlyThoseRuns(t *testing.T) {
 // have (failures among many successes, the runs in flight, a queue's
 // backlog), of the runs waiting on a topic (an approval inbox), of a run's
 // children or of an ID prefix, reads those runs from their indexes, however
-// old they are. Ordered by
-// creation time under a LIMIT, the planner would otherwise walk the listing
-// index from the newest run (or scan the table) and test each run: the
-// whole history. A listing of successes, the common status, walks that
+// old they are. Ordered by creation time under a LIMIT, the planner would
+// otherwise walk the listing index from the newest run (or scan the table)
+// and test each run: the whole history. A listing of successes, the common status, walks that
 // index and reads about a page. It also checks the page holds the right
 // runs, in order.
 func TestListByRareStatusReadsOnlyThoseRuns(t *testing.T) {

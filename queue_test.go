@@ -26,17 +26,7 @@ func TestQueueBasics(t *testing.T) {
 		}, nil)
 	})
 	ctx := ctxT(t)
-	var hs []*durable.Handle[int]
-	for i := 0; i < 20; i++ {
-		h, err := wf.Enqueue(ctx, q, i, nil)
-		require.NoError(t, err)
-		hs = append(hs, h)
-	}
-	for i, h := range hs {
-		v, err := h.Result(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 2*i, v)
-	}
+	hs := enqueueDoubles(ctx, t, wf, q, 20, nil)
 	st, err := q.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, durable.QueueStats{Name: "basic", Settings: durable.QueueOpts{WorkerConcurrency: 4}}, st)
@@ -438,4 +428,28 @@ func TestQueueDeclaredVersusLiveSettings(t *testing.T) {
 	st, err = q3.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 5, st.Settings.GlobalConcurrency, "the new declaration wins")
+}
+
+// enqueueDoubles enqueues runs 0..n-1 of wf, a workflow that doubles its
+// input, on q (with the options opts(i) returns, when opts is not nil),
+// checks each result and returns the handles.
+func enqueueDoubles(ctx context.Context, t *testing.T, wf *durable.Workflow[int, int], q *durable.Queue, n int,
+	opts func(i int) *durable.EnqueueOpts) []*durable.Handle[int] {
+	t.Helper()
+	var hs []*durable.Handle[int]
+	for i := 0; i < n; i++ {
+		var o *durable.EnqueueOpts
+		if opts != nil {
+			o = opts(i)
+		}
+		h, err := wf.Enqueue(ctx, q, i, o)
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	for i, h := range hs {
+		v, err := h.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2*i, v)
+	}
+	return hs
 }
