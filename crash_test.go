@@ -139,10 +139,13 @@ func TestTakeoverAfterExecutorDies(t *testing.T) {
 	q := appTables(t, pool, schema)
 	ctx := ctxT(t)
 	const runs = 6
-	lease := "DURABLE_LEASE=1s"
-	b := startChild(t, "worker", schema, "B", lease)
+	// A's lease is short, so the survivors take its runs over soon after
+	// the kill; theirs are long, so a survivor stalled by a loaded machine
+	// never looks dead to the other (its sweep still runs every 200 ms).
+	lease, survivorLease := "DURABLE_LEASE=1s", "DURABLE_LEASE=10s"
+	b := startChild(t, "worker", schema, "B", survivorLease)
 	b.WaitLine(t, "ready")
-	c := startChild(t, "worker", schema, "C", lease)
+	c := startChild(t, "worker", schema, "C", survivorLease)
 	c.WaitLine(t, "ready")
 	a := startChild(t, "worker", schema, "A", lease, fmt.Sprintf("DURABLE_START=%d", runs), "DURABLE_STEPS=10")
 	a.WaitLine(t, "ready")
@@ -189,10 +192,11 @@ func TestFencingRejectsPausedOwner(t *testing.T) {
 	schema := pgtest.Schema(t)
 	q := appTables(t, pool, schema)
 	ctx := ctxT(t)
-	lease := "DURABLE_LEASE=1s"
-	b := startChild(t, "worker", schema, "B", lease)
+	// A's lease is short, so it expires while A is stopped; B's is long, so
+	// a stall of B on a loaded machine never lets A take the run back.
+	b := startChild(t, "worker", schema, "B", "DURABLE_LEASE=10s")
 	b.WaitLine(t, "ready")
-	a := startChild(t, "worker", schema, "A", lease, "DURABLE_START=1", "DURABLE_STEPS=3", "DURABLE_BLOCK=2s")
+	a := startChild(t, "worker", schema, "A", "DURABLE_LEASE=1s", "DURABLE_START=1", "DURABLE_STEPS=3", "DURABLE_BLOCK=2s")
 	a.WaitLine(t, "ready")
 	a.WaitLine(t, "blocking")
 	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGSTOP))
