@@ -162,11 +162,27 @@ type startWrite struct {
 	trace    string // W3C trace context of the start span; "" without tracing
 }
 
-// finishWrite is one run's final outcome.
+// finishWrite is one run's final outcome, with the checkpoints of its
+// last steps deferred to it (pending.go).
 type finishWrite struct {
 	id    string
 	epoch int64
 	o     *outcome
+	steps []*stepWrite
+}
+
+// stepArrays are the columns of step checkpoints, as statement arguments.
+type stepArrays struct {
+	ids, names, statuses []string
+	pos, attempts        []int32
+	outputs, errs        [][]byte
+	started              []time.Time
+}
+
+func (a *stepArrays) add(w *stepWrite) {
+	a.ids, a.names, a.statuses = append(a.ids, w.id), append(a.names, w.name), append(a.statuses, w.status)
+	a.pos, a.attempts = append(a.pos, int32(w.pos)), append(a.attempts, int32(w.attempts))
+	a.outputs, a.errs, a.started = append(a.outputs, w.output), append(a.errs, w.errb), append(a.started, w.started)
 }
 
 func (e *Engine) initBatchers() {
@@ -242,7 +258,17 @@ func (e *Engine) writeFinish(ctx context.Context, w *finishWrite) (bool, error) 
 func (e *Engine) finishOne(ctx context.Context, w *finishWrite) (bool, error) {
 	var notify bool
 	var parent *string
-	err := e.pool.QueryRow(ctx, e.q.FinishOne, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err).Scan(&notify, &parent)
+	var err error
+	if len(w.steps) == 0 {
+		err = e.pool.QueryRow(ctx, e.q.FinishOne, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err).Scan(&notify, &parent)
+	} else {
+		var a stepArrays
+		for _, s := range w.steps {
+			a.add(s)
+		}
+		err = e.pool.QueryRow(ctx, e.q.FinishOneSteps, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err,
+			a.pos, a.names, a.statuses, a.outputs, a.errs, a.attempts, a.started).Scan(&notify, &parent)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		e.wakeParentOfFinished(ctx, w.id)
 		return false, nil
@@ -284,12 +310,23 @@ func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
 	epochs := make([]int64, n)
 	outputs, errs := make([][]byte, n), make([][]byte, n)
 	index := make(map[string]*batchItem[*finishWrite], n)
+	var steps stepArrays
 	for i, it := range items {
 		w := it.v
 		ids[i], epochs[i], statuses[i], outputs[i], errs[i] = w.id, w.epoch, string(w.o.status), w.o.output, w.o.err
 		index[w.id] = it
+		for _, s := range w.steps {
+			steps.add(s)
+		}
 	}
-	rows, err := e.pool.Query(ctx, e.q.FinishWorkflows, ids, epochs, statuses, outputs, errs)
+	var rows pgx.Rows
+	var err error
+	if steps.ids == nil {
+		rows, err = e.pool.Query(ctx, e.q.FinishWorkflows, ids, epochs, statuses, outputs, errs)
+	} else {
+		rows, err = e.pool.Query(ctx, e.q.FinishStepsMany, ids, epochs, statuses, outputs, errs,
+			steps.ids, steps.pos, steps.names, steps.statuses, steps.outputs, steps.errs, steps.attempts, steps.started)
+	}
 	err = collectWritten(rows, err, items, func(rows pgx.Rows) (*batchItem[*finishWrite], error) {
 		var id string
 		var ignored *string

@@ -57,16 +57,17 @@ func runChild(mode string) error {
 	park, _ := time.ParseDuration(os.Getenv("DURABLE_PARK"))
 	poll, _ := time.ParseDuration(os.Getenv("DURABLE_POLL"))
 	e, err := durable.New(pool, &durable.Config{
-		Schema:              schema,
-		AppVersion:          "crash",
-		ExecutorID:          os.Getenv("DURABLE_EXEC_ID"),
-		LeaseTTL:            lease,
-		PollInterval:        cmp.Or(poll, 200*time.Millisecond),
-		MaxRecoveryAttempts: maxRec,
-		ParkThreshold:       park,
-		StepRetry:           durable.RetryPolicy{BaseDelay: time.Millisecond},
-		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		TracerProvider:      tp,
+		Schema:               schema,
+		AppVersion:           "crash",
+		ExecutorID:           os.Getenv("DURABLE_EXEC_ID"),
+		LeaseTTL:             lease,
+		PollInterval:         cmp.Or(poll, 200*time.Millisecond),
+		MaxRecoveryAttempts:  maxRec,
+		ParkThreshold:        park,
+		StepRetry:            durable.RetryPolicy{BaseDelay: time.Millisecond},
+		Logger:               slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		TracerProvider:       tp,
+		DeferStepCheckpoints: os.Getenv("DURABLE_DEFER") != "",
 	})
 	if err != nil {
 		return err

@@ -33,100 +33,131 @@ func appTables(t *testing.T, pool *pgxpool.Pool, schema string) func(string) str
 // finishes with the right result, no step runs again after its checkpoint,
 // transaction steps' rows exist exactly once, and the provider sees each
 // idempotency key once.
+//
+// With Config.DeferStepCheckpoints ("deferred" cases) a plain step may
+// return before its checkpoint is written: killed right after it returned,
+// the step may run again (at most once more), but the transaction of the
+// next step never happens before that checkpoint: killed inside it, the
+// previous step ran once. The kill after the last step
+// leaves its checkpoint to the resumed run's finish statement.
 func TestCrashMatrix(t *testing.T) {
 	t.Parallel()
-	type crashCase struct {
-		point string
-		pos   int
-	}
 	var cases []crashCase
 	for i, kind := range crashSteps {
-		cases = append(cases, crashCase{"before", i}, crashCase{"after-checkpoint", i})
+		cases = append(cases, crashCase{"before", i, false}, crashCase{"after-checkpoint", i, false})
 		if kind == "plain" {
-			cases = append(cases, crashCase{"after-effect", i})
+			cases = append(cases, crashCase{"after-effect", i, false}, crashCase{"after-checkpoint", i, true})
 		} else {
-			cases = append(cases, crashCase{"in-tx", i})
+			cases = append(cases, crashCase{"in-tx", i, false})
+		}
+		if kind == "tx" { // the previous (plain) step's checkpoint was deferred when this one began
+			cases = append(cases, crashCase{"in-tx", i, true})
 		}
 	}
 	for _, tc := range cases {
-		t.Run(fmt.Sprintf("%s-%d", tc.point, tc.pos), func(t *testing.T) {
+		name := fmt.Sprintf("%s-%d", tc.point, tc.pos)
+		if tc.deferred {
+			name = "deferred-" + name
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			pool := pgtest.Pool(t)
-			schema := pgtest.Schema(t)
-			q := appTables(t, pool, schema)
-			ctx := ctxT(t)
-			env := []string{"DURABLE_LEASE=30s"}
-
-			first := startChild(t, "matrix", schema, "matrix-exec", append(env, fmt.Sprintf("DURABLE_CRASH=%s:%d", tc.point, tc.pos))...)
-			err := first.Wait(t)
-			require.True(t, proctest.KilledBySIGKILL(err), "first child must die by SIGKILL, got %v; stderr:\n%s", err, first.Stderr.String())
-
-			second := startChild(t, "matrix", schema, "matrix-exec", env...)
-			require.Equal(t, "result 461", second.WaitLine(t, "result"))
-			require.NoError(t, second.Wait(t))
-
-			// Every step body ran once, except the one interrupted before
-			// its checkpoint (after its effect, or inside its transaction).
-			rows, err := pool.Query(ctx, q("SELECT pos, count(*) FROM @executions GROUP BY pos ORDER BY pos"))
-			require.NoError(t, err)
-			counts := map[int]int{}
-			for rows.Next() {
-				var pos, n int
-				require.NoError(t, rows.Scan(&pos, &n))
-				counts[pos] = n
-			}
-			require.NoError(t, rows.Err())
-			for i := range crashSteps {
-				want := 1
-				if i == tc.pos && (tc.point == "after-effect" || tc.point == "in-tx") {
-					want = 2
-				}
-				require.Equal(t, want, counts[i], "executions of step %d", i)
-			}
-
-			// The provider saw each idempotency key; a key seen twice was
-			// deduplicated, so each effect happened once.
-			var keys []string
-			var seen []int
-			rows, err = pool.Query(ctx, q("SELECT idem_key, seen FROM @effects ORDER BY idem_key"))
-			require.NoError(t, err)
-			for rows.Next() {
-				var k string
-				var n int
-				require.NoError(t, rows.Scan(&k, &n))
-				keys = append(keys, k)
-				seen = append(seen, n)
-			}
-			require.Equal(t, []string{"matrix-run/0", "matrix-run/2", "matrix-run/4"}, keys)
-			for i, n := range seen {
-				if tc.point == "after-effect" && keys[i] == fmt.Sprintf("matrix-run/%d", tc.pos) {
-					require.Equal(t, 2, n, "the retried effect reached the provider again with the same key")
-				} else {
-					require.Equal(t, 1, n, keys[i])
-				}
-			}
-
-			// Transaction steps' app rows exist exactly once.
-			var orders []string
-			rows, err = pool.Query(ctx, q("SELECT workflow_id || '/' || pos FROM @orders ORDER BY pos"))
-			require.NoError(t, err)
-			for rows.Next() {
-				var s string
-				require.NoError(t, rows.Scan(&s))
-				orders = append(orders, s)
-			}
-			require.Equal(t, []string{"matrix-run/1", "matrix-run/3"}, orders)
-
-			var status string
-			var recovered, steps int
-			require.NoError(t, pool.QueryRow(ctx, q(`SELECT status, recovery_attempts,
-				(SELECT count(*) FROM @steps WHERE workflow_id = 'matrix-run' AND status = 'done')
-				FROM @workflows WHERE id = 'matrix-run'`)).Scan(&status, &recovered, &steps))
-			require.Equal(t, "success", status)
-			require.Equal(t, 1, recovered)
-			require.Equal(t, len(crashSteps), steps)
+			crashMatrixCase(t, tc)
 		})
 	}
+}
+
+type crashCase struct {
+	point    string
+	pos      int
+	deferred bool // Config.DeferStepCheckpoints
+}
+
+// again reports how many times the step at pos may run in case tc: once,
+// or twice when it was interrupted before its checkpoint.
+func (tc crashCase) again(pos int) (least, most int) {
+	switch {
+	case pos != tc.pos:
+		return 1, 1
+	case tc.point == "after-effect" || tc.point == "in-tx":
+		return 2, 2
+	case tc.deferred && tc.point == "after-checkpoint":
+		return 1, 2 // killed before the deferred write, unless its timer beat the kill
+	}
+	return 1, 1
+}
+
+func crashMatrixCase(t *testing.T, tc crashCase) {
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	q := appTables(t, pool, schema)
+	ctx := ctxT(t)
+	env := []string{"DURABLE_LEASE=30s"}
+	if tc.deferred {
+		env = append(env, "DURABLE_DEFER=1")
+	}
+
+	first := startChild(t, "matrix", schema, "matrix-exec", append(env, fmt.Sprintf("DURABLE_CRASH=%s:%d", tc.point, tc.pos))...)
+	err := first.Wait(t)
+	require.True(t, proctest.KilledBySIGKILL(err), "first child must die by SIGKILL, got %v; stderr:\n%s", err, first.Stderr.String())
+
+	second := startChild(t, "matrix", schema, "matrix-exec", env...)
+	require.Equal(t, "result 461", second.WaitLine(t, "result"))
+	require.NoError(t, second.Wait(t))
+
+	// Every step body ran once, except the one interrupted before its
+	// checkpoint (after its effect, or inside its transaction).
+	rows, err := pool.Query(ctx, q("SELECT pos, count(*) FROM @executions GROUP BY pos ORDER BY pos"))
+	require.NoError(t, err)
+	counts := map[int]int{}
+	for rows.Next() {
+		var pos, n int
+		require.NoError(t, rows.Scan(&pos, &n))
+		counts[pos] = n
+	}
+	require.NoError(t, rows.Err())
+	for i := range crashSteps {
+		least, most := tc.again(i)
+		require.True(t, counts[i] >= least && counts[i] <= most, "executions of step %d: %d, want %d-%d", i, counts[i], least, most)
+	}
+
+	// The provider saw each idempotency key; a key seen twice was
+	// deduplicated, so each effect happened once.
+	var keys []string
+	var seen []int
+	rows, err = pool.Query(ctx, q("SELECT idem_key, seen FROM @effects ORDER BY idem_key"))
+	require.NoError(t, err)
+	for rows.Next() {
+		var k string
+		var n int
+		require.NoError(t, rows.Scan(&k, &n))
+		keys = append(keys, k)
+		seen = append(seen, n)
+	}
+	require.Equal(t, []string{"matrix-run/0", "matrix-run/2", "matrix-run/4"}, keys)
+	for i, n := range seen {
+		pos := 2 * i // the plain steps
+		require.Equal(t, counts[pos], n, "the provider saw key %s once per execution of its step", keys[i])
+	}
+
+	// Transaction steps' app rows exist exactly once.
+	var orders []string
+	rows, err = pool.Query(ctx, q("SELECT workflow_id || '/' || pos FROM @orders ORDER BY pos"))
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		orders = append(orders, s)
+	}
+	require.Equal(t, []string{"matrix-run/1", "matrix-run/3"}, orders)
+
+	var status string
+	var recovered, steps int
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT status, recovery_attempts,
+		(SELECT count(*) FROM @steps WHERE workflow_id = 'matrix-run' AND status = 'done')
+		FROM @workflows WHERE id = 'matrix-run'`)).Scan(&status, &recovered, &steps))
+	require.Equal(t, "success", status)
+	require.Equal(t, 1, recovered)
+	require.Equal(t, len(crashSteps), steps)
 }
 
 // TestTakeoverAfterExecutorDies runs three executor processes; one is

@@ -53,6 +53,11 @@ type run struct {
 	mu   sync.Mutex
 	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)
 
+	// Plain step checkpoints not written yet (see deferCheckpoint).
+	pending    []*stepWrite // guarded by mu
+	flushTimer *time.Timer  // writes pending ones stepFlushDelay after the first
+	flushMu    sync.Mutex   // held while pending checkpoints are written
+
 	tr     *tspan                      // this execution's span; nil without tracing (trace.go)
 	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
 }
@@ -91,6 +96,9 @@ func (r *run) halted() error {
 // begin assigns the next step position to a call named name and returns
 // the recorded step at that position, if any.
 func (r *run) begin(name string) (int, *stepRecord, error) {
+	if err := r.flushPending(); err != nil {
+		return 0, nil, err
+	}
 	if err := r.halted(); err != nil {
 		return 0, nil, err
 	}
@@ -188,8 +196,12 @@ func jitter(d time.Duration, frac float64) time.Duration {
 // path. It returns nil when the outcome is recorded (by this call or by an
 // earlier try whose acknowledgement was lost).
 func (r *run) checkpoint(pos int, name, status string, output, errb []byte, attempts int, started time.Time) error {
-	w := &stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
-		attempts: attempts, started: started, epoch: r.epoch}
+	return r.writeCheckpoint(&stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
+		attempts: attempts, started: started, epoch: r.epoch})
+}
+
+func (r *run) writeCheckpoint(w *stepWrite) error {
+	pos, name, status := w.pos, w.name, w.status
 	var written bool
 	err := r.retryDB("record step", func(ctx context.Context) error {
 		var err error
@@ -389,6 +401,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 			if errors.Is(h, ErrFenced) {
 				r.log().Warn("durable: run stopped", "reason", h)
 			}
+			r.settlePending(h)
 			r.traceStopped(h)
 			e.hub.wake(r.id, nil)
 			return
@@ -401,6 +414,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	if err != nil && (errors.Is(err, ErrShutdown) || e.hardCtx.Err() != nil) {
 		// The code gave up because the engine is stopping (or passed on the
 		// shutdown error of a step): the run stays pending for the next owner.
+		r.settlePending(err)
 		r.traceStopped(err)
 		e.hub.wake(r.id, nil)
 		return
@@ -418,12 +432,28 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 
 // finish records the final outcome of r and wakes its waiters.
 func (e *Engine) finish(r *run, o *outcome) {
-	var written bool
-	err := r.retryDB("finish workflow", func(ctx context.Context) error {
-		var err error
-		written, err = e.writeFinish(ctx, &finishWrite{id: r.id, epoch: r.epoch, o: o})
-		return err
-	})
+	// The checkpoints of steps since the last durable call are written
+	// with the finish, in the same statement (pending.go).
+	w := &finishWrite{id: r.id, epoch: r.epoch, o: o, steps: r.pendingForFinish()}
+	written, err := e.writeFinishRetrying(r, w)
+	if err != nil && w.steps != nil && !errors.Is(err, ErrShutdown) {
+		// The statement failed as a whole: write the checkpoints alone, as
+		// a step would have without deferral, so that the one refused fails
+		// the run with its own error, then finish.
+		for _, s := range w.steps {
+			if err := r.writeCheckpoint(s); err != nil {
+				if e.notOursToFinish(err) {
+					r.traceStopped(err)
+					e.hub.wake(r.id, nil)
+					return
+				}
+				o = &outcome{status: StatusError, err: encodeError(err)}
+				break
+			}
+		}
+		w = &finishWrite{id: r.id, epoch: r.epoch, o: o}
+		written, err = e.writeFinishRetrying(r, w)
+	}
 	switch {
 	case err != nil:
 		r.log().Warn("durable: run not finished", "err", err)
@@ -435,6 +465,15 @@ func (e *Engine) finish(r *run, o *outcome) {
 	r.traceFinished(o)
 	r.logFinished(o)
 	e.hub.wake(r.id, o)
+}
+
+func (e *Engine) writeFinishRetrying(r *run, w *finishWrite) (written bool, err error) {
+	err = r.retryDB("finish workflow", func(ctx context.Context) error {
+		var err error
+		written, err = e.writeFinish(ctx, w)
+		return err
+	})
+	return written, err
 }
 
 // callWorkflow runs workflow code and turns a panic into a PanicError.

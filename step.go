@@ -345,7 +345,11 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	if runErr != nil {
 		status, output, errb = stepError, nil, encodeError(runErr)
 	}
-	if err := r.checkpoint(pos, name, status, output, errb, attempts, started); err != nil {
+	w := &stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
+		attempts: attempts, started: started, epoch: r.epoch}
+	if r.e.cfg.DeferStepCheckpoints {
+		r.deferCheckpoint(w) // see pending.go
+	} else if err := r.writeCheckpoint(w); err != nil {
 		return zero, err
 	}
 	return replayLive(r, out, &stepRecord{pos: pos, name: name, status: status, output: output, err: errb, attempts: attempts})

@@ -51,10 +51,12 @@ type Queries struct {
 	InsertSteps         string
 	InsertOwned         string
 	FinishOne           string
+	FinishOneSteps      string
 	NotifyDone          string
 	WakeParent          string
 	InsertWorkflows     string
 	FinishWorkflows     string
+	FinishStepsMany     string
 	InsertStepTx        string
 	CompleteIntent      string
 	StepRow             string
@@ -123,6 +125,23 @@ ON CONFLICT (id) DO NOTHING`),
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
 RETURNING notify, parent_id`),
+
+		// FinishOne that also records the run's last step checkpoints
+		// (deferred to the finish, see pending.go in the engine), only when
+		// the run is finished by it. A synchronous commit: a step checkpoint
+		// cannot be re-created by replay.
+		// $1-$5 as FinishOne; the steps' $6 positions, $7 names, $8 statuses,
+		// $9 outputs, $10 errors, $11 attempts, $12 started_at.
+		FinishOneSteps: r(`WITH upd AS (
+	UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
+	WHERE id = $1 AND epoch = $2 AND status = 'pending'
+	RETURNING notify, parent_id),
+ins AS (
+	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
+	SELECT $1, s.* FROM unnest($6::int[], $7::text[], $8::text[], $9::json[], $10::json[], $11::int[], $12::timestamptz[])
+		AS s(pos, name, status, output, error, attempts, started_at)
+	WHERE EXISTS (SELECT 1 FROM upd))
+SELECT notify, parent_id FROM upd`),
 
 		// Wakes a parent parked in Await on child $1.
 		WakeParent: r(`WITH u AS (
@@ -194,36 +213,17 @@ RETURNING workflow_id, pos`),
 
 		// FinishOne for many runs at once (group commit), waking parked
 		// parents and notifying in the same statement. Its commit does not
-		// wait for the WAL flush either (see FinishOne). The runs are found
-		// and locked by primary key (see InsertSteps), then updated by ID
-		// alone: a status test in the UPDATE itself would bring back the
-		// planner's guess about how many runs are pending. "id = ANY" keeps
-		// the update on the primary key too (else a table small enough
-		// for the planner is read whole per batch); the join with mine is
-		// at worst a rescan of the batch per row, bounded by its size.
+		// wait for the WAL flush either (see FinishOne). See finishMany.
 		// $1 ids, $2 epochs, $3 statuses, $4 outputs, $5 errors.
-		FinishWorkflows: r(`WITH u AS (
-	SELECT u.* FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error),
-		(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
-	ORDER BY u.id),
-mine AS (
-	SELECT u.* FROM u CROSS JOIN LATERAL (SELECT 1 FROM {{schema}}.workflows w
-		WHERE w.id = u.id AND w.epoch = u.epoch AND w.status = 'pending' FOR NO KEY UPDATE) w),
-upd AS (
-	UPDATE {{schema}}.workflows w SET status = mine.status, output = mine.output, error = mine.error, updated_at = now()
-	FROM mine WHERE w.id = mine.id AND w.id = ANY(ARRAY(SELECT id FROM mine))
-	RETURNING w.id, w.notify, w.parent_id),
-parked AS (
-	SELECT upd.parent_id AS id FROM upd CROSS JOIN LATERAL (SELECT 1 FROM {{schema}}.workflows p
-		WHERE p.id = upd.parent_id AND p.status = 'pending' AND p.executor_id IS NULL
-			AND p.wait_topic = 'child:' || upd.id FOR NO KEY UPDATE) p),
-parents AS (
-	UPDATE {{schema}}.workflows p SET wake_at = now()
-	FROM parked WHERE p.id = parked.id
-	RETURNING p.id)
-SELECT id, (CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END)::text FROM upd
-UNION ALL
-SELECT '', pg_notify('` + channel + `', 'n:' || id)::text FROM parents`),
+		FinishWorkflows: r(finishMany(channel, false)),
+
+		// FinishWorkflows that also records the runs' last step checkpoints
+		// (deferred to the finish, see pending.go in the engine) for the runs
+		// it finishes; a synchronous commit, as any step checkpoint.
+		// $1-$5 as FinishWorkflows; $6 the steps' workflow_ids, $7 positions,
+		// $8 names, $9 statuses, $10 outputs, $11 errors, $12 attempts,
+		// $13 started_at.
+		FinishStepsMany: r(finishMany(channel, true)),
 
 		// InsertStep for a transaction step: instead of touching no row it
 		// raises SQLSTATE DU001, which aborts the transaction (see
@@ -410,4 +410,47 @@ RETURNING queue_name`),
 
 		ListenStmt: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 	}
+}
+
+// finishMany is FinishWorkflows, or FinishStepsMany with withSteps. The
+// runs are found and locked by primary key (see InsertSteps), then updated
+// by ID alone: a status test in the UPDATE itself would bring back the
+// planner's guess about how many runs are pending. "id = ANY" keeps the
+// update on the primary key too (else a table small enough for the planner
+// is read whole per batch); the join with mine is at worst a rescan of the
+// batch per row, bounded by its size. Step rows are inserted only for the
+// runs the statement finishes.
+func finishMany(channel string, withSteps bool) string {
+	async, steps := `,
+		(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`, ""
+	if withSteps {
+		async = ""
+		steps = `
+ins AS (
+	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
+	SELECT s.* FROM unnest($6::text[], $7::int[], $8::text[], $9::text[], $10::json[], $11::json[], $12::int[], $13::timestamptz[])
+		AS s(workflow_id, pos, name, status, output, error, attempts, started_at)
+	WHERE s.workflow_id IN (SELECT id FROM upd)),`
+	}
+	return `WITH u AS (
+	SELECT u.* FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error)` + async + `
+	ORDER BY u.id),
+mine AS (
+	SELECT u.* FROM u CROSS JOIN LATERAL (SELECT 1 FROM {{schema}}.workflows w
+		WHERE w.id = u.id AND w.epoch = u.epoch AND w.status = 'pending' FOR NO KEY UPDATE) w),
+upd AS (
+	UPDATE {{schema}}.workflows w SET status = mine.status, output = mine.output, error = mine.error, updated_at = now()
+	FROM mine WHERE w.id = mine.id AND w.id = ANY(ARRAY(SELECT id FROM mine))
+	RETURNING w.id, w.notify, w.parent_id),` + steps + `
+parked AS (
+	SELECT upd.parent_id AS id FROM upd CROSS JOIN LATERAL (SELECT 1 FROM {{schema}}.workflows p
+		WHERE p.id = upd.parent_id AND p.status = 'pending' AND p.executor_id IS NULL
+			AND p.wait_topic = 'child:' || upd.id FOR NO KEY UPDATE) p),
+parents AS (
+	UPDATE {{schema}}.workflows p SET wake_at = now()
+	FROM parked WHERE p.id = parked.id
+	RETURNING p.id)
+SELECT id, (CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END)::text FROM upd
+UNION ALL
+SELECT '', pg_notify('` + channel + `', 'n:' || id)::text FROM parents`
 }

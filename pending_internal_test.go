@@ -1,0 +1,258 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// deferringEngine launches an engine with Config.DeferStepCheckpoints whose
+// deferred checkpoints wait at most delay on their own.
+func deferringEngine(t *testing.T, delay time.Duration, register func(e *Engine)) (context.Context, *pgxpool.Pool, string) {
+	t.Helper()
+	ctx, pool, schema := migratedSchema(t)
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "defer-exec", DeferStepCheckpoints: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stepDelay = delay
+	register(e)
+	if err := e.Launch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Shutdown(ctx)
+	})
+	return ctx, pool, schema
+}
+
+// recordedSteps returns the names of the steps recorded for run id, in
+// position order, each marked "+" when its row was written by the
+// transaction that finished the run (same xmin as the run's row).
+func recordedSteps(ctx context.Context, t *testing.T, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, schema, id string) []string {
+	t.Helper()
+	rows, err := db.Query(ctx, fmt.Sprintf(`SELECT s.name || CASE WHEN s.xmin = w.xmin THEN '+' ELSE '' END
+		FROM %[1]s.steps s JOIN %[1]s.workflows w ON w.id = s.workflow_id
+		WHERE s.workflow_id = $1 ORDER BY s.pos`, pgx.Identifier{schema}.Sanitize()), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// TestDeferredCheckpointsBeforeNextCall: with deferred checkpoints (and a
+// timer too long to matter), a step's checkpoint is committed before the
+// run's next durable call runs anything, parallel steps' ones before the
+// call after their Wait, and the last step's in the statement that
+// finishes the run.
+func TestDeferredCheckpointsBeforeNextCall(t *testing.T) {
+	t.Parallel()
+	var wf *Workflow[int, string]
+	var pool *pgxpool.Pool
+	var schema string
+	seen := func(ctx context.Context) (string, error) {
+		return strings.Join(recordedSteps(ctx, t, pool, schema, "deferred"), ","), nil
+	}
+	ctx, pool2, schema2 := deferringEngine(t, time.Hour, func(e *Engine) {
+		wf = Register(e, "w", func(wctx Context, n int) (string, error) {
+			if _, err := Step(wctx, "a", func(context.Context) (int, error) { return n, nil }, nil); err != nil {
+				return "", err
+			}
+			atB, err := Step(wctx, "b", seen, nil)
+			if err != nil {
+				return "", err
+			}
+			f1 := Go(wctx, "g1", func(context.Context) (int, error) { return 1, nil }, nil)
+			f2 := Go(wctx, "g2", func(context.Context) (int, error) { return 2, nil }, nil)
+			if _, err := f1.Wait(); err != nil {
+				return "", err
+			}
+			if _, err := f2.Wait(); err != nil {
+				return "", err
+			}
+			atC, err := Step(wctx, "c", seen, nil)
+			return atB + " | " + atC, err
+		}, nil)
+	})
+	pool, schema = pool2, schema2
+	h, err := wf.Start(ctx, 7, &StartOpts{ID: "deferred"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "a | a,b,g1,g2"; got != want {
+		t.Errorf("recorded when the steps ran: %q, want %q", got, want)
+	}
+	if got, want := fmt.Sprint(recordedSteps(ctx, t, pool, schema, "deferred")), "[a b g1 g2 c+]"; got != want {
+		t.Errorf("recorded steps %s, want %s (+: written by the finish)", got, want)
+	}
+}
+
+// TestDeferredCheckpointTimer: a deferred checkpoint whose run blocks
+// outside any durable call is written on its own after the delay, while
+// the run is still going.
+func TestDeferredCheckpointTimer(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var wf *Workflow[int, int]
+	ctx, pool, schema := deferringEngine(t, stepFlushDelay, func(e *Engine) {
+		wf = Register(e, "w", func(wctx Context, n int) (int, error) {
+			v, err := Step(wctx, "a", func(context.Context) (int, error) { return n + 1, nil }, nil)
+			<-release
+			return v, err
+		}, nil)
+	})
+	h, err := wf.Start(ctx, 1, &StartOpts{ID: "blocked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for fmt.Sprint(recordedSteps(ctx, t, pool, schema, "blocked")) != "[a]" {
+		if ctx.Err() != nil {
+			t.Fatal("the deferred checkpoint was never written")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st, err := h.Status(ctx); err != nil || st != StatusPending {
+		t.Fatalf("status %s, %v; want the run still pending", st, err)
+	}
+	close(release)
+	if got, err := h.Result(ctx); err != nil || got != 2 {
+		t.Fatalf("result %d, %v", got, err)
+	}
+}
+
+// TestDeferredCheckpointRefused: a deferred checkpoint that the database
+// refuses for good (its table is gone for a moment) fails the run with
+// that error, as an eager one does, whether the finish statement or the
+// timer meets the refusal first.
+func TestDeferredCheckpointRefused(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var wf *Workflow[int, int]
+	ctx, pool, schema := deferringEngine(t, stepFlushDelay, func(e *Engine) {
+		wf = Register(e, "w", func(wctx Context, n int) (int, error) {
+			return Step(wctx, "s", func(context.Context) (int, error) {
+				close(entered)
+				<-release
+				return 1, nil
+			}, nil)
+		}, nil)
+	})
+	h, err := wf.Start(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	steps := pgx.Identifier{schema, "steps"}.Sanitize()
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+steps+" RENAME TO steps_gone"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	for {
+		st, err := h.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == StatusError {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("status %s: the run never failed", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema, "steps_gone"}.Sanitize()+" RENAME TO steps"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Result(ctx); err == nil || !strings.Contains(err.Error(), "record step 0") {
+		t.Fatalf("result error %v, want the refused checkpoint's", err)
+	}
+}
+
+// TestFinishWithSteps: the finish statements that carry deferred
+// checkpoints write them only for the runs they finish: a fenced run gets
+// neither its outcome nor its steps, in the multi-row statement and the
+// single-row one; a batch whose statement fails as a whole (a step row
+// already recorded) is retried run by run, so only that run's finish fails.
+func TestFinishWithSteps(t *testing.T) {
+	t.Parallel()
+	ctx, pool, schema := migratedSchema(t)
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "fin-exec"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(id string) {
+		if _, err := pool.Exec(ctx, e.q.InsertOwned, id, "w", "test", "fin-exec", []byte("1"), nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	item := func(id string, epoch int64, steps ...string) *batchItem[*finishWrite] {
+		w := &finishWrite{id: id, epoch: epoch, o: &outcome{status: StatusSuccess, output: []byte(`"ok"`)}}
+		for i, s := range steps {
+			w.steps = append(w.steps, &stepWrite{id: id, pos: i, name: s, status: stepDone, output: []byte(`1`),
+				attempts: 1, started: time.Now(), epoch: epoch})
+		}
+		return &batchItem[*finishWrite]{v: w}
+	}
+	status := func(id string) string {
+		var s string
+		if err := pool.QueryRow(ctx, "SELECT status FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+" WHERE id = $1", id).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s + fmt.Sprint(recordedSteps(ctx, t, pool, schema, id))
+	}
+	check := func(items []*batchItem[*finishWrite], want ...string) {
+		t.Helper()
+		for i, it := range items {
+			got := fmt.Sprintf("%v %v %s", it.ok, it.err != nil, status(it.v.id))
+			if got != want[i] {
+				t.Errorf("%s: %s, want %s", it.v.id, got, want[i])
+			}
+		}
+	}
+
+	for _, id := range []string{"m-steps", "m-fenced", "m-plain", "s-steps", "s-fenced"} {
+		run(id)
+	}
+	many := []*batchItem[*finishWrite]{item("m-steps", 1, "a", "b"), item("m-fenced", 2, "a"), item("m-plain", 1)}
+	e.flushFinishes(many)
+	check(many, "true false success[a+ b+]", "false false pending[]", "true false success[]")
+	one := []*batchItem[*finishWrite]{item("s-steps", 1, "a")}
+	e.flushFinishes(one)
+	fenced := []*batchItem[*finishWrite]{item("s-fenced", 2, "a")}
+	e.flushFinishes(fenced)
+	check(append(one, fenced...), "true false success[a+]", "false false pending[]")
+
+	// A step row already there fails the multi-row statement; the rows are
+	// then written one by one and only that run's finish fails.
+	for _, id := range []string{"r-dup", "r-ok"} {
+		run(id)
+	}
+	if _, err := pool.Exec(ctx, e.q.InsertStep, "r-dup", 0, "a", stepDone, []byte(`1`), nil, 1, time.Now(), int64(1)); err != nil {
+		t.Fatal(err)
+	}
+	retried := []*batchItem[*finishWrite]{item("r-dup", 1, "a"), item("r-ok", 1, "a")}
+	e.flushFinishes(retried)
+	check(retried, "false true pending[a]", "true false success[a+]")
+	var pgErr interface{ SQLState() string }
+	if !errors.As(retried[0].err, &pgErr) || pgErr.SQLState() != "23505" {
+		t.Errorf("r-dup: error %v, want a unique violation", retried[0].err)
+	}
+}
