@@ -92,9 +92,10 @@ func TestSmoke(t *testing.T) {
 		"ratio_qlat_local_enqueue_p50", "ratio_qlat_client_enqueue_p50",
 		"drain_s", "drain_per_s", "drain_launch_ms", "drain_xids_per_wf", "drain_wal_bytes_per_wf",
 		"drain_enqueue_per_s", "drain_enqueue_lat_us", "drain_floor_insert_c8_per_s", "drain_floor_insert_c32_per_s",
-		"drain_floor_per_s", "ratio_drain_insert_c32", "ratio_drain_floor", "ratio_drain_enqueue_insert_c8")
+		"drain_floor_per_s", "ratio_drain_insert_c32", "ratio_drain_floor", "ratio_drain_enqueue_insert_c8",
+		"drain_defer_per_s", "ratio_drain_defer_vs_drain", "ratio_drain_defer_vs_river_tuned")
 	if res.Counts.StatementsAvailable {
-		want = append(want, "drain_statements_per_wf")
+		want = append(want, "drain_statements_per_wf", "drain_defer_statements_per_wf")
 	}
 	for _, c := range o.Concurrency {
 		want = append(want, fmt.Sprintf("tput_wf1_c%d_per_s", c), fmt.Sprintf("tput_wf1_c%d_lat_us", c),

@@ -23,6 +23,7 @@ var chartColors = []color.Color{
 	color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, // River
 	color.RGBA{R: 0x98, G: 0xdf, B: 0x8a, A: 0xff}, // River variant
 	color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, // floor
+	color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff}, // durable option
 }
 
 // barChart writes a grouped bar chart to file (PNG).
@@ -116,6 +117,7 @@ func (r *Result) writeCharts(dir string) error {
 		key, name string
 		col       color.Color
 	}{
+		{"drain_defer_per_s", "durable, DeferStepCheckpoints", chartColors[6]},
 		{"drain0_per_s", "durable, 0-step workflows (reference)", chartColors[1]},
 		{"dbos_drain_per_s", "DBOS Go v1.8.0", chartColors[2]},
 		{"river_drain_per_s", "River v0.51.2, defaults", chartColors[3]},

@@ -55,6 +55,9 @@ func derivePeers(v map[string]float64, conc []int, div func(key string, x, y flo
 			if d0, ok := v["drain0_per_s"]; ok {
 				div("ratio_drain0_vs_river_tuned", d0, x)
 			}
+			if dd, ok := v["drain_defer_per_s"]; ok {
+				div("ratio_drain_defer_vs_river_tuned", dd, x)
+			}
 		}
 	}
 }
@@ -178,6 +181,10 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		if _, ok := m["ratio_drain0_vs_river_tuned"]; ok {
 			row("durable's reference drain of 0-step workflows (no step checkpoint, as a no-op job records none) against River's tuned drain",
 				fmt.Sprintf("%.0f wf/s", m["drain0_per_s"]), "durable/River "+x("ratio_drain0_vs_river_tuned", ""), "", "")
+		}
+		if _, ok := m["ratio_drain_defer_vs_river_tuned"]; ok {
+			row("durable's drain with DeferStepCheckpoints (1-step workflows; the step's checkpoint rides the finish) against River's tuned drain",
+				fmt.Sprintf("%.0f wf/s", m["drain_defer_per_s"]), "durable/River "+x("ratio_drain_defer_vs_river_tuned", ""), "", "")
 		}
 		if v, ok := m["river_tuned_drain_server_cpu_us"]; ok {
 			row("CPU per River job, `river bench` tuning: Postgres server processes / the bench process",

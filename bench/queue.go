@@ -332,7 +332,9 @@ func (c costs) store(prefix string, n int, out map[string]float64) {
 //  4. a new engine declares and works the queue: timed from New + Launch
 //     until no run of the queue is enqueued or pending;
 //  5. for reference, 2 and 4 again with 0-step workflows, which record no
-//     step, as a River no-op job records none.
+//     step, as a River no-op job records none;
+//  6. 2 and 4 again with 1-step workflows and Config.DeferStepCheckpoints
+//     on the worker engine: each run's step checkpoint rides its finish.
 func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stmt, error) {
 	o := b.o
 	n := o.DrainN
@@ -400,7 +402,7 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	}
 
 	// 4. The drain.
-	c, err := b.drainTimed(ctx, wpool, "drain1", oneStep, "bench-drain-worker", "drain", out)
+	c, err := b.drainTimed(ctx, wpool, "drain1", oneStep, drainConfig("bench-drain-worker"), "drain", out)
 	if err != nil {
 		return nil, err
 	}
@@ -421,10 +423,27 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	if err := b.drainPrefill(ctx, "drain0", "drain0_enqueue", out); err != nil {
 		return nil, err
 	}
-	if _, err := b.drainTimed(ctx, wpool, "drain0", zeroSteps, "bench-drain-worker0", "drain0", out); err != nil {
+	if _, err := b.drainTimed(ctx, wpool, "drain0", zeroSteps, drainConfig("bench-drain-worker0"), "drain0", out); err != nil {
 		return nil, err
 	}
 	logf("%-15s %7.0f wf/s  (%d 0-step runs in %.2fs, Launch %.0f ms; reference)", "drain0", out["drain0_per_s"], n, out["drain0_s"], out["drain0_launch_ms"])
+
+	// 6. The drain with deferred step checkpoints.
+	if _, err := b.conn.Exec(ctx, "TRUNCATE "+drainSchema+".steps, "+drainSchema+".workflows"); err != nil {
+		return nil, err
+	}
+	if err := b.drainPrefill(ctx, "drain1", "drain_defer_enqueue", out); err != nil {
+		return nil, err
+	}
+	dcfg := drainConfig("bench-drain-worker-defer")
+	dcfg.DeferStepCheckpoints = true
+	cd, err := b.drainTimed(ctx, wpool, "drain1", oneStep, dcfg, "drain_defer", out)
+	if err != nil {
+		return nil, err
+	}
+	cd.store("drain_defer", n, out)
+	logf("%-15s %7.0f wf/s  (%d runs in %.2fs, Launch %.0f ms; DeferStepCheckpoints; %.2f statements per workflow)", "drain_defer",
+		out["drain_defer_per_s"], n, out["drain_defer_s"], out["drain_defer_launch_ms"], out["drain_defer_statements_per_wf"])
 	return c.top, nil
 }
 
@@ -489,7 +508,7 @@ func (b *bench) drainPrefill(ctx context.Context, name, key string, out map[stri
 // used per run, and returns what the server did meanwhile (the quiet start
 // and the engine's shutdown left out).
 func (b *bench) drainTimed(ctx context.Context, wpool *pgxpool.Pool, name string, fn func(durable.Context, int) (int, error),
-	executor, key string, out map[string]float64) (costs, error) {
+	cfg *durable.Config, key string, out map[string]float64) (costs, error) {
 	n := b.o.DrainN
 	b.quiesce(ctx)
 	wal0, xid0, err := b.startCosts(ctx)
@@ -499,7 +518,7 @@ func (b *bench) drainTimed(ctx context.Context, wpool *pgxpool.Pool, name string
 	returned.Store(0)
 	cpu0 := sampleCPU()
 	t0 := time.Now()
-	w, err := durable.New(wpool, drainConfig(executor))
+	w, err := durable.New(wpool, cfg)
 	if err != nil {
 		return costs{}, err
 	}

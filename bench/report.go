@@ -143,6 +143,9 @@ func derive(v map[string]float64, conc []int) {
 		if d0, ok := v["drain0_per_s"]; ok {
 			div("ratio_drain_vs_drain0", v["drain_per_s"], d0)
 		}
+		if dd, ok := v["drain_defer_per_s"]; ok {
+			div("ratio_drain_defer_vs_drain", dd, v["drain_per_s"])
+		}
 	}
 }
 
@@ -437,6 +440,11 @@ func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, rati
 		if v, ok := m["drain0_server_cpu_us"]; ok {
 			row("CPU per drained 0-step workflow: Postgres server processes / the bench process",
 				fmt.Sprintf("%.0f µs / %.0f µs", v, m["drain0_self_cpu_us"]), "", "", "")
+		}
+		if v, ok := m["drain_defer_per_s"]; ok {
+			row(fmt.Sprintf("option: queue drain of %d 1-step workflows with DeferStepCheckpoints (the checkpoint rides the finish)", p.DrainN),
+				fmt.Sprintf("%.0f wf/s (%.2f s; %.2f statements per workflow)", v, m["drain_defer_s"], m["drain_defer_statements_per_wf"]),
+				fmtX(m["ratio_drain_defer_vs_drain"], "default drain"), "", "")
 		}
 	}
 	if rec := r.Recovery; rec != nil {
