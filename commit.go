@@ -179,6 +179,12 @@ type stepArrays struct {
 	started              []time.Time
 }
 
+func newStepArrays(n int) *stepArrays {
+	return &stepArrays{ids: make([]string, 0, n), names: make([]string, 0, n), statuses: make([]string, 0, n),
+		pos: make([]int32, 0, n), attempts: make([]int32, 0, n), outputs: make([][]byte, 0, n), errs: make([][]byte, 0, n),
+		started: make([]time.Time, 0, n)}
+}
+
 func (a *stepArrays) add(w *stepWrite) {
 	a.ids, a.names, a.statuses = append(a.ids, w.id), append(a.names, w.name), append(a.statuses, w.status)
 	a.pos, a.attempts = append(a.pos, int32(w.pos)), append(a.attempts, int32(w.attempts))
@@ -219,23 +225,19 @@ func (e *Engine) flushSteps(items []*batchItem[*stepWrite]) {
 		return
 	}
 	n := len(items)
-	ids, names, statuses := make([]string, n), make([]string, n), make([]string, n)
-	pos, attempts := make([]int32, n), make([]int32, n)
-	outputs, errs := make([][]byte, n), make([][]byte, n)
-	started, epochs := make([]time.Time, n), make([]int64, n)
+	a := newStepArrays(n)
+	epochs := make([]int64, n)
 	type key struct {
 		id  string
 		pos int32
 	}
 	index := make(map[key]*batchItem[*stepWrite], n)
 	for i, it := range items {
-		w := it.v
-		ids[i], names[i], statuses[i] = w.id, w.name, w.status
-		pos[i], attempts[i] = int32(w.pos), int32(w.attempts)
-		outputs[i], errs[i], started[i], epochs[i] = w.output, w.errb, w.started, w.epoch
-		index[key{w.id, int32(w.pos)}] = it
+		a.add(it.v)
+		epochs[i] = it.v.epoch
+		index[key{it.v.id, int32(it.v.pos)}] = it
 	}
-	rows, err := e.pool.Query(ctx, e.q.InsertSteps, ids, pos, names, statuses, outputs, errs, attempts, started, epochs)
+	rows, err := e.pool.Query(ctx, e.q.InsertSteps, a.ids, a.pos, a.names, a.statuses, a.outputs, a.errs, a.attempts, a.started, epochs)
 	err = collectWritten(rows, err, items, func(rows pgx.Rows) (*batchItem[*stepWrite], error) {
 		var k key
 		err := rows.Scan(&k.id, &k.pos)

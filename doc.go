@@ -23,6 +23,10 @@
 // Cost: one database round trip per step on the live path. A run's recorded
 // steps are loaded once when it resumes and replayed from memory; each new
 // checkpoint is a single INSERT that also checks ownership (fencing).
+// Config.DeferStepCheckpoints lets a plain step return before its
+// checkpoint commits (written before the run's next durable call, with its
+// finish, or 2 ms later), which saves the last step's round trip of a run at
+// the price of a slightly longer at-least-once window for that step.
 //
 // # Ownership and recovery
 //

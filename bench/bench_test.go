@@ -81,11 +81,11 @@ func TestSmoke(t *testing.T) {
 
 	median := doc["median"].(map[string]any)
 	var want []string
-	for _, s := range []string{"floor_insert", "floor_tx", "floor_select", "floor_ckpt", "floor_ckpt_plain", "wf0", "wf1", "wf10", "txwf", "qlat_local", "qlat_client",
+	for _, s := range []string{"floor_insert", "floor_tx", "floor_select", "floor_ckpt", "floor_ckpt_plain", "wf0", "wf1", "wf1_defer", "wf10", "txwf", "qlat_local", "qlat_client",
 		"qlat_local_enqueue", "qlat_client_enqueue"} {
 		want = append(want, s+"_us", s+"_p50_us", s+"_p99_us")
 	}
-	want = append(want, "ratio_floor_tx", "ratio_floor_select", "ratio_floor_ckpt", "ratio_floor_ckpt_plain", "ratio_step_vs_ckpt", "ratio_wf0", "ratio_wf1", "ratio_wf10",
+	want = append(want, "ratio_floor_tx", "ratio_floor_select", "ratio_floor_ckpt", "ratio_floor_ckpt_plain", "ratio_step_vs_ckpt", "ratio_wf0", "ratio_wf1", "ratio_wf1_defer", "ratio_wf1_defer_vs_wf1", "ratio_wf10",
 		"ratio_step_overhead", "ratio_txwf",
 		"ratio_qlat_local", "ratio_qlat_local_p50", "ratio_qlat_local_p99",
 		"ratio_qlat_client", "ratio_qlat_client_p50", "ratio_qlat_client_p99",
@@ -127,14 +127,14 @@ func TestSmoke(t *testing.T) {
 	}
 
 	counts := doc["counts"].(map[string]any)
-	for _, k := range []string{"xids_per_floor_insert", "xids_per_wf0", "xids_per_step", "xids_per_txwf",
+	for _, k := range []string{"xids_per_floor_insert", "xids_per_wf0", "xids_per_step", "xids_per_txwf", "xids_per_wf1_defer",
 		"wal_bytes_per_floor_insert", "wal_bytes_per_floor_tx", "wal_bytes_per_wf0", "wal_bytes_per_step", "wal_bytes_per_txwf"} {
 		if _, ok := counts[k].(float64); !ok {
 			t.Errorf("counts.%s missing", k)
 		}
 	}
 	stmtKeys := []string{"statements_per_floor_insert", "statements_per_floor_tx", "statements_per_wf0",
-		"statements_per_wf10", "statements_per_step", "statements_per_txwf", "statements_txstep_beyond_hand_tx"}
+		"statements_per_wf10", "statements_per_step", "statements_per_txwf", "statements_txstep_beyond_hand_tx", "statements_per_wf1_defer"}
 	for _, k := range stmtKeys {
 		v, ok := counts[k]
 		if !ok {
@@ -155,8 +155,8 @@ func TestSmoke(t *testing.T) {
 	} else {
 		t.Logf("pg_stat_statements not available: %s", res.Counts.StatementsNote)
 	}
-	if n := len(counts["batches"].([]any)); n != 7 {
-		t.Errorf("counts.batches: got %d, want 7", n)
+	if n := len(counts["batches"].([]any)); n != 8 {
+		t.Errorf("counts.batches: got %d, want 8", n)
 	}
 	for _, k := range []string{"xids_per_queued_wf0_local", "xids_per_queued_wf0_client", "wal_bytes_per_queued_wf0_local", "wal_bytes_per_queued_wf0_client"} {
 		if v, ok := counts[k].(float64); !ok || v <= 0 {

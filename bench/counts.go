@@ -25,11 +25,13 @@ type Counts struct {
 	StmtsPerStep        *float64 `json:"statements_per_step"`
 	StmtsPerTxWF        *float64 `json:"statements_per_txwf"`
 	StmtsTxStepExtra    *float64 `json:"statements_txstep_beyond_hand_tx"`
+	StmtsPerWF1Defer    *float64 `json:"statements_per_wf1_defer"` // a 1-step workflow with DeferStepCheckpoints
 
 	XIDsPerFloorInsert float64 `json:"xids_per_floor_insert"`
 	XIDsPerWF0         float64 `json:"xids_per_wf0"`
 	XIDsPerStep        float64 `json:"xids_per_step"`
 	XIDsPerTxWF        float64 `json:"xids_per_txwf"`
+	XIDsPerWF1Defer    float64 `json:"xids_per_wf1_defer"`
 
 	WALPerFloorInsert float64 `json:"wal_bytes_per_floor_insert"`
 	WALPerFloorTx     float64 `json:"wal_bytes_per_floor_tx"`
@@ -107,6 +109,7 @@ func (b *bench) count(ctx context.Context) (Counts, error) {
 		{"wf0", b.workflow(b.steps, 0), nil},
 		{"wf10", b.workflow(b.steps, 10), nil},
 		{"txwf", b.workflow(b.txwf, 1), nil},
+		{"wf1_defer", b.workflow(b.deferSteps, 1), nil},
 		{"queued_wf0_local", b.enqueueStarted(false), b.settleQueued},
 		{"queued_wf0_client", b.enqueueStarted(true), b.settleQueued},
 	}
@@ -128,6 +131,7 @@ func (b *bench) count(ctx context.Context) (Counts, error) {
 	c.XIDsPerWF0 = per("wf0", xids)
 	c.XIDsPerStep = (per("wf10", xids) - c.XIDsPerWF0) / 10
 	c.XIDsPerTxWF = per("txwf", xids)
+	c.XIDsPerWF1Defer = per("wf1_defer", xids)
 	c.WALPerFloorInsert = per("floor_insert", wal)
 	c.WALPerFloorTx = per("floor_tx", wal)
 	c.WALPerWF0 = per("wf0", wal)
@@ -147,6 +151,7 @@ func (b *bench) count(ctx context.Context) (Counts, error) {
 		c.StmtsPerWF10 = ptr(per("wf10", calls))
 		c.StmtsPerStep = ptr((*c.StmtsPerWF10 - *c.StmtsPerWF0) / 10)
 		c.StmtsPerTxWF = ptr(per("txwf", calls))
+		c.StmtsPerWF1Defer = ptr(per("wf1_defer", calls))
 		c.StmtsTxStepExtra = ptr(*c.StmtsPerTxWF - *c.StmtsPerWF0 - *c.StmtsPerFloorTx)
 	}
 	return c, nil

@@ -119,6 +119,8 @@ func derive(v map[string]float64, conc []int) {
 	div("ratio_floor_ckpt_plain", v["floor_ckpt_plain_us"], a)
 	div("ratio_wf0", v["wf0_us"], a)
 	div("ratio_wf1", v["wf1_us"], a)
+	div("ratio_wf1_defer", v["wf1_defer_us"], a)
+	div("ratio_wf1_defer_vs_wf1", v["wf1_defer_us"], v["wf1_us"])
 	div("ratio_wf10", v["wf10_us"], a)
 	div("ratio_step_overhead", v["step_overhead_us"], a)
 	div("ratio_step_vs_ckpt", v["step_overhead_us"], v["floor_ckpt_us"])
@@ -330,6 +332,8 @@ func (r *Result) Markdown() string {
 	lat("floor C without the fence (the same row, INSERT ... VALUES)", "floor_ckpt_plain_us", "ratio_floor_ckpt_plain", "floor A", "")
 	lat("workflow, 0 steps (Start + Result)", "wf0_us", "ratio_wf0", "floor A", "ratio_wf0")
 	lat("workflow, 1 step", "wf1_us", "ratio_wf1", "floor A", "")
+	lat("option: workflow, 1 step, DeferStepCheckpoints (the checkpoint rides the finish)", "wf1_defer_us", "ratio_wf1_defer", "floor A", "")
+	row("option: 1-step workflow with DeferStepCheckpoints against the default", "", fmtX(m["ratio_wf1_defer_vs_wf1"], "default"), "", "")
 	lat("workflow, 10 steps", "wf10_us", "ratio_wf10", "floor A", "")
 	lat("per-step overhead = (wf10 - wf0) / 10", "step_overhead_us", "ratio_step_overhead", "floor A", "ratio_step_overhead")
 	lat("per-step overhead against floor C (the engine around its statement)", "step_overhead_us", "ratio_step_vs_ckpt", "floor C", "")
@@ -357,6 +361,7 @@ func (r *Result) Markdown() string {
 	stmt("SQL statements per 0-step workflow", c.StmtsPerWF0, "", "")
 	stmt("SQL statements per 10-step workflow", c.StmtsPerWF10, "", "")
 	stmt("SQL statements per 1-TxStep workflow", c.StmtsPerTxWF, "", "")
+	stmt("option: SQL statements per 1-step workflow with DeferStepCheckpoints", c.StmtsPerWF1Defer, "", "")
 	stmt("SQL statements a TxStep adds beyond a hand-written BEGIN/INSERT/COMMIT", c.StmtsTxStepExtra, "", "")
 	floorStmts := "n/a"
 	if c.StmtsPerFloorInsert != nil && c.StmtsPerFloorTx != nil {
@@ -364,7 +369,8 @@ func (r *Result) Markdown() string {
 	}
 	row("SQL statements per floor INSERT / per floor BEGIN-INSERT-COMMIT", floorStmts, "", "", "")
 	row("write transactions (commit flushes) per step", fmt.Sprintf("%.2f", c.XIDsPerStep), fmtX(c.XIDsPerStep/nz(c.XIDsPerFloorInsert), "floor A"), "", "")
-	row("write transactions per 0-step workflow / per 1-TxStep workflow", fmt.Sprintf("%.2f / %.2f", c.XIDsPerWF0, c.XIDsPerTxWF), "", "", "")
+	row("write transactions per 0-step workflow / per 1-TxStep workflow / per 1-step workflow with DeferStepCheckpoints",
+		fmt.Sprintf("%.2f / %.2f / %.2f", c.XIDsPerWF0, c.XIDsPerTxWF, c.XIDsPerWF1Defer), "", "", "")
 	row("WAL bytes per step", fmt.Sprintf("%.0f B", c.WALPerStep), fmtX(c.WALPerStep/nz(c.WALPerFloorInsert), "floor A"), "", "")
 	row("WAL bytes per 0-step workflow", fmt.Sprintf("%.0f B", c.WALPerWF0), fmtX(c.WALPerWF0/nz(c.WALPerFloorInsert), "floor A"), "", "")
 	row("WAL bytes per 1-TxStep workflow", fmt.Sprintf("%.0f B", c.WALPerTxWF), fmtX(c.WALPerTxWF/nz(c.WALPerFloorTx), "floor B"), "", "")

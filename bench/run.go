@@ -125,6 +125,11 @@ type bench struct {
 	steps *durable.Workflow[int, int] // k no-op steps
 	txwf  *durable.Workflow[int, int] // k transaction steps of one INSERT each
 
+	// the steps workflow on an engine with DeferStepCheckpoints (schema
+	// bench_defer, same pool)
+	deferEng   *durable.Engine
+	deferSteps *durable.Workflow[int, int]
+
 	// floor C (ckptfloor.go): a step's checkpoint statement by hand, fenced
 	// and plain
 	ckptFenced, ckptPlain opFunc
@@ -350,14 +355,7 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 	if err != nil {
 		return nil, err
 	}
-	b.steps = durable.Register(b.eng, "steps", func(wctx durable.Context, k int) (int, error) {
-		for i := 0; i < k; i++ {
-			if _, err := durable.Step(wctx, "s", func(ctx context.Context) (string, error) { return "ok", nil }, nil); err != nil {
-				return 0, err
-			}
-		}
-		return k, nil
-	}, nil)
+	b.steps = durable.Register(b.eng, "steps", noopSteps, nil)
 	b.txwf = durable.Register(b.eng, "txsteps", func(wctx durable.Context, k int) (int, error) {
 		for i := 0; i < k; i++ {
 			_, err := durable.TxStep(wctx, "insert", func(ctx context.Context, tx pgx.Tx) (bool, error) {
@@ -374,6 +372,15 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 	b.qlat = durable.RegisterQueue(b.eng, qlatQueue, nil)
 	if err := b.eng.Launch(ctx); err != nil {
 		b.eng = nil
+		return nil, err
+	}
+	if b.deferEng, err = durable.New(b.pool, &durable.Config{Schema: "bench_defer", AppVersion: "bench", Logger: discard,
+		DeferStepCheckpoints: true}); err != nil {
+		return nil, err
+	}
+	b.deferSteps = durable.Register(b.deferEng, "steps", noopSteps, nil)
+	if err := b.deferEng.Launch(ctx); err != nil {
+		b.deferEng = nil
 		return nil, err
 	}
 	if err := b.createCkptFloor(ctx, "bench"); err != nil {
@@ -398,6 +405,16 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// noopSteps is the measured workflow: k no-op steps in a row.
+func noopSteps(wctx durable.Context, k int) (int, error) {
+	for i := 0; i < k; i++ {
+		if _, err := durable.Step(wctx, "s", okStep, nil); err != nil {
+			return 0, err
+		}
+	}
+	return k, nil
+}
+
 // notHere is the body of a workflow registered on an engine that never
 // runs it (a client).
 func notHere[P, R any](durable.Context, P) (R, error) {
@@ -409,9 +426,11 @@ func (b *bench) close(drop bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b.closePeers(ctx, drop)
-	if b.eng != nil {
-		if err := b.eng.Shutdown(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: shutdown:", err)
+	for _, e := range []*durable.Engine{b.deferEng, b.eng} {
+		if e != nil {
+			if err := e.Shutdown(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: shutdown:", err)
+			}
 		}
 	}
 	if b.pool != nil {

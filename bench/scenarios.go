@@ -53,6 +53,7 @@ func (b *bench) seqScenarios() []seqScenario {
 		{name: "floor_ckpt_plain", n: o.N, op: b.ckptPlain},
 		{name: "wf0", n: o.N, op: b.workflow(b.steps, 0)},
 		{name: "wf1", n: o.N, op: b.workflow(b.steps, 1)},
+		{name: "wf1_defer", n: o.N, op: b.workflow(b.deferSteps, 1)},
 		{name: "wf10", n: o.nK10(), op: b.workflow(b.steps, 10)},
 		{name: "txwf", n: o.N, op: b.workflow(b.txwf, 1)},
 	}
