@@ -125,7 +125,9 @@ type Config struct {
 	// child start), within the run's finish statement when the workflow
 	// returns first, or alone 2 ms after the step returned, whichever comes
 	// first. A run whose last step is followed by its return saves a round
-	// trip and a commit: a queue of one-step workflows drains ~15-20% faster.
+	// trip and a commit: a one-step workflow is two statements instead of
+	// three (~8% faster alone), and a queue of them drains ~5% faster in
+	// bench/ (see its README).
 	//
 	// The cost: a process that dies in that window runs the step again on
 	// resume, as it would had it died during the step (plain steps are
