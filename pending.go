@@ -2,6 +2,7 @@ package durable
 
 import (
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -59,8 +60,23 @@ func (r *run) takePending() []*stepWrite {
 func (r *run) flushPending() error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
-	for _, w := range r.takePending() {
-		if err := r.writeCheckpoint(w); err != nil {
+	ws := r.takePending()
+	switch len(ws) {
+	case 0:
+		return nil
+	case 1:
+		return r.writeCheckpoint(ws[0])
+	}
+	// Steps of parallel futures: written concurrently, so that group
+	// commit puts them in one statement.
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() { errs[i] = r.writeCheckpoint(w) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return err
 		}
 	}

@@ -251,7 +251,11 @@ func (c *controller) start(i int) {
 		c.gen[i] = 1
 	}
 	id := fmt.Sprintf("exec-%d-%d", i, c.gen[i])
-	ch := proctest.Start(c.t, append(c.env, envExecutor+"="+id)...)
+	env := append(c.env[:len(c.env):len(c.env)], envExecutor+"="+id)
+	if i == 0 {
+		env = append(env, envDefer+"=1") // the first slot defers step checkpoints
+	}
+	ch := proctest.Start(c.t, env...)
 	c.slots[i] = &executor{id: id, child: ch, pid: ch.Cmd.Process.Pid}
 }
 

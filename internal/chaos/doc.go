@@ -3,7 +3,10 @@
 // messages, child workflows, scheduled ticks, agent runs against a scripted
 // model server) while the test SIGKILLs and restarts them at random and
 // stops Postgres hard, then computes a verdict from what the database and
-// an external ledger recorded: nothing lost, nothing done twice.
+// an external ledger recorded: nothing lost, nothing done twice. The
+// executors of the first slot run with Config.DeferStepCheckpoints, so a
+// run moves between executors that defer step checkpoints and executors
+// that do not.
 //
 // It has no code outside its tests. `go test ./internal/chaos` runs the
 // short variant (every scripts/test run); DURABLE_CHAOS=long runs the long

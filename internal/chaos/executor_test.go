@@ -23,6 +23,7 @@ const (
 	envLedger   = "CHAOS_LEDGER_URL"
 	envModel    = "CHAOS_MODEL_URL"
 	envSchema   = "CHAOS_SCHEMA"
+	envDefer    = "CHAOS_DEFER_STEPS" // set: Config.DeferStepCheckpoints
 
 	leaseTTL      = 15 * time.Second // longer than an outage: a live executor never loses its runs to one
 	pollInterval  = 500 * time.Millisecond
@@ -56,15 +57,16 @@ func runExecutor(id string) error {
 	}
 	defer pool.Close()
 	e, err := durable.New(pool, &durable.Config{
-		Schema:              schema,
-		AppVersion:          "chaos",
-		ExecutorID:          id,
-		LeaseTTL:            leaseTTL,
-		PollInterval:        pollInterval,
-		ParkThreshold:       parkThreshold,
-		MaxRecoveryAttempts: 1000, // kills are random here, not the workflow's fault
-		StepRetry:           durable.RetryPolicy{BaseDelay: 5 * time.Millisecond},
-		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Schema:               schema,
+		AppVersion:           "chaos",
+		ExecutorID:           id,
+		LeaseTTL:             leaseTTL,
+		PollInterval:         pollInterval,
+		ParkThreshold:        parkThreshold,
+		MaxRecoveryAttempts:  1000, // kills are random here, not the workflow's fault
+		DeferStepCheckpoints: os.Getenv(envDefer) != "",
+		StepRetry:            durable.RetryPolicy{BaseDelay: 5 * time.Millisecond},
+		Logger:               slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
 		return err
