@@ -32,14 +32,7 @@ func TestAdoptStrays(t *testing.T) {
 		return Step(wctx, "inc", func(context.Context) (int, error) { return n + 1, nil }, nil)
 	}, nil)
 	q := RegisterQueue(e, "q", &QueueOpts{WorkerConcurrency: 1})
-	if err := e.Launch(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = e.Shutdown(ctx)
-	})
+	launchUntilCleanup(ctx, t, e)
 
 	// A start whose INSERT committed but whose answer was lost.
 	if _, err := pool.Exec(ctx, e.q.InsertOwned, "plain-stray", "w", "test", "stray-exec", []byte("41"), nil, nil, nil); err != nil {

@@ -23,6 +23,13 @@ func deferringEngine(t *testing.T, delay time.Duration, register func(e *Engine)
 	}
 	e.stepDelay = delay
 	register(e)
+	launchUntilCleanup(ctx, t, e)
+	return ctx, pool, schema
+}
+
+// launchUntilCleanup launches e and shuts it down when the test ends.
+func launchUntilCleanup(ctx context.Context, t *testing.T, e *Engine) {
+	t.Helper()
 	if err := e.Launch(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +38,6 @@ func deferringEngine(t *testing.T, delay time.Duration, register func(e *Engine)
 		defer cancel()
 		_ = e.Shutdown(ctx)
 	})
-	return ctx, pool, schema
 }
 
 // recordedSteps returns the names of the steps recorded for run id, in
