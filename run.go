@@ -96,8 +96,10 @@ func (r *run) halted() error {
 // begin assigns the next step position to a call named name and returns
 // the recorded step at that position, if any.
 func (r *run) begin(name string) (int, *stepRecord, error) {
-	if err := r.flushPending(); err != nil {
-		return 0, nil, err
+	if r.e.cfg.DeferStepCheckpoints {
+		if err := r.flushPending(); err != nil { // pending.go
+			return 0, nil, err
+		}
 	}
 	if err := r.halted(); err != nil {
 		return 0, nil, err
