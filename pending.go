@@ -60,7 +60,12 @@ func (r *run) takePending() []*stepWrite {
 func (r *run) flushPending() error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
-	ws := r.takePending()
+	return r.writeAll(r.takePending())
+}
+
+// writeAll writes step checkpoints; a failure halts the run and is
+// returned.
+func (r *run) writeAll(ws []*stepWrite) error {
 	switch len(ws) {
 	case 0:
 		return nil
@@ -91,15 +96,13 @@ func (r *run) pendingForFinish() []*stepWrite {
 	return r.takePending()
 }
 
-// settlePending deals with the deferred checkpoints of a run that stops
+// settlePending deals with the deferred checkpoints ws of a run that stops
 // without finishing here for reason h: written when the run stays ours and
 // is only stopping or parking, dropped when it changed owner, was cancelled
 // or handed back in an outage (a late write could then land in a new
 // execution's history).
-func (r *run) settlePending(h error) {
+func (r *run) settlePending(ws []*stepWrite, h error) {
 	if errors.Is(h, ErrShutdown) || errors.Is(h, errParked) {
-		_ = r.flushPending()
-		return
+		_ = r.writeAll(ws)
 	}
-	_ = r.pendingForFinish()
 }

@@ -147,12 +147,23 @@ func TestDeferredCheckpointTimer(t *testing.T) {
 // TestDeferredCheckpointRefused: a deferred checkpoint that the database
 // refuses for good (its table is gone for a moment) fails the run with
 // that error, as an eager one does, whether the finish statement or the
-// timer meets the refusal first.
+// timer meets the refusal first; with no delay the timer's write is
+// usually in flight when the workflow returns, and the finish must wait
+// for it and see the refusal (not finish the run without its step).
 func TestDeferredCheckpointRefused(t *testing.T) {
 	t.Parallel()
+	for _, delay := range []time.Duration{stepFlushDelay, 0} {
+		t.Run(fmt.Sprint("delay=", delay), func(t *testing.T) {
+			t.Parallel()
+			deferredCheckpointRefused(t, delay)
+		})
+	}
+}
+
+func deferredCheckpointRefused(t *testing.T, delay time.Duration) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var wf *Workflow[int, int]
-	ctx, pool, schema := deferringEngine(t, stepFlushDelay, func(e *Engine) {
+	ctx, pool, schema := deferringEngine(t, delay, func(e *Engine) {
 		wf = Register(e, "w", func(wctx Context, n int) (int, error) {
 			return Step(wctx, "s", func(context.Context) (int, error) {
 				close(entered)
@@ -178,6 +189,9 @@ func TestDeferredCheckpointRefused(t *testing.T) {
 		}
 		if st == StatusError {
 			break
+		}
+		if st.Finished() {
+			t.Fatalf("status %s: the run finished without its refused checkpoint", st)
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("status %s: the run never failed", st)

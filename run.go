@@ -396,6 +396,10 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	if err != nil && r.halted() == nil && r.ctx.Err() != nil && r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		r.halt(r.deadlineError()) // the code gave up on its context's deadline
 	}
+	// Deferred step checkpoints (pending.go) go with the finish. Taken
+	// first: a write of them in flight ends before, and halts the run if it
+	// was refused.
+	steps := r.pendingForFinish()
 	if h := r.halted(); h != nil {
 		if e.notOursToFinish(h) {
 			// Not ours to finish: the run goes on elsewhere or later, or
@@ -403,7 +407,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 			if errors.Is(h, ErrFenced) {
 				r.log().Warn("durable: run stopped", "reason", h)
 			}
-			r.settlePending(h)
+			r.settlePending(steps, h)
 			r.traceStopped(h)
 			e.hub.wake(r.id, nil)
 			return
@@ -416,7 +420,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	if err != nil && (errors.Is(err, ErrShutdown) || e.hardCtx.Err() != nil) {
 		// The code gave up because the engine is stopping (or passed on the
 		// shutdown error of a step): the run stays pending for the next owner.
-		r.settlePending(err)
+		r.settlePending(steps, err)
 		r.traceStopped(err)
 		e.hub.wake(r.id, nil)
 		return
@@ -429,14 +433,14 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	if err != nil {
 		o = &outcome{status: StatusError, err: encodeError(err)}
 	}
-	e.finish(r, o)
+	e.finish(r, o, steps)
 }
 
-// finish records the final outcome of r and wakes its waiters.
-func (e *Engine) finish(r *run, o *outcome) {
-	// The checkpoints of steps since the last durable call are written
-	// with the finish, in the same statement (pending.go).
-	w := &finishWrite{id: r.id, epoch: r.epoch, o: o, steps: r.pendingForFinish()}
+// finish records the final outcome of r, with the checkpoints of its
+// steps since its last durable call (deferred, pending.go) in the same
+// statement, and wakes its waiters.
+func (e *Engine) finish(r *run, o *outcome, steps []*stepWrite) {
+	w := &finishWrite{id: r.id, epoch: r.epoch, o: o, steps: steps}
 	written, err := e.writeFinishRetrying(r, w)
 	if err != nil && w.steps != nil && !errors.Is(err, ErrShutdown) {
 		// The statement failed as a whole: write the checkpoints alone, as
