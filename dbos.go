@@ -137,6 +137,7 @@ type Config struct {
 	// workflow code does outside durable calls (a log line) can. Transaction
 	// steps, intent steps and the other durable calls are never deferred.
 	// Defaults to false: a step returns once its checkpoint is committed.
+	// WorkflowOpts.DeferStepCheckpoints turns it on for one workflow.
 	DeferStepCheckpoints bool
 
 	// Retention, when set, makes the engine delete the runs that finished

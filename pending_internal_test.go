@@ -111,6 +111,40 @@ func TestDeferredCheckpointsBeforeNextCall(t *testing.T) {
 	}
 }
 
+// TestDeferStepCheckpointsPerWorkflow: WorkflowOpts.DeferStepCheckpoints
+// defers the checkpoints of that workflow's runs only: its one-step run's
+// checkpoint is written by the finish, another workflow's is not.
+func TestDeferStepCheckpointsPerWorkflow(t *testing.T) {
+	t.Parallel()
+	ctx, pool, schema := migratedSchema(t)
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "per-wf-exec"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stepDelay = time.Hour
+	body := func(wctx Context, n int) (int, error) {
+		return Step(wctx, "s", func(context.Context) (int, error) { return n + 1, nil }, nil)
+	}
+	eager := Register(e, "eager", body, nil)
+	deferred := Register(e, "deferred", body, &WorkflowOpts{DeferStepCheckpoints: true})
+	launchUntilCleanup(ctx, t, e)
+	for _, c := range []struct {
+		wf   *Workflow[int, int]
+		want string
+	}{{eager, "[s]"}, {deferred, "[s+]"}} {
+		h, err := c.wf.Start(ctx, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := h.Result(ctx); err != nil || got != 2 {
+			t.Fatalf("%s: result %d, %v", c.wf.Name(), got, err)
+		}
+		if got := fmt.Sprint(recordedSteps(ctx, t, pool, schema, h.ID())); got != c.want {
+			t.Errorf("%s: recorded steps %s, want %s (+: written by the finish)", c.wf.Name(), got, c.want)
+		}
+	}
+}
+
 // TestDeferredCheckpointTimer: a deferred checkpoint whose run blocks
 // outside any durable call is written on its own after the delay, while
 // the run is still going.

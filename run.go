@@ -54,6 +54,7 @@ type run struct {
 	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)
 
 	// Plain step checkpoints not written yet (see deferCheckpoint).
+	deferSteps bool         // the run defers them (set before it executes)
 	pending    []*stepWrite // guarded by mu
 	flushTimer *time.Timer  // writes pending ones stepFlushDelay after the first
 	flushMu    sync.Mutex   // held while pending checkpoints are written
@@ -96,7 +97,7 @@ func (r *run) halted() error {
 // begin assigns the next step position to a call named name and returns
 // the recorded step at that position, if any.
 func (r *run) begin(name string) (int, *stepRecord, error) {
-	if r.e.cfg.DeferStepCheckpoints {
+	if r.deferSteps {
 		if err := r.flushPending(); err != nil { // pending.go
 			return 0, nil, err
 		}
@@ -257,10 +258,12 @@ type wfDef struct {
 	name        string
 	call        func(wctx Context, input []byte) ([]byte, error)
 	maxRecovery int
+	deferSteps  bool // DeferStepCheckpoints (pending.go)
 }
 
 // launch starts executing r on a worker goroutine.
 func (e *Engine) launch(r *run, def *wfDef, input []byte) {
+	r.deferSteps = def.deferSteps
 	e.runs.Add(1)
 	e.active.store(r)
 	e.workers.run(func() {

@@ -347,7 +347,7 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	}
 	w := &stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
 		attempts: attempts, started: started, epoch: r.epoch}
-	if r.e.cfg.DeferStepCheckpoints {
+	if r.deferSteps {
 		r.deferCheckpoint(w) // see pending.go
 	} else if err := r.writeCheckpoint(w); err != nil {
 		return zero, err

@@ -41,6 +41,10 @@ type WorkflowOpts struct {
 	// MaxRecoveryAttempts overrides Config.MaxRecoveryAttempts for this
 	// workflow. Defaults to the engine's value.
 	MaxRecoveryAttempts int
+
+	// DeferStepCheckpoints turns Config.DeferStepCheckpoints on for this
+	// workflow's runs only (it is on for all when the engine's is).
+	DeferStepCheckpoints bool
 }
 
 // Workflow is a registered workflow taking P and returning R. It is the
@@ -73,9 +77,12 @@ func TryRegister[P, R any](e *Engine, name string, fn func(wctx Context, in P) (
 	if fn == nil {
 		return nil, fmt.Errorf("%w: workflow %q has a nil function", ErrInvalidArgument, name)
 	}
-	def := &wfDef{name: name, maxRecovery: e.cfg.MaxRecoveryAttempts}
+	def := &wfDef{name: name, maxRecovery: e.cfg.MaxRecoveryAttempts, deferSteps: e.cfg.DeferStepCheckpoints}
 	if opts != nil && opts.MaxRecoveryAttempts > 0 {
 		def.maxRecovery = opts.MaxRecoveryAttempts
+	}
+	if opts != nil && opts.DeferStepCheckpoints {
+		def.deferSteps = true
 	}
 	def.call = func(wctx Context, input []byte) ([]byte, error) {
 		var in P
