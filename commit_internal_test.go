@@ -15,11 +15,7 @@ import (
 // a single-row write.
 func TestStepBatchWithARecordedRow(t *testing.T) {
 	t.Parallel()
-	ctx, pool, schema := migratedSchema(t)
-	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "batch-exec"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema, e := newEngine(t, &Config{ExecutorID: "batch-exec"})
 	var items []*batchItem[*stepWrite]
 	for i := range 3 {
 		id := fmt.Sprintf("run-%d", i)

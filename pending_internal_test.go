@@ -16,15 +16,24 @@ import (
 // deferred checkpoints wait at most delay on their own.
 func deferringEngine(t *testing.T, delay time.Duration, register func(e *Engine)) (context.Context, *pgxpool.Pool, string) {
 	t.Helper()
-	ctx, pool, schema := migratedSchema(t)
-	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "defer-exec", DeferStepCheckpoints: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema, e := newEngine(t, &Config{ExecutorID: "defer-exec", DeferStepCheckpoints: true})
 	e.stepDelay = delay
 	register(e)
 	launchUntilCleanup(ctx, t, e)
 	return ctx, pool, schema
+}
+
+// newEngine makes an engine with cfg (its schema and app version set
+// here) on a freshly migrated schema.
+func newEngine(t *testing.T, cfg *Config) (context.Context, *pgxpool.Pool, string, *Engine) {
+	t.Helper()
+	ctx, pool, schema := migratedSchema(t)
+	cfg.Schema, cfg.AppVersion = schema, "test"
+	e, err := New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, pool, schema, e
 }
 
 // launchUntilCleanup launches e and shuts it down when the test ends.
@@ -116,11 +125,7 @@ func TestDeferredCheckpointsBeforeNextCall(t *testing.T) {
 // checkpoint is written by the finish, another workflow's is not.
 func TestDeferStepCheckpointsPerWorkflow(t *testing.T) {
 	t.Parallel()
-	ctx, pool, schema := migratedSchema(t)
-	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "per-wf-exec"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema, e := newEngine(t, &Config{ExecutorID: "per-wf-exec"})
 	e.stepDelay = time.Hour
 	body := func(wctx Context, n int) (int, error) {
 		return Step(wctx, "s", func(context.Context) (int, error) { return n + 1, nil }, nil)
@@ -247,11 +252,7 @@ func deferredCheckpointRefused(t *testing.T, delay time.Duration) {
 // already recorded) is retried run by run, so only that run's finish fails.
 func TestFinishWithSteps(t *testing.T) {
 	t.Parallel()
-	ctx, pool, schema := migratedSchema(t)
-	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "fin-exec"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema, e := newEngine(t, &Config{ExecutorID: "fin-exec"})
 	run := func(id string) {
 		if _, err := pool.Exec(ctx, e.q.InsertOwned, id, "w", "test", "fin-exec", []byte("1"), nil, nil, nil); err != nil {
 			t.Fatal(err)
