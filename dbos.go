@@ -126,8 +126,8 @@ type Config struct {
 	// returns first, or alone 2 ms after the step returned, whichever comes
 	// first. A run whose last step is followed by its return saves a round
 	// trip and a commit: a one-step workflow is two statements instead of
-	// three (~8% faster alone), and a queue of them drains ~5% faster in
-	// bench/ (see its README).
+	// three (6-8% faster alone), and a queue of them drains 2-25% faster
+	// in bench/ (see its README).
 	//
 	// The cost: a process that dies in that window runs the step again on
 	// resume, as it would had it died during the step (plain steps are
