@@ -129,8 +129,9 @@ type Config struct {
 	// three (6-8% faster alone), and a queue of them drains 2-25% faster
 	// in bench/ (see its README).
 	//
-	// The cost: a process that dies in that window runs the step again on
-	// resume, as it would had it died during the step (plain steps are
+	// The cost: a process that dies in that window, or an engine stopped
+	// in it, runs the step again on resume, as it would had it died during
+	// the step (plain steps are
 	// at-least-once; see the idempotency keys). Nothing durable the run does
 	// after the step can precede its checkpoint, so no later effect can see
 	// an output that the resumed run then computes differently; only what

@@ -1,7 +1,6 @@
 package durable
 
 import (
-	"errors"
 	"sync"
 	"time"
 )
@@ -60,12 +59,7 @@ func (r *run) takePending() []*stepWrite {
 func (r *run) flushPending() error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
-	return r.writeAll(r.takePending())
-}
-
-// writeAll writes step checkpoints; a failure halts the run and is
-// returned.
-func (r *run) writeAll(ws []*stepWrite) error {
+	ws := r.takePending()
 	switch len(ws) {
 	case 0:
 		return nil
@@ -94,15 +88,4 @@ func (r *run) pendingForFinish() []*stepWrite {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
 	return r.takePending()
-}
-
-// settlePending deals with the deferred checkpoints ws of a run that stops
-// without finishing here for reason h: written when the run stays ours and
-// is only stopping or parking, dropped when it changed owner, was cancelled
-// or handed back in an outage (a late write could then land in a new
-// execution's history).
-func (r *run) settlePending(ws []*stepWrite, h error) {
-	if errors.Is(h, ErrShutdown) || errors.Is(h, errParked) {
-		_ = r.writeAll(ws)
-	}
 }

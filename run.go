@@ -199,8 +199,13 @@ func jitter(d time.Duration, frac float64) time.Duration {
 // path. It returns nil when the outcome is recorded (by this call or by an
 // earlier try whose acknowledgement was lost).
 func (r *run) checkpoint(pos int, name, status string, output, errb []byte, attempts int, started time.Time) error {
-	return r.writeCheckpoint(&stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
-		attempts: attempts, started: started, epoch: r.epoch})
+	return r.writeCheckpoint(r.stepWrite(pos, name, status, output, errb, attempts, started))
+}
+
+// stepWrite is the checkpoint of the step at pos, fenced by the run's epoch.
+func (r *run) stepWrite(pos int, name, status string, output, errb []byte, attempts int, started time.Time) *stepWrite {
+	return &stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
+		attempts: attempts, started: started, epoch: r.epoch}
 }
 
 func (r *run) writeCheckpoint(w *stepWrite) error {
@@ -401,8 +406,13 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	}
 	// Deferred step checkpoints (pending.go) go with the finish. Taken
 	// first: a write of them in flight ends before, and halts the run if it
-	// was refused.
-	steps := r.pendingForFinish()
+	// was refused. A run that stops without finishing here drops them: it
+	// runs those steps again when resumed, as after a crash, and no late
+	// write can land in a new execution's history.
+	var steps []*stepWrite
+	if r.deferSteps {
+		steps = r.pendingForFinish()
+	}
 	if h := r.halted(); h != nil {
 		if e.notOursToFinish(h) {
 			// Not ours to finish: the run goes on elsewhere or later, or
@@ -410,7 +420,6 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 			if errors.Is(h, ErrFenced) {
 				r.log().Warn("durable: run stopped", "reason", h)
 			}
-			r.settlePending(steps, h)
 			r.traceStopped(h)
 			e.hub.wake(r.id, nil)
 			return
@@ -423,7 +432,6 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	if err != nil && (errors.Is(err, ErrShutdown) || e.hardCtx.Err() != nil) {
 		// The code gave up because the engine is stopping (or passed on the
 		// shutdown error of a step): the run stays pending for the next owner.
-		r.settlePending(steps, err)
 		r.traceStopped(err)
 		e.hub.wake(r.id, nil)
 		return

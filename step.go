@@ -345,8 +345,7 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	if runErr != nil {
 		status, output, errb = stepError, nil, encodeError(runErr)
 	}
-	w := &stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
-		attempts: attempts, started: started, epoch: r.epoch}
+	w := r.stepWrite(pos, name, status, output, errb, attempts, started)
 	if r.deferSteps {
 		r.deferCheckpoint(w) // see pending.go
 	} else if err := r.writeCheckpoint(w); err != nil {
