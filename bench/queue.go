@@ -379,7 +379,7 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	if err := decl.Shutdown(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := b.conn.Exec(ctx, "TRUNCATE "+drainSchema+".steps, "+drainSchema+".workflows"); err != nil {
+	if err := b.emptyDrain(ctx); err != nil {
 		return nil, err
 	}
 
@@ -417,27 +417,15 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 
 	// 5. Reference: the same drain of 0-step workflows, which record no
 	// step, as a River no-op job records none.
-	if _, err := b.conn.Exec(ctx, "TRUNCATE "+drainSchema+".steps, "+drainSchema+".workflows"); err != nil {
-		return nil, err
-	}
-	if err := b.drainPrefill(ctx, "drain0", "drain0_enqueue", out); err != nil {
-		return nil, err
-	}
-	if _, err := b.drainTimed(ctx, wpool, "drain0", zeroSteps, drainConfig("bench-drain-worker0"), "drain0", out); err != nil {
+	if _, err := b.drainAgain(ctx, wpool, "drain0", zeroSteps, drainConfig("bench-drain-worker0"), "drain0", out); err != nil {
 		return nil, err
 	}
 	logf("%-15s %7.0f wf/s  (%d 0-step runs in %.2fs, Launch %.0f ms; reference)", "drain0", out["drain0_per_s"], n, out["drain0_s"], out["drain0_launch_ms"])
 
 	// 6. The drain with deferred step checkpoints.
-	if _, err := b.conn.Exec(ctx, "TRUNCATE "+drainSchema+".steps, "+drainSchema+".workflows"); err != nil {
-		return nil, err
-	}
-	if err := b.drainPrefill(ctx, "drain1", "drain_defer_enqueue", out); err != nil {
-		return nil, err
-	}
 	dcfg := drainConfig("bench-drain-worker-defer")
 	dcfg.DeferStepCheckpoints = true
-	cd, err := b.drainTimed(ctx, wpool, "drain1", oneStep, dcfg, "drain_defer", out)
+	cd, err := b.drainAgain(ctx, wpool, "drain1", oneStep, dcfg, "drain_defer", out)
 	if err != nil {
 		return nil, err
 	}
@@ -445,6 +433,25 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	logf("%-15s %7.0f wf/s  (%d runs in %.2fs, Launch %.0f ms; DeferStepCheckpoints; %.2f statements per workflow)", "drain_defer",
 		out["drain_defer_per_s"], n, out["drain_defer_s"], out["drain_defer_launch_ms"], out["drain_defer_statements_per_wf"])
 	return c.top, nil
+}
+
+// drainAgain empties the drain's tables, pre-fills the queue with DrainN
+// runs of workflow name (timed as key_enqueue) and times their drain by an
+// engine with cfg (drainTimed).
+func (b *bench) drainAgain(ctx context.Context, wpool *pgxpool.Pool, name string, fn func(durable.Context, int) (int, error),
+	cfg *durable.Config, key string, out map[string]float64) (costs, error) {
+	if err := b.emptyDrain(ctx); err != nil {
+		return costs{}, err
+	}
+	if err := b.drainPrefill(ctx, name, key+"_enqueue", out); err != nil {
+		return costs{}, err
+	}
+	return b.drainTimed(ctx, wpool, name, fn, cfg, key, out)
+}
+
+func (b *bench) emptyDrain(ctx context.Context) error {
+	_, err := b.conn.Exec(ctx, "TRUNCATE "+drainSchema+".steps, "+drainSchema+".workflows")
+	return err
 }
 
 // quiesce gives a timed drain a quiet server, the same for every system:

@@ -333,7 +333,9 @@ func (r *Result) Markdown() string {
 	lat("workflow, 0 steps (Start + Result)", "wf0_us", "ratio_wf0", "floor A", "ratio_wf0")
 	lat("workflow, 1 step", "wf1_us", "ratio_wf1", "floor A", "")
 	lat("option: workflow, 1 step, DeferStepCheckpoints (the checkpoint rides the finish)", "wf1_defer_us", "ratio_wf1_defer", "floor A", "")
-	row("option: 1-step workflow with DeferStepCheckpoints against the default", "", fmtX(m["ratio_wf1_defer_vs_wf1"], "default"), "", "")
+	if v, ok := m["ratio_wf1_defer_vs_wf1"]; ok { // not in runs saved before the option
+		row("option: 1-step workflow with DeferStepCheckpoints against the default", "", fmtX(v, "default"), "", "")
+	}
 	lat("workflow, 10 steps", "wf10_us", "ratio_wf10", "floor A", "")
 	lat("per-step overhead = (wf10 - wf0) / 10", "step_overhead_us", "ratio_step_overhead", "floor A", "ratio_step_overhead")
 	lat("per-step overhead against floor C (the engine around its statement)", "step_overhead_us", "ratio_step_vs_ckpt", "floor C", "")
