@@ -106,15 +106,7 @@ func crashMatrixCase(t *testing.T, tc crashCase) {
 
 	// Every step body ran once, except the one interrupted before its
 	// checkpoint (after its effect, or inside its transaction).
-	rows, err := pool.Query(ctx, q("SELECT pos, count(*) FROM @executions GROUP BY pos ORDER BY pos"))
-	require.NoError(t, err)
-	counts := map[int]int{}
-	for rows.Next() {
-		var pos, n int
-		require.NoError(t, rows.Scan(&pos, &n))
-		counts[pos] = n
-	}
-	require.NoError(t, rows.Err())
+	counts := queryMap[int, int](t, pool, q("SELECT pos, count(*) FROM @executions GROUP BY pos"))
 	for i := range crashSteps {
 		least, most := tc.again(i)
 		require.True(t, counts[i] >= least && counts[i] <= most, "executions of step %d: %d, want %d-%d", i, counts[i], least, most)
@@ -124,7 +116,7 @@ func crashMatrixCase(t *testing.T, tc crashCase) {
 	// deduplicated, so each effect happened once.
 	var keys []string
 	var seen []int
-	rows, err = pool.Query(ctx, q("SELECT idem_key, seen FROM @effects ORDER BY idem_key"))
+	rows, err := pool.Query(ctx, q("SELECT idem_key, seen FROM @effects ORDER BY idem_key"))
 	require.NoError(t, err)
 	for rows.Next() {
 		var k string

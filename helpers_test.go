@@ -83,6 +83,23 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// queryMap reads a two-column query into a map from the first column to
+// the second.
+func queryMap[K comparable, V any](t *testing.T, pool *pgxpool.Pool, sql string, args ...any) map[K]V {
+	t.Helper()
+	rows, err := pool.Query(ctxT(t), sql, args...)
+	require.NoError(t, err)
+	out := map[K]V{}
+	for rows.Next() {
+		var k K
+		var v V
+		require.NoError(t, rows.Scan(&k, &v))
+		out[k] = v
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
 func getenvInt(name string) int {
 	v, _ := strconv.Atoi(os.Getenv(name))
 	return v

@@ -103,16 +103,8 @@ func TestIdentifierColumnsCompareAsBytes(t *testing.T) {
 		"executors.id", "queues.name",
 	}
 	collations := func(schema string) map[string]string {
-		rows, err := pool.Query(ctx, `SELECT table_name || '.' || column_name, coalesce(collation_name, '')
+		got := queryMap[string, string](t, pool, `SELECT table_name || '.' || column_name, coalesce(collation_name, '')
 			FROM information_schema.columns WHERE table_schema = $1 AND table_name || '.' || column_name = ANY($2)`, schema, columns)
-		require.NoError(t, err)
-		got := map[string]string{}
-		for rows.Next() {
-			var col, coll string
-			require.NoError(t, rows.Scan(&col, &coll))
-			got[col] = coll
-		}
-		require.NoError(t, rows.Err())
 		require.Len(t, got, len(columns))
 		return got
 	}
