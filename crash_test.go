@@ -114,32 +114,19 @@ func crashMatrixCase(t *testing.T, tc crashCase) {
 
 	// The provider saw each idempotency key; a key seen twice was
 	// deduplicated, so each effect happened once.
-	var keys []string
-	var seen []int
-	rows, err := pool.Query(ctx, q("SELECT idem_key, seen FROM @effects ORDER BY idem_key"))
-	require.NoError(t, err)
-	for rows.Next() {
-		var k string
-		var n int
-		require.NoError(t, rows.Scan(&k, &n))
-		keys = append(keys, k)
-		seen = append(seen, n)
-	}
-	require.Equal(t, []string{"matrix-run/0", "matrix-run/2", "matrix-run/4"}, keys)
-	for i, n := range seen {
-		pos := 2 * i // the plain steps
-		require.Equal(t, counts[pos], n, "the provider saw key %s once per execution of its step", keys[i])
+	seen := queryMap[string, int](t, pool, q("SELECT idem_key, seen FROM @effects"))
+	require.Len(t, seen, 3)
+	for _, pos := range []int{0, 2, 4} { // the plain steps
+		key := fmt.Sprintf("matrix-run/%d", pos)
+		require.Contains(t, seen, key)
+		require.Equal(t, counts[pos], seen[key], "the provider saw key %s once per execution of its step", key)
 	}
 
 	// Transaction steps' app rows exist exactly once.
-	var orders []string
-	rows, err = pool.Query(ctx, q("SELECT workflow_id || '/' || pos FROM @orders ORDER BY pos"))
+	rows, err := pool.Query(ctx, q("SELECT workflow_id || '/' || pos FROM @orders ORDER BY pos"))
 	require.NoError(t, err)
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		orders = append(orders, s)
-	}
+	orders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
 	require.Equal(t, []string{"matrix-run/1", "matrix-run/3"}, orders)
 
 	var status string
