@@ -576,7 +576,9 @@ func (e *Engine) dispatch(ctx context.Context, q *Queue, batch int) (time.Durati
 	q.mu.Unlock()
 	if err := e.startClaimed(ctx, got, q); err != nil {
 		e.noteDBTrouble()
-		e.log.Warn("durable: start claimed runs", "queue", q.name, "err", err)
+		if ctx.Err() == nil {
+			e.log.Warn("durable: start claimed runs", "queue", q.name, "err", err)
+		}
 	}
 	return wait, len(got) >= claimLimit
 }

@@ -90,7 +90,9 @@ func (e *Engine) reportUnrunnable(id, name, version string) {
 func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
 	rows, err := e.pool.Query(ctx, e.q.CountOtherVersions, e.cfg.AppVersion, e.names)
 	if err != nil {
-		e.log.Warn("durable: count runs of other versions", "err", err)
+		if ctx.Err() == nil { // not the engine stopping
+			e.log.Warn("durable: count runs of other versions", "err", err)
+		}
 		return
 	}
 	type group struct {

@@ -413,7 +413,13 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	if r.deferSteps {
 		steps = r.pendingForFinish()
 	}
-	if h := r.halted(); h != nil {
+	h := r.halted()
+	if h == nil && errors.Is(context.Cause(r.ctx), ErrCancelled) {
+		// Cancelled while its code was between durable calls: the cancel
+		// recorded the outcome, so a finish would find the run ended.
+		h = ErrCancelled
+	}
+	if h != nil {
 		if e.notOursToFinish(h) {
 			// Not ours to finish: the run goes on elsewhere or later, or
 			// was already ended by a cancel.

@@ -219,6 +219,42 @@ func TestCancelResumeFork(t *testing.T) {
 	require.ErrorIs(t, e.Cancel(ctx, "nope", nil), durable.ErrWorkflowNotFound)
 }
 
+// TestCancelBetweenCalls: a run cancelled while its code waits outside a
+// durable call returns on its context; the cancel already recorded its
+// outcome, so the engine writes no finish and logs no lost result, with
+// and without deferred step checkpoints.
+func TestCancelBetweenCalls(t *testing.T) {
+	t.Parallel()
+	for _, deferSteps := range []bool{false, true} {
+		t.Run(fmt.Sprintf("defer=%v", deferSteps), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			waiting := make(chan struct{})
+			var wf *durable.Workflow[int, int]
+			e := b.engine(t, func(c *durable.Config) { c.DeferStepCheckpoints = deferSteps }, func(e *durable.Engine) {
+				wf = durable.Register(e, "waits", func(wctx durable.Context, in int) (int, error) {
+					if _, err := durable.Step(wctx, "s", func(context.Context) (int, error) { return in, nil }, nil); err != nil {
+						return 0, err
+					}
+					close(waiting)
+					<-wctx.Done()
+					return 0, wctx.Err()
+				}, nil)
+			})
+			ctx := ctxT(t)
+			h, err := wf.Start(ctx, 1, nil)
+			require.NoError(t, err)
+			<-waiting
+			require.NoError(t, e.Cancel(ctx, h.ID(), nil))
+			_, err = h.Result(ctx)
+			require.ErrorIs(t, err, durable.ErrCancelled)
+			require.NoError(t, e.Shutdown(ctx)) // the run's goroutine has ended
+			require.NotContains(t, b.logs.String(), "result discarded")
+			require.NotContains(t, b.logs.String(), "run not finished")
+		})
+	}
+}
+
 // TestSleepParksAndResumes: a sleep over the park threshold holds no
 // goroutine and is resumed by the sweeper when due.
 func TestSleepParksAndResumes(t *testing.T) {
