@@ -81,11 +81,11 @@ func TestSmoke(t *testing.T) {
 
 	median := doc["median"].(map[string]any)
 	var want []string
-	for _, s := range []string{"floor_insert", "floor_tx", "floor_select", "floor_ckpt", "floor_ckpt_plain", "wf0", "wf1", "wf1_defer", "wf10", "txwf", "qlat_local", "qlat_client",
+	for _, s := range []string{"floor_insert", "floor_insert_async", "floor_tx", "floor_select", "floor_ckpt", "floor_ckpt_plain", "wf0", "wf1", "wf1_defer", "wf10", "txwf", "qlat_local", "qlat_client",
 		"qlat_local_enqueue", "qlat_client_enqueue"} {
 		want = append(want, s+"_us", s+"_p50_us", s+"_p99_us")
 	}
-	want = append(want, "ratio_floor_tx", "ratio_floor_select", "ratio_floor_ckpt", "ratio_floor_ckpt_plain", "ratio_step_vs_ckpt", "ratio_wf0", "ratio_wf1", "ratio_wf1_defer", "ratio_wf1_defer_vs_wf1", "ratio_wf10",
+	want = append(want, "ratio_floor_insert_async", "ratio_floor_tx", "ratio_floor_select", "ratio_floor_ckpt", "ratio_floor_ckpt_plain", "ratio_step_vs_ckpt", "ratio_wf0", "ratio_wf1", "ratio_wf1_defer", "ratio_wf1_defer_vs_wf1", "ratio_wf10",
 		"ratio_step_overhead", "ratio_txwf",
 		"ratio_qlat_local", "ratio_qlat_local_p50", "ratio_qlat_local_p99",
 		"ratio_qlat_client", "ratio_qlat_client_p50", "ratio_qlat_client_p99",
@@ -120,7 +120,8 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("median.%s missing or not positive: %v", k, median[k])
 		}
 	}
-	for _, k := range []string{"step_overhead_us", "txstep_cost_us", "ratio_txstep_cost", "dbos_step_overhead_us"} { // differences: may be negative on a noisy machine
+	for _, k := range []string{"step_overhead_us", "txstep_cost_us", "ratio_txstep_cost", "dbos_step_overhead_us",
+		"flush_us", "ratio_flush", "step_beyond_flush_us", "dbos_step_beyond_flush_us"} { // differences: may be negative on a noisy machine
 		if _, ok := median[k].(float64); !ok {
 			t.Errorf("median.%s missing", k)
 		}

@@ -15,6 +15,12 @@ func derivePeers(v map[string]float64, conc []int, div func(key string, x, y flo
 		div("ratio_dbos_wf10", v["dbos_wf10_us"], a)
 		div("ratio_dbos_step_overhead", v["dbos_step_overhead_us"], a)
 		div("ratio_step_vs_dbos", v["dbos_step_overhead_us"], v["step_overhead_us"])
+		if f, ok := v["flush_us"]; ok {
+			// What each design adds to the one flush both wait for per step.
+			v["step_beyond_flush_us"] = v["step_overhead_us"] - f
+			v["dbos_step_beyond_flush_us"] = v["dbos_step_overhead_us"] - f
+			div("ratio_step_beyond_flush_vs_dbos", v["dbos_step_beyond_flush_us"], v["step_beyond_flush_us"])
+		}
 		div("ratio_wf0_vs_dbos", v["dbos_wf0_us"], v["wf0_us"])
 		div("ratio_wf1_vs_dbos", v["dbos_wf1_us"], v["wf1_us"])
 		div("ratio_wf10_vs_dbos", v["dbos_wf10_us"], v["wf10_us"])
@@ -105,6 +111,11 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		// DBOS/floor A is the most any such design can be ahead here.
 		row("bound: DBOS per-step / floor A, the most a design flushing each step before the next can be ahead of DBOS in this run", "",
 			x("ratio_dbos_step_overhead", ""), "", "")
+		if has("step_beyond_flush_us") {
+			row("per-step overhead beyond the commit flush wait (both wait for one flush per step): DBOS / durable",
+				fmt.Sprintf("%s / %s", fmtUS(m["dbos_step_beyond_flush_us"]), fmtUS(m["step_beyond_flush_us"])),
+				x("ratio_step_beyond_flush_vs_dbos", "durable's (DBOS/durable)"), "", "")
+		}
 		if dc := r.Counts.DBOS; dc != nil {
 			c := r.Counts
 			if dc.StmtsPerStep != nil && c.StmtsPerStep != nil {

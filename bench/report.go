@@ -114,6 +114,11 @@ func derive(v map[string]float64, conc []int) {
 		}
 	}
 	div("ratio_floor_tx", b, a)
+	if as, ok := v["floor_insert_async_us"]; ok {
+		v["flush_us"] = a - as
+		div("ratio_floor_insert_async", as, a)
+		div("ratio_flush", v["flush_us"], a)
+	}
 	div("ratio_floor_select", v["floor_select_us"], a)
 	div("ratio_floor_ckpt", v["floor_ckpt_us"], a)
 	div("ratio_floor_ckpt_plain", v["floor_ckpt_plain_us"], a)
@@ -327,6 +332,8 @@ func (r *Result) Markdown() string {
 	}
 	lat("floor A: INSERT, autocommit", "floor_insert_us", "", "", "")
 	lat("floor B: BEGIN; INSERT; COMMIT", "floor_tx_us", "ratio_floor_tx", "floor A", "")
+	lat("floor A without the flush wait (the same INSERT on a connection with synchronous_commit = off)", "floor_insert_async_us", "ratio_floor_insert_async", "floor A", "")
+	lat("commit flush wait = floor A - floor A without it", "flush_us", "ratio_flush", "floor A", "")
 	lat("floor: SELECT 1 round trip", "floor_select_us", "ratio_floor_select", "floor A", "")
 	lat("floor C: a step checkpoint's INSERT by hand, fenced as the engine's (copies of its tables)", "floor_ckpt_us", "ratio_floor_ckpt", "floor A", "")
 	lat("floor C without the fence (the same row, INSERT ... VALUES)", "floor_ckpt_plain_us", "ratio_floor_ckpt_plain", "floor A", "")

@@ -119,6 +119,7 @@ func (o *Options) logf(format string, args ...any) {
 type bench struct {
 	o     *Options
 	conn  *pgx.Conn     // sequential floors and the counting queries
+	async *pgx.Conn     // floor A without the flush wait (synchronous_commit off)
 	raw   *pgxpool.Pool // concurrent floor
 	pool  *pgxpool.Pool // the engine's pool
 	eng   *durable.Engine
@@ -329,6 +330,11 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 	if b.conn, err = pgx.ConnectConfig(ctx, ccfg); err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", o.Database, err)
 	}
+	acfg := ccfg.Copy()
+	acfg.RuntimeParams["synchronous_commit"] = "off"
+	if b.async, err = pgx.ConnectConfig(ctx, acfg); err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", o.Database, err)
+	}
 	for _, t := range []string{"bench_floor", "bench_app", "bench_fq"} {
 		if _, err := b.conn.Exec(ctx, "CREATE TABLE "+t+" (id bigserial PRIMARY KEY, v text NOT NULL)"); err != nil {
 			return nil, fmt.Errorf("create table %s: %w", t, err)
@@ -442,8 +448,10 @@ func (b *bench) close(drop bool) {
 	if b.raw != nil {
 		b.raw.Close()
 	}
-	if b.conn != nil {
-		_ = b.conn.Close(ctx)
+	for _, c := range []*pgx.Conn{b.conn, b.async} {
+		if c != nil {
+			_ = c.Close(ctx)
+		}
 	}
 	if drop {
 		dropDB(b.o.URL, b.o.Database)

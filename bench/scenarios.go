@@ -47,6 +47,7 @@ func (b *bench) seqScenarios() []seqScenario {
 	o := b.o
 	s := []seqScenario{
 		{name: "floor_insert", n: o.N, op: b.floorInsert},
+		{name: "floor_insert_async", n: o.N, op: b.floorInsertAsync},
 		{name: "floor_tx", n: o.N, op: b.floorTx},
 		{name: "floor_select", n: o.N, op: b.floorSelect},
 		{name: "floor_ckpt", n: o.N, op: b.ckptFenced},
@@ -144,6 +145,13 @@ func (b *bench) round(ctx context.Context, r int, out map[string]float64) error 
 
 func (b *bench) floorInsert(ctx context.Context) error {
 	_, err := b.conn.Exec(ctx, insertFloorSQL, "x")
+	return err
+}
+
+// floorInsertAsync is floor A on a connection with synchronous_commit off:
+// the same round trip and commit, without waiting for the WAL flush.
+func (b *bench) floorInsertAsync(ctx context.Context) error {
+	_, err := b.async.Exec(ctx, insertFloorSQL, "x")
 	return err
 }
 
