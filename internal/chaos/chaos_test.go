@@ -160,9 +160,15 @@ type controller struct {
 	rejected int               // starts refused while the database was down
 	sends    map[string]time.Time
 	sent     map[string]string // workflow ID -> message sent
-	kills    int
-	pgStops  int
-	seq      int
+	// Operator controls: runs to cancel mid-flight, then cancelled runs to
+	// resume (workflow ID -> when).
+	cancels   map[string]time.Time
+	resumes   map[string]time.Time
+	cancelled int // Cancel calls that succeeded
+	resumed   int // cancelled runs put back to work by Resume
+	kills     int
+	pgStops   int
+	seq       int
 }
 
 func TestChaos(t *testing.T) {
@@ -170,7 +176,8 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d (replay with DURABLE_CHAOS_SEED=%d), chaos phase %v, long=%v", p.seed, p.seed, p.duration, p.long)
 	c := &controller{t: t, p: p, rng: rand.New(rand.NewPCG(p.seed, p.seed^0x9e3779b97f4a7c15)),
 		killedAt: map[int]time.Time{}, created: map[string]string{}, maybe: map[string]string{},
-		sends: map[string]time.Time{}, sent: map[string]string{}}
+		sends: map[string]time.Time{}, sent: map[string]string{},
+		cancels: map[string]time.Time{}, resumes: map[string]time.Time{}}
 	ctx := context.Background()
 
 	cluster, err := pgtest.Private(t)
@@ -323,6 +330,7 @@ func (c *controller) chaos(began time.Time) {
 				}
 			}
 			c.sendDue(pgUpAt.IsZero())
+			c.controlDue(pgUpAt.IsZero())
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
@@ -381,6 +389,63 @@ func (c *controller) startOne() {
 	}
 	if id[:3] == "mm-" {
 		c.sends[id] = time.Now().Add(c.between([2]time.Duration{0, 2 * time.Second}))
+	}
+	if kind == "mixed" && c.rng.IntN(100) < cancelPercent {
+		c.cancels[id] = time.Now().Add(c.between([2]time.Duration{0, time.Second}))
+	}
+}
+
+// cancelPercent of the mixed runs are cancelled by the controller while
+// they run, sleep or wait, then resumed: an operator's controls racing
+// executors, kills and outages. Every one must still succeed, with each
+// effect once per key.
+const cancelPercent = 20
+
+// controlDue cancels and resumes the runs whose time came (retrying those
+// that failed).
+func (c *controller) controlDue(dbUp bool) {
+	if !dbUp {
+		return
+	}
+	now := time.Now()
+	for id, at := range c.cancels {
+		if now.Before(at) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.e.Cancel(ctx, id, nil)
+		cancel()
+		if _, ok := c.maybe[id]; ok && errors.Is(err, durable.ErrWorkflowNotFound) {
+			delete(c.cancels, id) // its start did not commit after all
+			continue
+		}
+		if err != nil {
+			c.cancels[id] = now.Add(200 * time.Millisecond)
+			continue
+		}
+		delete(c.cancels, id)
+		c.cancelled++
+		c.resumes[id] = now.Add(c.between([2]time.Duration{100 * time.Millisecond, 1500 * time.Millisecond}))
+	}
+	for id, at := range c.resumes {
+		if now.Before(at) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.e.Resume(ctx, id, nil)
+		cancel()
+		switch {
+		case err == nil:
+			c.resumed++
+		case errors.Is(err, durable.ErrInvalidArgument):
+			// Not cancelled: it had finished before the cancel (which is
+			// then a no-op), or an earlier Resume committed but its answer
+			// was lost.
+		default:
+			c.resumes[id] = now.Add(200 * time.Millisecond)
+			continue
+		}
+		delete(c.resumes, id)
 	}
 }
 
@@ -452,16 +517,21 @@ func (c *controller) drain() {
 	// An executor's pass that read the schedule before the pause may still
 	// start one tick: let every executor see the pause.
 	time.Sleep(3 * pollInterval)
+	clear(c.cancels) // not cancelled after all
 	quiet := 0
 	for quiet < 2 {
 		c.sendDue(true)
 		for id := range c.sends {
 			c.sends[id] = time.Time{}
 		}
+		c.controlDue(true)
+		for id := range c.resumes {
+			c.resumes[id] = time.Time{}
+		}
 		var pending int
 		err := c.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+
 			" WHERE status IN ('pending', 'enqueued')").Scan(&pending)
-		if err == nil && pending == 0 && len(c.sends) == 0 {
+		if err == nil && pending == 0 && len(c.sends) == 0 && len(c.resumes) == 0 {
 			quiet++
 		} else {
 			quiet = 0

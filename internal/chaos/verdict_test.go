@@ -339,6 +339,7 @@ func (v *verdict) report(t *testing.T, c *controller, took time.Duration) {
   workflows completed:         %d of %d
   scheduled ticks:             %d, contiguous, each once
   messages:                    %d sent, each consumed once
+  operator controls:           %d runs cancelled mid-flight, %d of them resumed (the rest had finished first)
   effects:                     %d, each once per idempotency key (%d requests)
   step re-executions:          %d (at-least-once; %d of them transaction steps whose COMMIT answer was lost, rolled back)
   queue peak:                  %d running in all (limit %d), %d in one executor (limit %d)
@@ -346,7 +347,7 @@ func (v *verdict) report(t *testing.T, c *controller, took time.Duration) {
   lost workflows:              %d`,
 		c.p.seed, took.Round(time.Second),
 		total, strings.Join(kinds, " "), len(c.created), len(c.maybe), c.rejected,
-		c.kills, c.pgStops, v.completed, total, v.ticks, v.messages,
+		c.kills, c.pgStops, v.completed, total, v.ticks, v.messages, c.cancelled, c.resumed,
 		v.effects, v.calls, v.reruns, v.lostAcks, v.maxGlobal, globalConc, v.maxWorker, workerConc,
 		dups, len(v.lost))
 	fail := func(what string, list []string) {
