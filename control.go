@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -19,7 +20,8 @@ type CancelOpts struct {
 // executing somewhere stops at its next step boundary (its step context is
 // cancelled, a sleep or wait wakes up); a parked or queued run never starts
 // again. Its result is an error matching [ErrCancelled] and
-// context.Canceled. Cancelling a finished run is a no-op.
+// context.Canceled. A queued run keeps its queue slot until its code has
+// stopped. Cancelling a finished run is a no-op.
 func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error {
 	if err := checkName("workflow ID", id); err != nil {
 		return err
@@ -68,11 +70,30 @@ type ResumeOpts struct {
 // Resume restarts a cancelled, dead-lettered or failed run from its last
 // checkpoint: recorded steps are replayed, the rest runs (a queued run
 // goes back to its queue). Its recovery attempts start again from zero.
-// opts may be nil.
+// A queued run cancelled while its code ran holds its queue slot until
+// that code has stopped (a step that ignores its context runs to its
+// end); Resume waits for that, as long as ctx allows. opts may be nil.
 func (e *Engine) Resume(ctx context.Context, id string, opts *ResumeOpts) error {
 	if err := checkName("workflow ID", id); err != nil {
 		return err
 	}
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
+		err := e.resume(ctx, id, opts)
+		if !errors.Is(err, errStopping) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("durable: resume %q: its cancelled code is still stopping: %w", id, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// errStopping: the run is a cancelled queued run whose code still runs.
+var errStopping = errors.New("durable: run still stopping")
+
+func (e *Engine) resume(ctx context.Context, id string, opts *ResumeOpts) error {
 	resumed := false
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, e.wq.Resume, id)
@@ -95,6 +116,13 @@ func (e *Engine) Resume(ctx context.Context, id string, opts *ResumeOpts) error 
 	if resumed {
 		e.wakeSweeper()
 		return nil
+	}
+	var stopping bool
+	if err := e.pool.QueryRow(ctx, e.qq.IsStopping, id).Scan(&stopping); err != nil {
+		return fmt.Errorf("durable: resume %q: %w", id, err)
+	}
+	if stopping {
+		return errStopping
 	}
 	info, err := e.readRun(ctx, e.pool, id)
 	if err != nil {

@@ -185,6 +185,10 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 	// still have seen them pending. One that halts on a database error
 	// later marks the trouble again, and the next sweep looks at it.
 	executing := e.active.ids()
+	if err := e.releaseStopped(ctx, executing); err != nil {
+		e.noteDBTrouble()
+		return err
+	}
 	rows, err := e.pool.Query(ctx, e.q.OwnUnparked, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
 	if err != nil {
 		e.noteDBTrouble()
@@ -252,6 +256,33 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 		e.log.Info("durable: resuming a stray run of this executor", "workflow_id", s.id)
 		if err := e.startClaimed(ctx, got, nil); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// releaseStopped gives back the queue slots of cancelled runs that this
+// executor holds and no longer executes: their code stopped without the
+// release going through (an outage, a finish that found the run
+// cancelled before the cancel's notification arrived).
+func (e *Engine) releaseStopped(ctx context.Context, executing map[string]bool) error {
+	rows, err := e.pool.Query(ctx, e.qq.OwnStopping, e.cfg.ExecutorID)
+	if err != nil {
+		return err
+	}
+	type held struct {
+		ID    string
+		Epoch int64
+	}
+	hs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[held])
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if !executing[h.ID] && e.active.load(h.ID) == nil {
+			if _, err := e.pool.Exec(ctx, e.qq.Release, h.ID, h.Epoch); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -67,3 +67,54 @@ func TestAdoptStrays(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseStoppedSlots: a cancelled queued run that still holds its
+// slot for this executor although nothing executes it here (its release
+// was cut off by an outage) gives the slot back at the sweeper's next
+// stray check, and the queue moves on.
+func TestReleaseStoppedSlots(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "stop-exec",
+		LeaseTTL: time.Second, PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := Register(e, "w", func(wctx Context, n int) (int, error) {
+		return Step(wctx, "inc", func(context.Context) (int, error) { return n + 1, nil }, nil)
+	}, nil)
+	q := RegisterQueue(e, "one", &QueueOpts{GlobalConcurrency: 1})
+	launchUntilCleanup(ctx, t, e)
+
+	h, err := wf.Enqueue(ctx, q, 1, &EnqueueOpts{ID: "held"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "workflows"}.Sanitize()+
+		" SET status = 'cancelled', executor_id = 'stop-exec' WHERE id = 'held'"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil || st.Running != 1 {
+		t.Fatalf("stats: %+v, %v; want the held slot counted as running", st, err)
+	}
+	next, err := wf.Enqueue(ctx, q, 41, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.noteDBTrouble()
+	e.wakeSweeper()
+	if got, err := next.Result(ctx); err != nil || got != 42 {
+		t.Fatalf("next: %d, %v; want 42", got, err)
+	}
+	var owner *string
+	if err := pool.QueryRow(ctx, "SELECT executor_id FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+" WHERE id = 'held'").Scan(&owner); err != nil || owner != nil {
+		t.Fatalf("held run's owner: %v, %v; want none", owner, err)
+	}
+}

@@ -215,7 +215,7 @@ type QueueStats struct {
 	Name     string
 	Ready    int // enqueued and due
 	Delayed  int // enqueued with a start time in the future
-	Running  int // claimed by an executor and not finished
+	Running  int // claimed by an executor and not finished, or cancelled while its code is still stopping
 	Paused   bool
 	Settings QueueOpts // the live limits
 }
@@ -458,7 +458,9 @@ func (e *Engine) requeue(ctx context.Context, own bool) error {
 		if err := rows.Scan(&name, &n, &ignored); err != nil {
 			return err
 		}
-		e.log.Info("durable: runs of a dead executor returned to their queue", "queue", name, "count", n)
+		if n > 0 { // else only slots of cancelled runs came back
+			e.log.Info("durable: runs of a dead executor returned to their queue", "queue", name, "count", n)
+		}
 		if q := e.queues[name]; q != nil {
 			q.wake()
 		}

@@ -29,6 +29,7 @@ var queueDecls = map[string]durable.QueueOpts{
 	"global": {GlobalConcurrency: 4, WorkerConcurrency: 2},
 	"parts":  {PartitionConcurrency: 1, WorkerConcurrency: 3},
 	"rated":  {RateLimit: 4, RatePeriod: time.Second},
+	"single": {GlobalConcurrency: 1},
 }
 
 // registerJob registers the queue test's workflow: one step that records
@@ -201,5 +202,53 @@ func TestQueueClaimedRunsSurviveExecutorKill(t *testing.T) {
 	require.Equal(t, n, checkpoints, "one checkpoint per run")
 	require.LessOrEqual(t, maxOverlap(t, pool, q, "j.queue = 'global' AND i.queue = 'global'"), 4)
 	t.Logf("A held %d claimed runs at the kill; %d step executions completed for %d runs", held, finished, n)
+	require.NoError(t, b.Stdin.Close())
+}
+
+// TestQueueCancelledSlotOfKilledExecutor: a queued run cancelled while its
+// step ignores its context holds the queue's only slot until its code
+// stops; its executor is SIGKILLed first, and once that executor's lease
+// expires the survivor's sweeper gives the slot back, so the next run
+// starts.
+func TestQueueCancelledSlotOfKilledExecutor(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	q := queueTables(t, pool, schema)
+	ctx := ctxT(t)
+	a := startChild(t, "queue", schema, "A", "DURABLE_LEASE=1s")
+	a.WaitLine(t, "ready")
+	client, job := queueClient(t, pool, schema)
+	single := client.QueueRef("single")
+	_, err := job.Enqueue(ctx, single, jobIn{Queue: "single", Hold: 600_000}, &durable.EnqueueOpts{ID: "stuck"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @intervals WHERE workflow_id = 'stuck'")).Scan(&n)
+		return n == 1
+	}, 30*time.Second, 2*time.Millisecond)
+	require.NoError(t, client.Cancel(ctx, "stuck", nil))
+	next, err := job.Enqueue(ctx, single, jobIn{Queue: "single", Hold: 10}, &durable.EnqueueOpts{ID: "next"})
+	require.NoError(t, err)
+	var status, owner string
+	require.NoError(t, pool.QueryRow(ctx, q("SELECT status, executor_id FROM @workflows WHERE id = 'stuck'")).Scan(&status, &owner))
+	require.Equal(t, []string{"cancelled", "A"}, []string{status, owner}, "cancelled, and its slot held while its step runs")
+	st, err := single.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Running, "the stopping run counts as running")
+
+	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGKILL))
+	require.True(t, proctest.KilledBySIGKILL(a.Wait(t)))
+	killed := time.Now()
+	b := startChild(t, "queue", schema, "B", "DURABLE_LEASE=1s")
+	b.WaitLine(t, "ready")
+	_, err = next.Result(ctx)
+	require.NoError(t, err)
+	var nextStarted time.Time
+	require.NoError(t, pool.QueryRow(ctx, q("SELECT started FROM @intervals WHERE workflow_id = 'next'")).Scan(&nextStarted))
+	require.True(t, nextStarted.After(killed), "the next run started only after the stuck one's executor died")
+	var held *string
+	require.NoError(t, pool.QueryRow(ctx, q("SELECT executor_id FROM @workflows WHERE id = 'stuck'")).Scan(&held))
+	require.Nil(t, held, "the sweeper gave the slot back")
 	require.NoError(t, b.Stdin.Close())
 }

@@ -426,6 +426,9 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 			if errors.Is(h, ErrFenced) {
 				r.log().Warn("durable: run stopped", "reason", h)
 			}
+			if r.queue != nil && errors.Is(h, ErrCancelled) {
+				e.releaseSlot(r)
+			}
 			r.traceStopped(h)
 			e.hub.wake(r.id, nil)
 			return
@@ -484,10 +487,27 @@ func (e *Engine) finish(r *run, o *outcome, steps []*stepWrite) {
 	case !written:
 		r.log().Warn("durable: run finished elsewhere or lost ownership; result discarded")
 		o = nil
+		if r.queue != nil {
+			e.noteDBTrouble() // cancelled without our knowing? its slot is released by the next sweep
+		}
 	}
 	r.traceFinished(o)
 	r.logFinished(o)
 	e.hub.wake(r.id, o)
+}
+
+// releaseSlot gives back the queue slot of r, cancelled while its code
+// ran: Cancel leaves the slot held until that code has stopped, so a
+// queue's limits never see more runs' code at once than they allow. On a
+// failure the next sweep releases it (releaseStopped).
+func (e *Engine) releaseSlot(r *run) {
+	err := e.retryBG(e.hardCtx, "release queue slot", func(ctx context.Context) error {
+		_, err := e.pool.Exec(ctx, e.qq.Release, r.id, r.epoch)
+		return err
+	})
+	if err != nil {
+		e.noteDBTrouble()
+	}
 }
 
 func (e *Engine) writeFinishRetrying(r *run, w *finishWrite) (written bool, err error) {

@@ -390,15 +390,18 @@ func (c *controller) startOne() {
 	if id[:3] == "mm-" {
 		c.sends[id] = time.Now().Add(c.between([2]time.Duration{0, 2 * time.Second}))
 	}
-	if kind == "mixed" && c.rng.IntN(100) < cancelPercent {
+	if (kind == "mixed" || kind == "queued") && c.rng.IntN(100) < cancelPercent {
 		c.cancels[id] = time.Now().Add(c.between([2]time.Duration{0, time.Second}))
 	}
 }
 
-// cancelPercent of the mixed runs are cancelled by the controller while
-// they run, sleep or wait, then resumed: an operator's controls racing
-// executors, kills and outages. Every one must still succeed, with each
-// effect once per key.
+// cancelPercent of the mixed runs and of the queue bursts' first runs are
+// cancelled by the controller while they run, sleep, wait or are queued,
+// then resumed: an operator's controls racing executors, kills and
+// outages. Every one must still succeed, with each effect once per key,
+// and a cancelled queued run whose step ignores its context (the hold
+// step sleeps through it) keeps its slot until that step returns: the
+// queue limits hold.
 const cancelPercent = 20
 
 // controlDue cancels and resumes the runs whose time came (retrying those

@@ -281,7 +281,13 @@ func (c *controller) verdict() *verdict {
 	var evs []ev
 	open := map[string]intervalRec{}
 	for _, x := range c.led.intervals {
-		k := x.WF + "@" + strconv.Itoa(x.PID)
+		// One execution of a step: a cancelled run's step may still run
+		// in a process when its resumed run's starts there.
+		began := x.Began
+		if x.Begin {
+			began = x.At
+		}
+		k := x.WF + "@" + strconv.Itoa(x.PID) + "@" + strconv.FormatInt(began, 10)
 		if x.Begin {
 			open[k] = x
 			continue

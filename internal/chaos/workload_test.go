@@ -154,6 +154,7 @@ type intervalRec struct {
 	Begin bool   `json:"begin"`
 	At    int64  `json:"at"`
 	PID   int    `json:"pid"`
+	Began int64  `json:"began,omitempty"` // of an end: the At of its begin
 }
 
 // effectRetry rides out a ledger hiccup; the ledger is never down for long.
@@ -227,12 +228,14 @@ func register(e *durable.Engine, l *ledgerClient, modelURL string) (*workload, e
 			if err := l.exec(ctx, false); err != nil {
 				return "", err
 			}
-			id := wctx.WorkflowID()
-			if _, err := l.post(ctx, "/interval", nil, intervalRec{WF: id, Begin: true, At: time.Now().UnixNano(), PID: l.pid}); err != nil {
+			id, began := wctx.WorkflowID(), time.Now().UnixNano()
+			if _, err := l.post(ctx, "/interval", nil, intervalRec{WF: id, Begin: true, At: began, PID: l.pid}); err != nil {
 				return "", err
 			}
+			// Ignores its context, as code calling a slow API may: a
+			// cancelled run keeps its slot until this returns.
 			time.Sleep(time.Duration(in.HoldMS) * time.Millisecond)
-			_, err := l.post(ctx, "/interval", nil, intervalRec{WF: id, At: time.Now().UnixNano(), PID: l.pid})
+			_, err := l.post(context.WithoutCancel(ctx), "/interval", nil, intervalRec{WF: id, At: time.Now().UnixNano(), PID: l.pid, Began: began})
 			return "held " + strconv.Itoa(in.HoldMS), err
 		}, effectRetry)
 	}, nil)

@@ -14,10 +14,22 @@ type QueueQueries struct {
 	PartitionLoad string
 	ClaimIDs      string
 	Requeue       string
+	Release       string
+	OwnStopping   string
+	IsStopping    string
 	Stats         string
 	ByDedup       string
 	Names         string
 }
+
+// stopping is the condition of a cancelled queued run whose code may
+// still run in its executor: it holds its queue slot until that executor
+// clears executor_id (workflows_queue_stopping_idx). stoppingO is the same
+// for the alias o.
+const (
+	stopping  = `status = 'cancelled' AND executor_id IS NOT NULL AND queue_name IS NOT NULL`
+	stoppingO = `o.status = 'cancelled' AND o.executor_id IS NOT NULL AND o.queue_name IS NOT NULL`
+)
 
 // NewQueueQueries renders the queue statements for schema; channel is the
 // schema's notification channel.
@@ -83,7 +95,8 @@ FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
 		// only while the queue has a rate limit.
 		// $1 name, $2 count running (bool), $3 rate period ms (0: none).
 		Counts: r(`SELECT
-	CASE WHEN $2::bool THEN (SELECT count(*) FROM {{schema}}.workflows WHERE queue_name = $1 AND status = 'pending') ELSE 0 END,
+	CASE WHEN $2::bool THEN (SELECT count(*) FROM {{schema}}.workflows WHERE queue_name = $1 AND status = 'pending')
+		+ (SELECT count(*) FROM {{schema}}.workflows WHERE queue_name = $1 AND ` + stopping + `) ELSE 0 END,
 	CASE WHEN $3::bigint > 0 THEN (SELECT count(*) FROM {{schema}}.workflows
 		WHERE queue_name = $1 AND rate_start > now() - $3 * interval '1 millisecond') ELSE 0 END,
 	CASE WHEN $3::bigint > 0 THEN (SELECT min(rate_start) + $3 * interval '1 millisecond' - now() FROM {{schema}}.workflows
@@ -118,8 +131,12 @@ WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_bef
 	AND name = ANY($3::text[]) AND (epoch = 0 OR app_version = $2)
 ORDER BY priority, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`),
 
-		PartitionLoad: r(`SELECT coalesce(partition_key, ''), count(*) FROM {{schema}}.workflows
-WHERE queue_name = $1 AND status = 'pending' AND coalesce(partition_key, '') = ANY($2::text[])
+		PartitionLoad: r(`SELECT k, count(*) FROM (
+	SELECT coalesce(partition_key, '') AS k FROM {{schema}}.workflows
+	WHERE queue_name = $1 AND status = 'pending' AND coalesce(partition_key, '') = ANY($2::text[])
+	UNION ALL
+	SELECT coalesce(partition_key, '') FROM {{schema}}.workflows
+	WHERE queue_name = $1 AND ` + stopping + ` AND coalesce(partition_key, '') = ANY($2::text[])) s
 GROUP BY 1`),
 
 		// $1 ids, $2 executor, $3 app_version, $4 rate limited.
@@ -137,13 +154,37 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 		// and their recorded steps, and pass through the limits again. The
 		// epoch bump fences the old owner.
 		// $1 executor_id, $2 include own runs (bool).
+		// Cancelled runs such an executor was stopping give their slots
+		// back. Columns: queue, runs requeued, (notify).
 		Requeue: r(`WITH r AS (
 	UPDATE {{schema}}.workflows o SET status = 'enqueued', executor_id = NULL, epoch = o.epoch + 1, updated_at = now()
 	WHERE o.status = 'pending' AND o.queue_name IS NOT NULL AND o.wake_at IS NULL
 	AND ((o.executor_id = $1 AND $2::bool) OR o.executor_id IS NULL OR (o.executor_id <> $1 AND NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
+	RETURNING o.queue_name),
+c AS (
+	UPDATE {{schema}}.workflows o SET executor_id = NULL
+	WHERE ` + stoppingO + `
+	AND ((o.executor_id = $1 AND $2::bool) OR (o.executor_id <> $1 AND NOT EXISTS (
+		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
 	RETURNING o.queue_name)
-SELECT queue_name, count(*), pg_notify('` + channel + `', 'q:' || queue_name)::text FROM r GROUP BY queue_name`),
+SELECT queue_name, count(*) FILTER (WHERE requeued), pg_notify('` + channel + `', 'q:' || queue_name)::text
+FROM (SELECT queue_name, true AS requeued FROM r UNION ALL SELECT queue_name, false FROM c) x GROUP BY queue_name`),
+
+		// Release gives back the slot of a cancelled run whose code has
+		// stopped in this executor. $1 id, $2 epoch.
+		Release: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET executor_id = NULL
+	WHERE id = $1 AND epoch = $2 AND status = 'cancelled' AND executor_id IS NOT NULL AND queue_name IS NOT NULL
+	RETURNING queue_name)
+SELECT pg_notify('` + channel + `', 'q:' || queue_name)::text FROM u`),
+
+		// Cancelled runs holding a slot for this executor (adoptStrays
+		// releases those not executing). $1 executor_id.
+		OwnStopping: r(`SELECT o.id, o.epoch FROM {{schema}}.workflows o WHERE ` + stoppingO + ` AND o.executor_id = $1`),
+
+		// $1 id.
+		IsStopping: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.workflows WHERE id = $1 AND ` + stopping + `)`),
 
 		// See queueCounts. $1 name.
 		Stats: r(`SELECT e.ready, e.delayed, r.running FROM ` + queueCounts("$1")),

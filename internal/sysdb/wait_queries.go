@@ -130,12 +130,13 @@ SELECT id, pg_notify('` + channel + `', 'c:' || epoch || ':' || id)::text, pg_no
 
 		// Resume a cancelled, dead-lettered or failed run from its last
 		// checkpoint: unowned and pending again (queued runs go back to
-		// their queue). $1 id.
+		// their queue); not a cancelled queued run whose code is still
+		// stopping (it holds its slot: see stopping). $1 id.
 		Resume: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET status = CASE WHEN queue_name IS NULL THEN 'pending' ELSE 'enqueued' END,
 		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, error = NULL, output = NULL,
 		wake_at = NULL, wait_topic = NULL, updated_at = now()
-	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error')
+	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error') AND NOT (` + stopping + `)
 	RETURNING id, queue_name)
 SELECT pg_notify('` + channel + `', CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END)::text FROM u`),
 
