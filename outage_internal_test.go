@@ -6,9 +6,32 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/internal/pgtest"
 )
+
+// incEngine launches an engine of executor id on a fresh schema, with a
+// sweeper that looks often, workflow "w" (one step: n+1) and the queue
+// name declared with opts.
+func incEngine(t *testing.T, id, name string, opts *QueueOpts) (context.Context, *pgxpool.Pool, string, *Engine, *Workflow[int, int], *Queue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: id,
+		LeaseTTL: time.Second, PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := Register(e, "w", func(wctx Context, n int) (int, error) {
+		return Step(wctx, "inc", func(context.Context) (int, error) { return n + 1, nil }, nil)
+	}, nil)
+	q := RegisterQueue(e, name, opts)
+	launchUntilCleanup(ctx, t, e)
+	return ctx, pool, schema, e, wf, q
+}
 
 // TestAdoptStrays: runs this executor owns but does not execute, as left by
 // a start or a queue claim whose answer an outage cut off (the row
@@ -19,20 +42,7 @@ import (
 // on a loaded machine, so the test does not check it.)
 func TestAdoptStrays(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "stray-exec",
-		LeaseTTL: time.Second, PollInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wf := Register(e, "w", func(wctx Context, n int) (int, error) {
-		return Step(wctx, "inc", func(context.Context) (int, error) { return n + 1, nil }, nil)
-	}, nil)
-	q := RegisterQueue(e, "q", &QueueOpts{WorkerConcurrency: 1})
-	launchUntilCleanup(ctx, t, e)
+	ctx, pool, schema, e, wf, q := incEngine(t, "stray-exec", "q", &QueueOpts{WorkerConcurrency: 1})
 
 	// A start whose INSERT committed but whose answer was lost.
 	if _, err := pool.Exec(ctx, e.q.InsertOwned, "plain-stray", "w", "test", "stray-exec", []byte("41"), nil, nil, nil); err != nil {
@@ -74,20 +84,7 @@ func TestAdoptStrays(t *testing.T) {
 // stray check, and the queue moves on.
 func TestReleaseStoppedSlots(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "stop-exec",
-		LeaseTTL: time.Second, PollInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wf := Register(e, "w", func(wctx Context, n int) (int, error) {
-		return Step(wctx, "inc", func(context.Context) (int, error) { return n + 1, nil }, nil)
-	}, nil)
-	q := RegisterQueue(e, "one", &QueueOpts{GlobalConcurrency: 1})
-	launchUntilCleanup(ctx, t, e)
+	ctx, pool, schema, e, wf, q := incEngine(t, "stop-exec", "one", &QueueOpts{GlobalConcurrency: 1})
 
 	h, err := wf.Enqueue(ctx, q, 1, &EnqueueOpts{ID: "held"})
 	if err != nil {
