@@ -456,67 +456,72 @@ func enqueueDoubles(ctx context.Context, t *testing.T, wf *durable.Workflow[int,
 
 // TestQueueCancelledRunHoldsSlotUntilItStops: a cancelled run whose step
 // code ignores its context still holds its queue slot until that code
-// returns, so a global limit of 1 never sees two runs' code at once; a
-// Resume of it waits for that too.
+// returns, so a limit of 1 (global, or per partition key) never sees two
+// runs' code at once; a Resume of it waits for that too.
 func TestQueueCancelledRunHoldsSlotUntilItStops(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var running, peak atomic.Int32
-	started := make(chan string, 4)
-	release := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
-	var wf *durable.Workflow[string, string]
-	var q *durable.Queue
-	e := b.engine(t, func(c *durable.Config) { c.PollInterval = 50 * time.Millisecond }, func(e *durable.Engine) {
-		q = durable.RegisterQueue(e, "one", &durable.QueueOpts{GlobalConcurrency: 1})
-		wf = durable.Register(e, "stubborn", func(wctx durable.Context, in string) (string, error) {
-			return durable.Step(wctx, "hold", func(context.Context) (string, error) {
-				n := running.Add(1)
-				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-				}
-				started <- in
-				<-release[in] // ignores its context, as code calling a slow API may
-				running.Add(-1)
-				return in, nil
-			}, nil)
-		}, nil)
-	})
-	ctx := ctxT(t)
-	ha, err := wf.Enqueue(ctx, q, "a", &durable.EnqueueOpts{ID: "a"})
-	require.NoError(t, err)
-	require.Equal(t, "a", <-started)
-	hb, err := wf.Enqueue(ctx, q, "b", &durable.EnqueueOpts{ID: "b"})
-	require.NoError(t, err)
-	require.NoError(t, e.Cancel(ctx, "a", nil))
-	_, err = ha.Result(ctx)
-	require.ErrorIs(t, err, durable.ErrCancelled)
-	resumed := make(chan error, 1)
-	go func() { resumed <- e.Resume(ctx, "a", nil) }()
-	select { // many dispatch polls while a's step still runs
-	case id := <-started:
-		t.Fatalf("%s started while the cancelled run's step was still running", id)
-	case err := <-resumed:
-		t.Fatalf("Resume returned (%v) while the cancelled run's step was still running", err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	st, err := q.Stats(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, st.Running, "the stopping run holds the slot")
+	for name, opts := range map[string]durable.QueueOpts{"global": {GlobalConcurrency: 1}, "partition": {PartitionConcurrency: 1}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var running, peak atomic.Int32
+			started := make(chan string, 4)
+			release := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
+			var wf *durable.Workflow[string, string]
+			var q *durable.Queue
+			e := b.engine(t, func(c *durable.Config) { c.PollInterval = 50 * time.Millisecond }, func(e *durable.Engine) {
+				q = durable.RegisterQueue(e, "one", &opts)
+				wf = durable.Register(e, "stubborn", func(wctx durable.Context, in string) (string, error) {
+					return durable.Step(wctx, "hold", func(context.Context) (string, error) {
+						n := running.Add(1)
+						for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+						}
+						started <- in
+						<-release[in] // ignores its context, as code calling a slow API may
+						running.Add(-1)
+						return in, nil
+					}, nil)
+				}, nil)
+			})
+			ctx := ctxT(t)
+			ha, err := wf.Enqueue(ctx, q, "a", &durable.EnqueueOpts{ID: "a", PartitionKey: "k"})
+			require.NoError(t, err)
+			require.Equal(t, "a", <-started)
+			hb, err := wf.Enqueue(ctx, q, "b", &durable.EnqueueOpts{ID: "b", PartitionKey: "k"})
+			require.NoError(t, err)
+			require.NoError(t, e.Cancel(ctx, "a", nil))
+			_, err = ha.Result(ctx)
+			require.ErrorIs(t, err, durable.ErrCancelled)
+			resumed := make(chan error, 1)
+			go func() { resumed <- e.Resume(ctx, "a", nil) }()
+			select { // many dispatch polls while a's step still runs
+			case id := <-started:
+				t.Fatalf("%s started while the cancelled run's step was still running", id)
+			case err := <-resumed:
+				t.Fatalf("Resume returned (%v) while the cancelled run's step was still running", err)
+			case <-time.After(500 * time.Millisecond):
+			}
+			st, err := q.Stats(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, st.Running, "the stopping run holds the slot")
 
-	close(release["a"]) // the resumed a replays nothing and passes its step at once
-	require.NoError(t, <-resumed)
-	first := <-started
-	if first == "b" {
-		close(release["b"])
+			close(release["a"]) // the resumed a replays nothing and passes its step at once
+			require.NoError(t, <-resumed)
+			first := <-started
+			if first == "b" {
+				close(release["b"])
+			}
+			second := <-started
+			require.ElementsMatch(t, []string{"a", "b"}, []string{first, second})
+			if first == "a" {
+				close(release["b"])
+			}
+			for _, h := range []*durable.Handle[string]{ha, hb} {
+				out, err := h.Result(ctx)
+				require.NoError(t, err)
+				require.Equal(t, h.ID(), out)
+			}
+			require.EqualValues(t, 1, peak.Load())
+		})
 	}
-	second := <-started
-	require.ElementsMatch(t, []string{"a", "b"}, []string{first, second})
-	if first == "a" {
-		close(release["b"])
-	}
-	for _, h := range []*durable.Handle[string]{ha, hb} {
-		out, err := h.Result(ctx)
-		require.NoError(t, err)
-		require.Equal(t, h.ID(), out)
-	}
-	require.EqualValues(t, 1, peak.Load())
 }
