@@ -117,16 +117,12 @@ func (e *Engine) resume(ctx context.Context, id string, opts *ResumeOpts) error 
 		e.wakeSweeper()
 		return nil
 	}
-	var stopping bool
-	if err := e.pool.QueryRow(ctx, e.qq.IsStopping, id).Scan(&stopping); err != nil {
-		return fmt.Errorf("durable: resume %q: %w", id, err)
-	}
-	if stopping {
-		return errStopping
-	}
 	info, err := e.readRun(ctx, e.pool, id)
 	if err != nil {
 		return err
+	}
+	if info.status == StatusCancelled && info.executor != nil && info.queue != nil {
+		return errStopping // the stopping condition of the Resume statement
 	}
 	return fmt.Errorf("%w: workflow %q is %s; only cancelled, dead or failed runs can be resumed", ErrInvalidArgument, id, info.status)
 }

@@ -2,10 +2,8 @@ package sysdb
 
 // queueCounts is the FROM items that count the runs of the queue named by
 // the SQL expression name: e.ready and e.delayed (queued, ready now or
-// later) and r.running (pending, and cancelled ones still stopping: they
-// hold their slots). Each count reads its runs from a partial index
-// (queued: workflows_queue_claim_idx; running: workflows_queue_running_idx
-// and workflows_queue_stopping_idx).
+// later) and r.running (see running). Each count reads its runs from a
+// partial index (queued: workflows_queue_claim_idx).
 // One scan for status IN ('enqueued', 'pending') matched no index's
 // predicate, and read the whole table, history included (~0.3-0.5 s per
 // queue with 1,000,000 finished runs). Queue.Stats and ListQueues share it.
@@ -14,8 +12,7 @@ func queueCounts(name string) string {
 	count(*) FILTER (WHERE w.not_before IS NULL OR w.not_before <= now()) AS ready,
 	count(*) FILTER (WHERE w.not_before > now()) AS delayed
 	FROM {{schema}}.workflows w WHERE w.queue_name = ` + name + ` AND w.status = 'enqueued') e
-CROSS JOIN LATERAL (SELECT (SELECT count(*) FROM {{schema}}.workflows w WHERE w.queue_name = ` + name + ` AND w.status = 'pending')
-	+ (SELECT count(*) FROM {{schema}}.workflows w WHERE w.queue_name = ` + name + ` AND ` + stopping + `) AS running) r`
+CROSS JOIN LATERAL (SELECT ` + running(name) + ` AS running) r`
 }
 
 // ListQueues renders the statement listing every declared queue of schema

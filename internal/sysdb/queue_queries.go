@@ -16,7 +16,6 @@ type QueueQueries struct {
 	Requeue       string
 	Release       string
 	OwnStopping   string
-	IsStopping    string
 	Stats         string
 	ByDedup       string
 	Names         string
@@ -24,12 +23,16 @@ type QueueQueries struct {
 
 // stopping is the condition of a cancelled queued run whose code may
 // still run in its executor: it holds its queue slot until that executor
-// clears executor_id (workflows_queue_stopping_idx). stoppingO is the same
-// for the alias o.
-const (
-	stopping  = `status = 'cancelled' AND executor_id IS NOT NULL AND queue_name IS NOT NULL`
-	stoppingO = `o.status = 'cancelled' AND o.executor_id IS NOT NULL AND o.queue_name IS NOT NULL`
-)
+// clears executor_id (workflows_queue_stopping_idx).
+const stopping = `status = 'cancelled' AND executor_id IS NOT NULL AND queue_name IS NOT NULL`
+
+// running counts the runs of the queue named by the SQL expression name
+// that hold a slot: pending ones and stopping ones, each from its own
+// partial index (workflows_queue_running_idx, workflows_queue_stopping_idx).
+func running(name string) string {
+	return `(SELECT count(*) FROM {{schema}}.workflows WHERE queue_name = ` + name + ` AND status = 'pending')
+	+ (SELECT count(*) FROM {{schema}}.workflows WHERE queue_name = ` + name + ` AND ` + stopping + `)`
+}
 
 // NewQueueQueries renders the queue statements for schema; channel is the
 // schema's notification channel.
@@ -95,8 +98,7 @@ FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
 		// only while the queue has a rate limit.
 		// $1 name, $2 count running (bool), $3 rate period ms (0: none).
 		Counts: r(`SELECT
-	CASE WHEN $2::bool THEN (SELECT count(*) FROM {{schema}}.workflows WHERE queue_name = $1 AND status = 'pending')
-		+ (SELECT count(*) FROM {{schema}}.workflows WHERE queue_name = $1 AND ` + stopping + `) ELSE 0 END,
+	CASE WHEN $2::bool THEN ` + running("$1") + ` ELSE 0 END,
 	CASE WHEN $3::bigint > 0 THEN (SELECT count(*) FROM {{schema}}.workflows
 		WHERE queue_name = $1 AND rate_start > now() - $3 * interval '1 millisecond') ELSE 0 END,
 	CASE WHEN $3::bigint > 0 THEN (SELECT min(rate_start) + $3 * interval '1 millisecond' - now() FROM {{schema}}.workflows
@@ -164,7 +166,7 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 	RETURNING o.queue_name),
 c AS (
 	UPDATE {{schema}}.workflows o SET executor_id = NULL
-	WHERE ` + stoppingO + `
+	WHERE ` + stopping + `
 	AND ((o.executor_id = $1 AND $2::bool) OR (o.executor_id <> $1 AND NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
 	RETURNING o.queue_name)
@@ -175,16 +177,13 @@ FROM (SELECT queue_name, true AS requeued FROM r UNION ALL SELECT queue_name, fa
 		// stopped in this executor. $1 id, $2 epoch.
 		Release: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET executor_id = NULL
-	WHERE id = $1 AND epoch = $2 AND status = 'cancelled' AND executor_id IS NOT NULL AND queue_name IS NOT NULL
+	WHERE id = $1 AND epoch = $2 AND ` + stopping + `
 	RETURNING queue_name)
 SELECT pg_notify('` + channel + `', 'q:' || queue_name)::text FROM u`),
 
 		// Cancelled runs holding a slot for this executor (adoptStrays
 		// releases those not executing). $1 executor_id.
-		OwnStopping: r(`SELECT o.id, o.epoch FROM {{schema}}.workflows o WHERE ` + stoppingO + ` AND o.executor_id = $1`),
-
-		// $1 id.
-		IsStopping: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.workflows WHERE id = $1 AND ` + stopping + `)`),
+		OwnStopping: r(`SELECT id, epoch FROM {{schema}}.workflows WHERE ` + stopping + ` AND executor_id = $1`),
 
 		// See queueCounts. $1 name.
 		Stats: r(`SELECT e.ready, e.delayed, r.running FROM ` + queueCounts("$1")),
