@@ -126,9 +126,7 @@ type bench struct {
 	steps *durable.Workflow[int, int] // k no-op steps
 	txwf  *durable.Workflow[int, int] // k transaction steps of one INSERT each
 
-	// the steps workflow on an engine with DeferStepCheckpoints (schema
-	// bench_defer, same pool)
-	deferEng   *durable.Engine
+	// the steps workflow with WorkflowOpts.DeferStepCheckpoints
 	deferSteps *durable.Workflow[int, int]
 
 	// floor C (ckptfloor.go): a step's checkpoint statement by hand, fenced
@@ -374,19 +372,11 @@ func open(ctx context.Context, o *Options) (b *bench, err error) {
 		}
 		return k, nil
 	}, nil)
+	b.deferSteps = durable.Register(b.eng, "steps_defer", noopSteps, &durable.WorkflowOpts{DeferStepCheckpoints: true})
 	b.qstart = durable.Register(b.eng, "qstart", b.qstartBody, nil)
 	b.qlat = durable.RegisterQueue(b.eng, qlatQueue, nil)
 	if err := b.eng.Launch(ctx); err != nil {
 		b.eng = nil
-		return nil, err
-	}
-	if b.deferEng, err = durable.New(b.pool, &durable.Config{Schema: "bench_defer", AppVersion: "bench", Logger: discard,
-		DeferStepCheckpoints: true}); err != nil {
-		return nil, err
-	}
-	b.deferSteps = durable.Register(b.deferEng, "steps", noopSteps, nil)
-	if err := b.deferEng.Launch(ctx); err != nil {
-		b.deferEng = nil
 		return nil, err
 	}
 	if err := b.createCkptFloor(ctx, "bench"); err != nil {
@@ -432,11 +422,9 @@ func (b *bench) close(drop bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b.closePeers(ctx, drop)
-	for _, e := range []*durable.Engine{b.deferEng, b.eng} {
-		if e != nil {
-			if err := e.Shutdown(ctx); err != nil {
-				fmt.Fprintln(os.Stderr, "bench: shutdown:", err)
-			}
+	if b.eng != nil {
+		if err := b.eng.Shutdown(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: shutdown:", err)
 		}
 	}
 	if b.pool != nil {
