@@ -410,33 +410,16 @@ func (c *controller) controlDue(dbUp bool) {
 	if !dbUp {
 		return
 	}
-	now := time.Now()
-	for id, at := range c.cancels {
-		if now.Before(at) {
-			continue
+	c.dueEach(c.cancels, func(ctx context.Context, id string) error {
+		if err := c.e.Cancel(ctx, id, nil); err != nil {
+			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := c.e.Cancel(ctx, id, nil)
-		cancel()
-		if _, ok := c.maybe[id]; ok && errors.Is(err, durable.ErrWorkflowNotFound) {
-			delete(c.cancels, id) // its start did not commit after all
-			continue
-		}
-		if err != nil {
-			c.cancels[id] = now.Add(200 * time.Millisecond)
-			continue
-		}
-		delete(c.cancels, id)
 		c.cancelled++
-		c.resumes[id] = now.Add(c.between([2]time.Duration{100 * time.Millisecond, 1500 * time.Millisecond}))
-	}
-	for id, at := range c.resumes {
-		if now.Before(at) {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c.resumes[id] = time.Now().Add(c.between([2]time.Duration{100 * time.Millisecond, 1500 * time.Millisecond}))
+		return nil
+	})
+	c.dueEach(c.resumes, func(ctx context.Context, id string) error {
 		err := c.e.Resume(ctx, id, nil)
-		cancel()
 		switch {
 		case err == nil:
 			c.resumed++
@@ -444,12 +427,10 @@ func (c *controller) controlDue(dbUp bool) {
 			// Not cancelled: it had finished before the cancel (which is
 			// then a no-op), or an earlier Resume committed but its answer
 			// was lost.
-		default:
-			c.resumes[id] = now.Add(200 * time.Millisecond)
-			continue
+			return nil
 		}
-		delete(c.resumes, id)
-	}
+		return err
+	})
 }
 
 // sendDue sends the messages whose time came (retrying those that failed).
@@ -457,27 +438,37 @@ func (c *controller) sendDue(dbUp bool) {
 	if !dbUp {
 		return
 	}
+	c.dueEach(c.sends, func(ctx context.Context, id string) error {
+		msg := "msg:" + id
+		if err := durable.Send(ctx, c.e, id, topicGo, msg, &durable.SendOpts{IdempotencyKey: "controller"}); err != nil {
+			return err
+		}
+		c.sent[id] = msg
+		return nil
+	})
+}
+
+// dueEach calls act, with a 5 s context, for each run in m whose time
+// came. A run leaves m when act returns nil, or when its start's commit
+// was in doubt and it turns out not to exist; on another error it is tried
+// again 200 ms later.
+func (c *controller) dueEach(m map[string]time.Time, act func(ctx context.Context, id string) error) {
 	now := time.Now()
-	for id, at := range c.sends {
+	for id, at := range m {
 		if now.Before(at) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		msg := "msg:" + id
-		err := durable.Send(ctx, c.e, id, topicGo, msg, &durable.SendOpts{IdempotencyKey: "controller"})
+		err := act(ctx, id)
 		cancel()
-		if errors.Is(err, durable.ErrWorkflowNotFound) {
-			if _, ok := c.maybe[id]; ok { // its start did not commit after all
-				delete(c.sends, id)
-				continue
-			}
+		if _, inDoubt := c.maybe[id]; inDoubt && errors.Is(err, durable.ErrWorkflowNotFound) {
+			err = nil // its start did not commit after all
 		}
 		if err != nil {
-			c.sends[id] = now.Add(200 * time.Millisecond)
+			m[id] = now.Add(200 * time.Millisecond)
 			continue
 		}
-		delete(c.sends, id)
-		c.sent[id] = msg
+		delete(m, id)
 	}
 }
 

@@ -283,11 +283,7 @@ func (c *controller) verdict() *verdict {
 	for _, x := range c.led.intervals {
 		// One execution of a step: a cancelled run's step may still run
 		// in a process when its resumed run's starts there.
-		began := x.Began
-		if x.Begin {
-			began = x.At
-		}
-		k := x.WF + "@" + strconv.Itoa(x.PID) + "@" + strconv.FormatInt(began, 10)
+		k := x.WF + "@" + strconv.Itoa(x.PID) + "@" + strconv.FormatInt(x.Began, 10)
 		if x.Begin {
 			open[k] = x
 			continue
@@ -345,7 +341,7 @@ func (v *verdict) report(t *testing.T, c *controller, took time.Duration) {
   workflows completed:         %d of %d
   scheduled ticks:             %d, contiguous, each once
   messages:                    %d sent, each consumed once
-  operator controls:           %d runs cancelled mid-flight, %d of them resumed (the rest had finished first)
+  operator controls:           %d cancels, %d of them caught the run unfinished and it was resumed
   effects:                     %d, each once per idempotency key (%d requests)
   step re-executions:          %d (at-least-once; %d of them transaction steps whose COMMIT answer was lost, rolled back)
   queue peak:                  %d running in all (limit %d), %d in one executor (limit %d)

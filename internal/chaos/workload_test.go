@@ -154,7 +154,7 @@ type intervalRec struct {
 	Begin bool   `json:"begin"`
 	At    int64  `json:"at"`
 	PID   int    `json:"pid"`
-	Began int64  `json:"began,omitempty"` // of an end: the At of its begin
+	Began int64  `json:"began"` // the At of the execution's begin: names the execution
 }
 
 // effectRetry rides out a ledger hiccup; the ledger is never down for long.
@@ -229,7 +229,7 @@ func register(e *durable.Engine, l *ledgerClient, modelURL string) (*workload, e
 				return "", err
 			}
 			id, began := wctx.WorkflowID(), time.Now().UnixNano()
-			if _, err := l.post(ctx, "/interval", nil, intervalRec{WF: id, Begin: true, At: began, PID: l.pid}); err != nil {
+			if _, err := l.post(ctx, "/interval", nil, intervalRec{WF: id, Begin: true, At: began, PID: l.pid, Began: began}); err != nil {
 				return "", err
 			}
 			// Ignores its context, as code calling a slow API may: a
