@@ -207,3 +207,12 @@ func startChild(t *testing.T, mode, schema, execID string, env ...string) *proct
 	t.Helper()
 	return proctest.Start(t, append([]string{"DURABLE_CHILD=" + mode, "DURABLE_SCHEMA=" + schema, "DURABLE_EXEC_ID=" + execID}, env...)...)
 }
+
+// startReady is startChild for an executor that says "ready" once it has
+// launched, and waits for that.
+func startReady(t *testing.T, mode, schema, execID string, env ...string) *proctest.Child {
+	t.Helper()
+	c := startChild(t, mode, schema, execID, env...)
+	c.WaitLine(t, "ready")
+	return c
+}

@@ -153,12 +153,9 @@ func TestTakeoverAfterExecutorDies(t *testing.T) {
 	// the kill; theirs are long, so a survivor stalled by a loaded machine
 	// never looks dead to the other (its sweep still runs every 200 ms).
 	lease, survivorLease := "DURABLE_LEASE=1s", "DURABLE_LEASE=10s"
-	b := startChild(t, "worker", schema, "B", survivorLease)
-	b.WaitLine(t, "ready")
-	c := startChild(t, "worker", schema, "C", survivorLease)
-	c.WaitLine(t, "ready")
-	a := startChild(t, "worker", schema, "A", lease, fmt.Sprintf("DURABLE_START=%d", runs), "DURABLE_STEPS=10")
-	a.WaitLine(t, "ready")
+	startReady(t, "worker", schema, "B", survivorLease)
+	startReady(t, "worker", schema, "C", survivorLease)
+	a := startReady(t, "worker", schema, "A", lease, fmt.Sprintf("DURABLE_START=%d", runs), "DURABLE_STEPS=10")
 	require.Eventually(t, func() bool {
 		var n int
 		_ = pool.QueryRow(ctx, q("SELECT count(DISTINCT workflow_id) FROM @executions WHERE pos >= 2")).Scan(&n)
@@ -204,10 +201,8 @@ func TestFencingRejectsPausedOwner(t *testing.T) {
 	ctx := ctxT(t)
 	// A's lease is short, so it expires while A is stopped; B's is long, so
 	// a stall of B on a loaded machine never lets A take the run back.
-	b := startChild(t, "worker", schema, "B", "DURABLE_LEASE=10s")
-	b.WaitLine(t, "ready")
-	a := startChild(t, "worker", schema, "A", "DURABLE_LEASE=1s", "DURABLE_START=1", "DURABLE_STEPS=3", "DURABLE_BLOCK=2s")
-	a.WaitLine(t, "ready")
+	b := startReady(t, "worker", schema, "B", "DURABLE_LEASE=10s")
+	a := startReady(t, "worker", schema, "A", "DURABLE_LEASE=1s", "DURABLE_START=1", "DURABLE_STEPS=3", "DURABLE_BLOCK=2s")
 	a.WaitLine(t, "blocking")
 	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGSTOP))
 

@@ -65,12 +65,15 @@ func runQueueChild(ctx context.Context, e *durable.Engine, pool *pgxpool.Pool, s
 	return e.Shutdown(sctx)
 }
 
-func queueTables(t *testing.T, pool *pgxpool.Pool, schema string) func(string) string {
-	q := func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
+// queueSchema is a fresh schema with the queue tests' intervals table, and
+// q, which qualifies the "@" table names of a statement with the schema.
+func queueSchema(t *testing.T) (pool *pgxpool.Pool, schema string, q func(string) string) {
+	pool, schema = pgtest.Pool(t), pgtest.Schema(t)
+	q = func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
 	_, err := pool.Exec(ctxT(t), q(`CREATE TABLE @intervals (id serial PRIMARY KEY, workflow_id text, queue text,
 		key text, pid int, started timestamptz, ended timestamptz)`))
 	require.NoError(t, err)
-	return q
+	return pool, schema, q
 }
 
 // client returns an engine that is never launched: it only enqueues.
@@ -93,14 +96,11 @@ func maxOverlap(t *testing.T, pool *pgxpool.Pool, q func(string) string, where s
 // every moment: global, per executor, per partition key, and the rate.
 func TestQueueLimitsAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	q := queueTables(t, pool, schema)
+	pool, schema, q := queueSchema(t)
 	ctx := ctxT(t)
 	var children []*proctest.Child
 	for _, id := range []string{"A", "B", "C"} {
-		c := startChild(t, "queue", schema, id, "DURABLE_LEASE=2s")
-		c.WaitLine(t, "ready")
+		c := startReady(t, "queue", schema, id, "DURABLE_LEASE=2s")
 		children = append(children, c)
 	}
 	client, job := queueClient(t, pool, schema)
@@ -157,14 +157,10 @@ func TestQueueLimitsAcrossProcesses(t *testing.T) {
 // finish exactly once on the other executor, within the limits.
 func TestQueueClaimedRunsSurviveExecutorKill(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	q := queueTables(t, pool, schema)
+	pool, schema, q := queueSchema(t)
 	ctx := ctxT(t)
-	a := startChild(t, "queue", schema, "A", "DURABLE_LEASE=1s")
-	a.WaitLine(t, "ready")
-	b := startChild(t, "queue", schema, "B", "DURABLE_LEASE=1s")
-	b.WaitLine(t, "ready")
+	a := startReady(t, "queue", schema, "A", "DURABLE_LEASE=1s")
+	b := startReady(t, "queue", schema, "B", "DURABLE_LEASE=1s")
 	client, job := queueClient(t, pool, schema)
 	const n = 8
 	for i := 0; i < n; i++ {
@@ -212,12 +208,9 @@ func TestQueueClaimedRunsSurviveExecutorKill(t *testing.T) {
 // starts.
 func TestQueueCancelledSlotOfKilledExecutor(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	q := queueTables(t, pool, schema)
+	pool, schema, q := queueSchema(t)
 	ctx := ctxT(t)
-	a := startChild(t, "queue", schema, "A", "DURABLE_LEASE=1s")
-	a.WaitLine(t, "ready")
+	a := startReady(t, "queue", schema, "A", "DURABLE_LEASE=1s")
 	client, job := queueClient(t, pool, schema)
 	single := client.QueueRef("single")
 	_, err := job.Enqueue(ctx, single, jobIn{Queue: "single", Hold: 600_000}, &durable.EnqueueOpts{ID: "stuck"})
@@ -240,8 +233,7 @@ func TestQueueCancelledSlotOfKilledExecutor(t *testing.T) {
 	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGKILL))
 	require.True(t, proctest.KilledBySIGKILL(a.Wait(t)))
 	killed := time.Now()
-	b := startChild(t, "queue", schema, "B", "DURABLE_LEASE=1s")
-	b.WaitLine(t, "ready")
+	b := startReady(t, "queue", schema, "B", "DURABLE_LEASE=1s")
 	_, err = next.Result(ctx)
 	require.NoError(t, err)
 	var nextStarted time.Time

@@ -97,8 +97,7 @@ func TestScheduleExactlyOnceAcrossReplicas(t *testing.T) {
 	killedAt := time.Now().UTC()
 	require.True(t, proctest.KilledBySIGKILL(bb.Wait(t)))
 	waitMore(2)
-	bb = startChild(t, "schedule", b.schema, "B", lease)
-	bb.WaitLine(t, "ready")
+	bb = startReady(t, "schedule", b.schema, "B", lease)
 	waitMore(3)
 	for _, ch := range []*proctest.Child{a, bb, c} {
 		require.NoError(t, ch.Stdin.Close())

@@ -100,8 +100,7 @@ func TestRecvSurvivesKillAndSendWhileDown(t *testing.T) {
 			q := waitsQ(schema)
 			ctx := ctxT(t)
 			env := []string{"DURABLE_LEASE=30s", "DURABLE_PARK=" + park, "DURABLE_START=recv", "DURABLE_RUN=r1"}
-			c := startChild(t, "waits", schema, "receiver", env...)
-			c.WaitLine(t, "ready")
+			c := startReady(t, "waits", schema, "receiver", env...)
 			require.Eventually(t, func() bool { // the recv deadline is recorded: the run is waiting
 				var n int
 				_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @steps WHERE workflow_id = 'r1'")).Scan(&n)
@@ -114,8 +113,7 @@ func TestRecvSurvivesKillAndSendWhileDown(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, durable.Send(ctx, client, "r1", "go", "the answer", nil))
 
-			c2 := startChild(t, "waits", schema, "receiver", "DURABLE_LEASE=30s", "DURABLE_PARK="+park)
-			c2.WaitLine(t, "ready")
+			startReady(t, "waits", schema, "receiver", "DURABLE_LEASE=30s", "DURABLE_PARK="+park)
 			recv, _, _ := registerWaiters(client)
 			h, err := recv.Handle(ctx, "r1")
 			require.NoError(t, err)
@@ -139,8 +137,7 @@ func TestSleepSurvivesKill(t *testing.T) {
 	schema := pgtest.Schema(t)
 	q := waitsQ(schema)
 	ctx := ctxT(t)
-	c := startChild(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s", "DURABLE_START=nap", "DURABLE_RUN=n1")
-	c.WaitLine(t, "ready")
+	c := startReady(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s", "DURABLE_START=nap", "DURABLE_RUN=n1")
 	var wake time.Time
 	require.Eventually(t, func() bool {
 		var out string
@@ -156,8 +153,7 @@ func TestSleepSurvivesKill(t *testing.T) {
 	require.True(t, proctest.KilledBySIGKILL(c.Wait(t)))
 
 	restart := time.Now()
-	c2 := startChild(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s")
-	c2.WaitLine(t, "ready")
+	startReady(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s")
 	var status string
 	require.Eventually(t, func() bool {
 		_ = pool.QueryRow(ctx, q("SELECT status FROM @workflows WHERE id = 'n1'")).Scan(&status)
