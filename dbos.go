@@ -126,7 +126,7 @@ type Config struct {
 	// returns first, or alone 2 ms after the step returned, whichever comes
 	// first. A run whose last step is followed by its return saves a round
 	// trip and a commit: a one-step workflow is two statements instead of
-	// three (6-8% faster alone), and a queue of them drains 2-25% faster
+	// three (6-10% faster alone), and a queue of them drains 2-25% faster
 	// in bench/ (see its README).
 	//
 	// The cost: a process that dies in that window, or an engine stopped

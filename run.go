@@ -121,14 +121,23 @@ func (r *run) begin(name string) (int, *stepRecord, error) {
 // interrupted halts the run if it must not start new work: the engine is
 // stopping or the run passed its deadline.
 func (r *run) interrupted() error {
-	if errors.Is(context.Cause(r.ctx), ErrCancelled) {
-		return r.halt(fmt.Errorf("durable: workflow %q: %w", r.id, ErrCancelled))
+	if err := r.cancelled(); err != nil {
+		return err
 	}
 	if r.pastDeadline() {
 		return r.halt(r.deadlineError())
 	}
 	if r.e.isStopping() || r.e.hardCtx.Err() != nil {
 		return r.halt(fmt.Errorf("workflow %q stopped at a step boundary: %w", r.id, ErrShutdown))
+	}
+	return nil
+}
+
+// cancelled halts the run if Cancel reached it (the cause of its context)
+// and returns the halt reason; nil if it was not cancelled.
+func (r *run) cancelled() error {
+	if errors.Is(context.Cause(r.ctx), ErrCancelled) {
+		return r.halt(fmt.Errorf("durable: workflow %q: %w", r.id, ErrCancelled))
 	}
 	return nil
 }
@@ -145,8 +154,8 @@ func (r *run) cutShort(pos int, name string, err error) error {
 	if err == nil || r.ctx.Err() == nil {
 		return err
 	}
-	if errors.Is(context.Cause(r.ctx), ErrCancelled) {
-		return r.halt(fmt.Errorf("durable: workflow %q: %w", r.id, ErrCancelled))
+	if err := r.cancelled(); err != nil {
+		return err
 	}
 	if r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		return r.halt(r.deadlineError())
@@ -414,10 +423,10 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		steps = r.pendingForFinish()
 	}
 	h := r.halted()
-	if h == nil && errors.Is(context.Cause(r.ctx), ErrCancelled) {
+	if h == nil {
 		// Cancelled while its code was between durable calls: the cancel
 		// recorded the outcome, so a finish would find the run ended.
-		h = ErrCancelled
+		h = r.cancelled()
 	}
 	if h != nil {
 		if e.notOursToFinish(h) {
