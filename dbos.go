@@ -72,7 +72,8 @@ type Config struct {
 
 	// MaxRecoveryAttempts is how many times a run may be recovered (its
 	// executor died while running it) before it moves to the dead-letter
-	// status. A workflow can override it. Defaults to MaxRecoveryAttemptsDefault.
+	// status. A run that Shutdown stopped at a step boundary does not
+	// count. A workflow can override it. Defaults to MaxRecoveryAttemptsDefault.
 	MaxRecoveryAttempts int
 
 	// MaxPayloadBytes limits the encoded size of each input and output.
@@ -525,10 +526,9 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 	listener.OnNotify = e.onNotify
 	connected := false // called from the listener's goroutine only
 	listener.OnConnected = func() {
-		// The connection came back: Postgres may have restarted (and lost
-		// the last finishes, which do not wait for their WAL flush: see
-		// FinishOne), and notifications may have been missed while
-		// disconnected. The next sweep looks for stray runs. (Not after
+		// The connection came back: a claim or a start may have committed
+		// without its answer arriving, and notifications may have been
+		// missed while disconnected. The next sweep looks for stray runs. (Not after
 		// the first connect: Launch waits for it, then its recovery claims
 		// and starts this executor's runs, so a check would only read them
 		// again.)
@@ -557,10 +557,12 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 
 // Shutdown stops the engine. New starts fail with [ErrShutdown]; running
 // workflows finish the step they are in and stop at the next step boundary,
-// staying pending for the next executor. When every run has stopped, the
-// lease is released so live executors take the runs over at once. If ctx
-// ends first, step contexts are cancelled and Shutdown returns ctx's error;
-// the lease then expires on its own. Shutdown never closes the pool.
+// where they are handed back: any executor of the same AppVersion (this one
+// after a restart, or a live peer) resumes them at once, and the stop does
+// not count as a recovery attempt. When every run has stopped, the lease is
+// released. If ctx ends first, step contexts are cancelled and Shutdown
+// returns ctx's error; the runs cut short stay with this executor as after a
+// crash, and the lease expires on its own. Shutdown never closes the pool.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	switch e.state {

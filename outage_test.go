@@ -102,7 +102,7 @@ func TestDatabaseOutageMidRun(t *testing.T) {
 			return msg, nil
 		}, nil)
 	}, nil)
-	// Finished before the outage, with its finish record lost (below).
+	// Finished before the outage, then made strays by hand (below).
 	var doneEffects atomic.Int32
 	done := durable.Register(e, "done", func(wctx durable.Context, n int) (int, error) {
 		return durable.Step(wctx, "once", func(ctx context.Context) (int, error) {
@@ -117,12 +117,13 @@ func TestDatabaseOutageMidRun(t *testing.T) {
 		_ = e.Shutdown(ctx)
 	})
 
-	// A finish commits without waiting for its WAL flush, so a crash of
-	// Postgres can lose it. Losing exactly one cannot be timed, so two
+	// A run left pending and owned by this live executor while nothing
+	// executes it here (a claim or start whose answer an outage lost) is
+	// a stray. Losing exactly such an answer cannot be timed, so two
 	// finished runs (one started, one queued) are put back by hand into
-	// the state a lost finish leaves: pending, owned by this live
-	// executor, no output. After the outage they must end the same way
-	// again, by replay, without running their step a second time.
+	// that state: pending, owned by this executor, no output. After the
+	// outage they must end the same way again, by replay, without running
+	// their step a second time.
 	lost := []*durable.Handle[int]{}
 	h, err := done.Start(ctx, 1, nil)
 	require.NoError(t, err)
@@ -181,11 +182,11 @@ func TestDatabaseOutageMidRun(t *testing.T) {
 		h, err := done.Handle(ctx, lh.ID()) // a fresh handle: it reads the run's row
 		require.NoError(t, err)
 		got, err := h.Result(ctx)
-		require.NoError(t, err, "lost finish of %s; logs:\n%s", h.ID(), logs.String())
+		require.NoError(t, err, "stray %s; logs:\n%s", h.ID(), logs.String())
 		require.Equal(t, (i+1)*10, got)
 	}
-	require.Contains(t, logs.String(), "stray run of this executor", "the lost finishes were found as strays")
-	require.EqualValues(t, len(lost), doneEffects.Load(), "a lost finish is replayed, its step not run again")
+	require.Contains(t, logs.String(), "stray run of this executor", "the strays were found")
+	require.EqualValues(t, len(lost), doneEffects.Load(), "a stray is replayed, its step not run again")
 
 	var notOK int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM outage.workflows WHERE status <> 'success'").Scan(&notOK))

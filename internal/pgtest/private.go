@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,6 +60,32 @@ func Private(tb testing.TB) (*Cluster, error) {
 func (c *Cluster) Stop(tb testing.TB, immediate bool) {
 	tb.Helper()
 	c.script(tb, withMode([]string{"stop", c.Dir}, immediate)...)
+}
+
+// Crash stops the server the hardest way Postgres can be stopped short of
+// the host dying: SIGQUIT to the postmaster, sent directly (no script in
+// between, so it lands within a millisecond of the call), which ends every
+// process without writing the WAL still in shared buffers. It returns once
+// the postmaster is gone; Start brings it back through crash recovery.
+func (c *Cluster) Crash(tb testing.TB) {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		tb.Fatalf("pgtest: crash: %v", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		tb.Fatalf("pgtest: crash: postmaster.pid: %v", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
+		tb.Fatalf("pgtest: crash: SIGQUIT %d: %v", pid, err)
+	}
+	for deadline := time.Now().Add(time.Minute); syscall.Kill(pid, 0) == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("pgtest: crash: postmaster %d still runs a minute after SIGQUIT", pid)
+		}
+	}
 }
 
 // Start starts the server again on the same URL; a no-op if it runs.

@@ -111,25 +111,19 @@ ON CONFLICT (id) DO NOTHING`),
 		// for remote waiters (the notify flag, set by WatchWorkflow) is sent
 		// by the caller after the commit, only when one asked.
 		//
-		// The commit does not wait for its WAL flush (synchronous_commit off
-		// for this one statement's transaction): a finish record is the only
-		// write that replay can re-create. If Postgres itself crashes before
-		// the flush (the WAL writer flushes within a few hundred ms, and any
-		// later synchronous commit flushes it too), the run reads as pending
-		// again: its executor resumes it as a stray once the database is
-		// back (adoptStrays, outage.go), or a peer takes it over, and replay
-		// returns the same outcome from the recorded steps without running
-		// any of them again.
+		// Its commit waits for the WAL flush like every other write: a
+		// finish is what Result, Status, a parent and every listing show,
+		// and an outcome a caller has seen must not be taken back by a
+		// crash of Postgres. (Under concurrency the flush is shared: group
+		// commit puts concurrent finishes in one statement, FinishWorkflows.)
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
 		FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
-FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
 RETURNING notify, parent_id`),
 
 		// FinishOne that also records the run's last step checkpoints
 		// (deferred to the finish, see pending.go in the engine), only when
-		// the run is finished by it. A synchronous commit: a step checkpoint
-		// cannot be re-created by replay.
+		// the run is finished by it.
 		// $1-$5 as FinishOne; the steps' $6 positions, $7 names, $8 statuses,
 		// $9 outputs, $10 errors, $11 attempts, $12 started_at.
 		FinishOneSteps: r(`WITH upd AS (
@@ -212,14 +206,13 @@ CROSS JOIN LATERAL (SELECT 1 FROM {{schema}}.workflows w
 RETURNING workflow_id, pos`),
 
 		// FinishOne for many runs at once (group commit), waking parked
-		// parents and notifying in the same statement. Its commit does not
-		// wait for the WAL flush either (see FinishOne). See finishMany.
+		// parents and notifying in the same statement. See finishMany.
 		// $1 ids, $2 epochs, $3 statuses, $4 outputs, $5 errors.
 		FinishWorkflows: r(finishMany(channel, false)),
 
 		// FinishWorkflows that also records the runs' last step checkpoints
 		// (deferred to the finish, see pending.go in the engine) for the runs
-		// it finishes; a synchronous commit, as any step checkpoint.
+		// it finishes.
 		// $1-$5 as FinishWorkflows; $6 the steps' workflow_ids, $7 positions,
 		// $8 names, $9 statuses, $10 outputs, $11 errors, $12 attempts,
 		// $13 started_at.
@@ -421,10 +414,8 @@ RETURNING queue_name`),
 // batch per row, bounded by its size. Step rows are inserted only for the
 // runs the statement finishes.
 func finishMany(channel string, withSteps bool) string {
-	async, steps := `,
-		(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`, ""
+	steps := ""
 	if withSteps {
-		async = ""
 		steps = `
 ins AS (
 	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
@@ -433,7 +424,7 @@ ins AS (
 	WHERE s.workflow_id IN (SELECT id FROM upd)),`
 	}
 	return `WITH u AS (
-	SELECT u.* FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error)` + async + `
+	SELECT u.* FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error)
 	ORDER BY u.id),
 mine AS (
 	SELECT u.* FROM u CROSS JOIN LATERAL (SELECT 1 FROM {{schema}}.workflows w

@@ -27,12 +27,13 @@ func NewWaitQueries(schema, channel string) *WaitQueries {
 	return &WaitQueries{
 		// Park hands the run back as rows: no owner, a wake-up time. The
 		// epoch check keeps a fenced executor from parking a run it lost.
-		// $1 id, $2 epoch, $3 wake_at, $4 wait_topic.
+		// $1 id, $2 epoch, $3 wake_at (NULL: now, a run stopped by
+		// Shutdown), $4 wait_topic.
 		// A run of a queue that releases parked slots goes back to its
 		// queue, delayed until its wake-up time.
-		Park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = $4, updated_at = now(),
+		Park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = coalesce($3, now()), wait_topic = $4, updated_at = now(),
 	status = CASE WHEN rq.name IS NULL THEN w.status ELSE 'enqueued' END,
-	not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE $3 END
+	not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE coalesce($3, now()) END
 FROM (SELECT $1::text AS id) x
 LEFT JOIN {{schema}}.queues rq ON rq.release_parked AND rq.name = (SELECT queue_name FROM {{schema}}.workflows WHERE id = $1)
 WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'`),
