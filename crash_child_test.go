@@ -46,7 +46,14 @@ var killSelf = proctest.KillSelf
 func runChild(mode string) error {
 	ctx := context.Background()
 	schema := os.Getenv("DURABLE_SCHEMA")
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	pcfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return err
+	}
+	// Room for the tests' own statements beside steps that hold a
+	// connection (the default is 4 on a 2-core machine).
+	pcfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
 	}
@@ -152,27 +159,46 @@ func runChild(mode string) error {
 	case "worker":
 		// Runs "slow" workflows; starts DURABLE_START of them, then serves
 		// until killed. DURABLE_BLOCK makes step 0 block for that long
-		// (the fencing test pauses this process meanwhile).
+		// (the fencing test pauses this process meanwhile); with
+		// DURABLE_TX, step 0 is a transaction step that also writes an
+		// order row. DURABLE_HOLD makes workflow code wait that long after
+		// its last step, before it returns.
 		block, _ := time.ParseDuration(os.Getenv("DURABLE_BLOCK"))
+		hold, _ := time.ParseDuration(os.Getenv("DURABLE_HOLD"))
+		txStep0 := os.Getenv("DURABLE_TX") != ""
 		wf := durable.Register(e, "slow", func(wctx durable.Context, steps int) (string, error) {
 			var last string
 			for i := 0; i < steps; i++ {
-				var err error
-				last, err = durable.Step(wctx, fmt.Sprintf("s%d", i), func(ctx context.Context) (string, error) {
+				work := func(ctx context.Context) (string, error) {
 					logExec(ctx, wctx.WorkflowID(), i)
 					if i == 0 && block > 0 {
-						fmt.Println("blocking")
+						fmt.Println("blocking", wctx.WorkflowID())
 						time.Sleep(block)
 					} else {
 						time.Sleep(50 * time.Millisecond)
 					}
 					return fmt.Sprintf("%s by %d", durable.IdempotencyKey(ctx), os.Getpid()), nil
-				}, nil)
+				}
+				var err error
+				if i == 0 && txStep0 {
+					last, err = durable.TxStep(wctx, "s0", func(ctx context.Context, tx pgx.Tx) (string, error) {
+						if _, err := tx.Exec(ctx, q("INSERT INTO @orders (workflow_id, pos) VALUES ($1, $2)"), wctx.WorkflowID(), os.Getpid()); err != nil {
+							return "", err
+						}
+						return work(ctx)
+					}, nil)
+				} else {
+					last, err = durable.Step(wctx, fmt.Sprintf("s%d", i), work, nil)
+				}
 				if err != nil {
 					return "", err
 				}
 			}
-			return last, nil
+			if hold > 0 {
+				fmt.Println("holding", wctx.WorkflowID())
+				time.Sleep(hold)
+			}
+			return fmt.Sprintf("%s; returned by %d", last, os.Getpid()), nil
 		}, nil)
 		if err := e.Launch(ctx); err != nil {
 			return err

@@ -190,47 +190,92 @@ func TestTakeoverAfterExecutorDies(t *testing.T) {
 	require.LessOrEqual(t, rerunsPerRun, 1)
 }
 
-// TestFencingRejectsPausedOwner pauses an executor (SIGSTOP) in the middle
-// of a step until its lease expires and another executor finishes the run,
-// then resumes it (SIGCONT): the old owner's late checkpoint is rejected.
+// TestFencingRejectsPausedOwner: executor A runs four runs and is paused
+// (SIGSTOP) inside them; its lease expires, executor B takes the runs over
+// and is inside the same part of each when A is woken (SIGCONT). A's
+// writes then reach runs that are pending, with nothing recorded where
+// they write: only the epoch can refuse them. A must be fenced, B's
+// writes must stand, and the runs finish by B. A's four writes arrive at
+// once, so they are written singly and as one statement (group commit).
+// The cases: inside a plain step (its checkpoint), inside a transaction
+// step (checkpoint and order row must be B's alone), and in workflow code
+// after the last step (the finish).
 func TestFencingRejectsPausedOwner(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"step", "tx", "finish"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			fencingCase(t, kind)
+		})
+	}
+}
+
+func fencingCase(t *testing.T, kind string) {
+	const runs = 4
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
 	q := appTables(t, pool, schema)
 	ctx := ctxT(t)
 	// A's lease is short, so it expires while A is stopped; B's is long, so
-	// a stall of B on a loaded machine never lets A take the run back.
-	b := startReady(t, "worker", schema, "B", "DURABLE_LEASE=10s")
-	a := startReady(t, "worker", schema, "A", "DURABLE_LEASE=1s", "DURABLE_START=1", "DURABLE_STEPS=3", "DURABLE_BLOCK=2s")
-	a.WaitLine(t, "blocking")
+	// a stall of B on a loaded machine never lets A take the runs back.
+	// B waits where A was paused long enough for A to wake and try.
+	aEnv := []string{"DURABLE_LEASE=1s", "DURABLE_START=4", "DURABLE_STEPS=3", "DURABLE_BLOCK=2s"}
+	bEnv := []string{"DURABLE_LEASE=10s", "DURABLE_BLOCK=6s"}
+	waitFor, refused := "blocking", "no longer owns the workflow"
+	switch kind {
+	case "tx":
+		aEnv, bEnv = append(aEnv, "DURABLE_TX=1"), append(bEnv, "DURABLE_TX=1")
+	case "finish":
+		aEnv = []string{"DURABLE_LEASE=1s", "DURABLE_START=4", "DURABLE_STEPS=1", "DURABLE_HOLD=2s"}
+		bEnv = []string{"DURABLE_LEASE=10s", "DURABLE_HOLD=6s"}
+		waitFor, refused = "holding", "run finished elsewhere or lost ownership"
+	}
+	b := startReady(t, "worker", schema, "B", bEnv...)
+	a := startChild(t, "worker", schema, "A", aEnv...)
+	for range runs { // (before or after its "ready")
+		a.WaitLine(t, waitFor)
+	}
 	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGSTOP))
-
-	var status, output string
-	require.Eventually(t, func() bool {
-		_ = pool.QueryRow(ctx, q("SELECT status, coalesce(output::text, '') FROM @workflows WHERE id = 'A-0'")).Scan(&status, &output)
-		return status == "success"
-	}, 30*time.Second, 5*time.Millisecond)
-	require.Contains(t, output, fmt.Sprintf("by %d", b.Cmd.Process.Pid))
-
+	for range runs {
+		b.WaitLine(t, waitFor) // B took the run over and is where A was
+	}
 	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGCONT))
 	require.Eventually(t, func() bool {
-		return strings.Contains(a.Stderr.String(), "no longer owns the workflow")
-	}, 30*time.Second, 10*time.Millisecond, "the resumed old owner must be fenced")
+		return strings.Count(a.Stderr.String(), refused) >= runs
+	}, 30*time.Second, 10*time.Millisecond, "the woken old owner must be fenced on every run")
+	var written int
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT (SELECT count(*) FROM @steps WHERE pos = 0 AND $1)
+		+ (SELECT count(*) FROM @workflows WHERE status <> 'pending')`), kind != "finish").Scan(&written))
+	require.Zero(t, written, "A was fenced while B was still where A had been (B waits 6 s there)")
 
-	var step0 string
-	require.NoError(t, pool.QueryRow(ctx, q("SELECT output::text FROM @steps WHERE workflow_id = 'A-0' AND pos = 0")).Scan(&step0))
-	require.Contains(t, step0, fmt.Sprintf("by %d", b.Cmd.Process.Pid), "the new owner's checkpoint stands")
-	var pids []int
-	rows, err := pool.Query(ctx, q("SELECT pid FROM @executions WHERE workflow_id = 'A-0' AND pos = 0 ORDER BY at"))
-	require.NoError(t, err)
-	for rows.Next() {
-		var p int
-		require.NoError(t, rows.Scan(&p))
-		pids = append(pids, p)
+	bOut := fmt.Sprintf("returned by %d", b.Cmd.Process.Pid)
+	require.Eventually(t, func() bool {
+		var done int
+		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE status = 'success' AND output::text LIKE '%' || $1 || '%'"), bOut).Scan(&done)
+		return done == runs
+	}, 30*time.Second, 10*time.Millisecond, "the runs finish by B")
+	if kind == "finish" {
+		return // step 0 was A's, before A lost the runs
 	}
-	require.Equal(t, []int{a.Cmd.Process.Pid, b.Cmd.Process.Pid}, pids)
-	_ = context.Background
+	owners := queryMap[string, string](t, pool, q("SELECT workflow_id, output::text FROM @steps WHERE pos = 0"))
+	require.Len(t, owners, runs)
+	for id, out := range owners {
+		require.Contains(t, out, fmt.Sprintf("by %d", b.Cmd.Process.Pid), "run %s: the new owner's checkpoint stands", id)
+	}
+	for i := range runs {
+		id := fmt.Sprintf("A-%d", i)
+		rows, err := pool.Query(ctx, q("SELECT pid FROM @executions WHERE workflow_id = $1 AND pos = 0 ORDER BY at"), id)
+		require.NoError(t, err)
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		require.NoError(t, err)
+		require.Equal(t, []int{a.Cmd.Process.Pid, b.Cmd.Process.Pid}, pids, "run %s: step 0 ran in A, then in B", id)
+	}
+	if kind == "tx" {
+		var orders, byB int
+		require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*), count(*) FILTER (WHERE pos = $1) FROM @orders"), b.Cmd.Process.Pid).Scan(&orders, &byB))
+		require.Equal(t, runs, orders, "one order row per run")
+		require.Equal(t, runs, byB, "only B's transactions committed")
+	}
 }
 
 // TestDeadLetterAfterRepeatedCrashes: a run that kills its executor every
