@@ -1,9 +1,12 @@
 package durable_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,17 +346,7 @@ func TestManyParkedRuns(t *testing.T) {
 	b := setup(t)
 	var received atomic.Int64
 	reg := func(e *durable.Engine) *durable.Workflow[int, int] {
-		return durable.Register(e, "parked", func(wctx durable.Context, in int) (int, error) {
-			v, ok, err := durable.Recv[int](wctx, "go", 24*time.Hour)
-			if err != nil {
-				return 0, err
-			}
-			if !ok {
-				return 0, fmt.Errorf("timeout")
-			}
-			received.Add(1)
-			return v + in, nil
-		}, nil)
+		return durable.Register(e, "parked", parkedReceiver(&received), nil)
 	}
 	mutate := func(c *durable.Config) { c.ParkThreshold = time.Millisecond; c.ExecutorID = "parker" }
 	var wf *durable.Workflow[int, int]
@@ -378,9 +371,13 @@ func TestManyParkedRuns(t *testing.T) {
 		return parked == n
 	}, 120*time.Second, 20*time.Millisecond)
 	parkedHeap := heapNow()
-	t.Logf("%d runs parked: heap %.1f MB above idle (%.0f bytes per parked run)", n,
-		float64(int64(parkedHeap)-int64(idle))/(1<<20), float64(int64(parkedHeap)-int64(idle))/float64(n))
+	t.Logf("%d runs parked: heap %.1f MB above idle (%.0f bytes per parked run), %d goroutines in the process (all tests)", n,
+		float64(int64(parkedHeap)-int64(idle))/(1<<20), float64(int64(parkedHeap)-int64(idle))/float64(n), runtime.NumGoroutine())
 	require.Less(t, int64(parkedHeap)-int64(idle), int64(50<<20))
+	// A parked run holds no goroutine: none is left inside the workflow
+	// function (other tests' goroutines share the process, so they are
+	// told apart by their stacks).
+	require.Zero(t, goroutinesIn("parkedReceiver"), "goroutines still inside parked runs")
 
 	for i := 0; i < n/2; i++ {
 		require.NoError(t, durable.Send(ctx, e1, fmt.Sprintf("p-%d", i), "go", 1000, nil))
@@ -400,4 +397,34 @@ func TestManyParkedRuns(t *testing.T) {
 	var consumed int
 	require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.messages WHERE consumed_at IS NOT NULL`, b.schema)).Scan(&consumed))
 	require.Equal(t, n, consumed, "every message consumed exactly once")
+}
+
+// parkedReceiver is the workflow of TestManyParkedRuns: it waits a day for
+// a message, so with a short ParkThreshold every run parks.
+func parkedReceiver(received *atomic.Int64) func(wctx durable.Context, in int) (int, error) {
+	return func(wctx durable.Context, in int) (int, error) {
+		v, ok, err := durable.Recv[int](wctx, "go", 24*time.Hour)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, fmt.Errorf("timeout")
+		}
+		received.Add(1)
+		return v + in, nil
+	}
+}
+
+// goroutinesIn counts the goroutines whose stack passes through a function
+// whose name contains fn.
+func goroutinesIn(fn string) int {
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 2)
+	n := 0
+	for _, g := range strings.Split(buf.String(), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
 }
