@@ -408,7 +408,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		r.halt(r.deadlineError()) // e.g. queued past its deadline: never starts
 	} else {
 		out, err = callWorkflow(def, wctx, input)
-		_ = r.flushStreams() // a failure halts the run: it then does not finish here
+		_ = r.flushStreams(r.ctx) // a failure halts the run: it then does not finish here
 	}
 	if err != nil && r.halted() == nil && r.ctx.Err() != nil && r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		r.halt(r.deadlineError()) // the code gave up on its context's deadline
