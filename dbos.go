@@ -309,6 +309,7 @@ type Engine struct {
 	active     activeRuns // the runs executing here
 	launches   launchGate
 	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
+	lease      *leasePool   // the heartbeat's and fence checks' connections (lease.go); set at Launch
 	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
 
 	hub         *hub
@@ -423,20 +424,26 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return err
 	}
 
+	if err := e.openLeasePool(); err != nil {
+		e.bg.stopAll()
+		return err
+	}
+	// A new executor cannot tell whether the database was just away:
+	// it gives peers the same time to renew their leases (judgesLeases).
+	e.cutOffAt.Store(time.Now().UnixNano())
+
 	e.mu.Lock()
 	e.state = stateLaunched
 	e.mu.Unlock()
 
 	if err := e.recoverOwn(ctx); err != nil {
 		e.bg.stopAll()
+		e.closeLeasePool()
 		e.mu.Lock()
 		e.state = stateNew
 		e.mu.Unlock()
 		return fmt.Errorf("durable: launch: recovery: %w", err)
 	}
-	// A new executor cannot tell whether the database was just away:
-	// it gives peers the same time to renew their leases (judgesLeases).
-	e.cutOffAt.Store(time.Now().UnixNano())
 	e.bg.start("heartbeat", e.heartbeatLoop)
 	e.bg.start("sweeper", e.sweepLoop)
 	for _, q := range e.queues {
@@ -594,12 +601,13 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.bg.stop("heartbeat")
 	if err == nil {
 		// Every run stopped: let peers take over our pending runs now.
-		if _, rerr := e.pool.Exec(ctx, e.q.ReleaseLease, e.cfg.ExecutorID, e.incarnation); rerr != nil {
+		if _, rerr := e.lease.pool.Exec(ctx, e.q.ReleaseLease, e.cfg.ExecutorID, e.incarnation); rerr != nil {
 			e.log.Warn("durable: shutdown: release lease", "err", rerr)
 		}
 	}
 	e.bg.stopAll()
 	e.hardCancel(ErrShutdown)
+	e.closeLeasePool()
 	e.mu.Lock()
 	e.state = stateStopped
 	e.mu.Unlock()

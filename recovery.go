@@ -129,10 +129,19 @@ func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
 	}
 }
 
-// claim takes up to one batch of runs with query (ClaimOwn or
-// ClaimOrphans), loads their recorded steps in one query, and executes them.
-func (e *Engine) claim(ctx context.Context, query string, args ...any) (int, error) {
-	got, err := scanClaimed(e.pool.Query(ctx, query, append([]any{e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault}, args...)...))
+// claimOrphans takes up to limit runs without a live owner (ClaimOrphans)
+// and executes them. It returns how many runs it took. Whether it may take
+// the runs of executors whose lease expired (judgesLeases) is decided once
+// it holds a connection: a wait for one, the pool busy with the
+// application's work, must not stretch a judgement made before it, in
+// which time this executor's heartbeat may have failed.
+func (e *Engine) claimOrphans(ctx context.Context, limit int) (int, error) {
+	var got []claimed
+	conn, err := e.pool.Acquire(ctx)
+	if err == nil {
+		got, err = scanClaimed(conn.Query(ctx, e.q.ClaimOrphans, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, limit, e.judgesLeases()))
+		conn.Release()
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -229,7 +238,8 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		hctx, cancel := context.WithTimeout(ctx, period)
-		tag, err := e.pool.Exec(hctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds())
+		// On the lease's own pool (lease.go): never behind the application's work.
+		tag, err := e.lease.pool.Exec(hctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds())
 		cancel()
 		if err != nil {
 			e.cutOffAt.Store(time.Now().UnixNano())
@@ -263,7 +273,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	lastCleanup, lastStrayCheck := time.Now(), time.Now()
 	for {
 		for {
-			n, err := e.claim(ctx, e.q.ClaimOrphans, e.judgesLeases())
+			n, err := e.claimOrphans(ctx, RecoveryBatchDefault)
 			if err != nil {
 				e.noteDBTrouble()
 				if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
@@ -282,10 +292,8 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 		if err := e.adoptStrays(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn("durable: resume stray runs", "err", err)
 		}
-		if e.judgesLeases() { // else peers' queued runs stay where they are for now
-			if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
-				e.log.Warn("durable: requeue runs of dead executors", "err", err)
-			}
+		if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
+			e.log.Warn("durable: requeue runs of dead executors", "err", err)
 		}
 		e.reportOrphansElsewhere(ctx)
 		if time.Since(lastCleanup) > 10*time.Minute {

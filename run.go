@@ -244,7 +244,7 @@ func (r *run) diagnose(pos int, name string, intentOK bool) error {
 	var epoch int64
 	var stepStatus *string
 	err := r.retryDB("check ownership", func(ctx context.Context) error {
-		return r.e.pool.QueryRow(ctx, r.e.q.OwnershipCheck, r.id, pos).Scan(&status, &epoch, &stepStatus)
+		return r.e.fenceCheck(ctx, r.e.q.OwnershipCheck, []any{r.id, pos}, &status, &epoch, &stepStatus)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
