@@ -41,7 +41,9 @@
 // and the ownership checks go through two connections of their own, in a
 // pool made at Launch from the pool's config (it connects the same way,
 // PgBouncer included): a pool busy with the application's work never costs
-// a live executor its lease.
+// a live executor its lease. Recovery is bounded: at most
+// Config.RecoveryConcurrency recovered runs execute at once in an
+// executor, and their recorded steps are loaded a few MiB at a time.
 //
 // # Database outages
 //

@@ -96,7 +96,7 @@ func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
 		require.NoError(t, <-done)
 	}
 	sweep(func(ctx context.Context) error {
-		n, err := e.claimOrphans(ctx, RecoveryBatchDefault)
+		n, err := e.claimOrphans(ctx, e.recov.take(RecoveryBatchDefault))
 		if err == nil && n != 0 {
 			t.Errorf("the claim took %d runs of the gone executor", n)
 		}

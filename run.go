@@ -276,13 +276,20 @@ type wfDef struct {
 }
 
 // launch starts executing r on a worker goroutine.
-func (e *Engine) launch(r *run, def *wfDef, input []byte) {
+func (e *Engine) launch(r *run, def *wfDef, input []byte) { e.launchThen(r, def, input, nil) }
+
+// launchThen is launch that calls done, if not nil, when the execution is
+// over (a recovered run gives back its recovery slot: resume.go).
+func (e *Engine) launchThen(r *run, def *wfDef, input []byte, done func()) {
 	r.deferSteps = def.deferSteps
 	e.runs.Add(1)
 	e.active.store(r)
 	e.workers.run(func() {
 		defer e.runs.Done()
 		defer e.active.remove(r)
+		if done != nil {
+			defer done()
+		}
 		e.execute(r, def, input)
 	})
 }
@@ -536,28 +543,6 @@ func callWorkflow(def *wfDef, wctx Context, input []byte) (out []byte, err error
 		}
 	}()
 	return def.call(wctx, input)
-}
-
-// loadSteps reads the recorded steps of the given runs in one query.
-func (e *Engine) loadSteps(ctx context.Context, ids []string) (map[string]map[int]*stepRecord, error) {
-	rows, err := e.pool.Query(ctx, e.q.LoadStepsMany, ids)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]map[int]*stepRecord, len(ids))
-	for rows.Next() {
-		var id string
-		rec := &stepRecord{}
-		if err := rows.Scan(&id, &rec.pos, &rec.name, &rec.status, &rec.output, &rec.err, &rec.attempts); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if out[id] == nil {
-			out[id] = map[int]*stepRecord{}
-		}
-		out[id][rec.pos] = rec
-	}
-	return out, rows.Err()
 }
 
 // encodePayload encodes v as JSON within the size limit.
