@@ -36,6 +36,7 @@ const (
 	MaxRecoveryAttemptsDefault = 20
 	MaxPayloadBytesDefault     = 8 << 20
 	RecoveryBatchDefault       = 1000
+	RecoveryConcurrencyDefault = 1000
 	ParkThresholdDefault       = 30 * time.Second
 )
 
@@ -75,6 +76,18 @@ type Config struct {
 	// status. A run that Shutdown stopped at a step boundary does not
 	// count. A workflow can override it. Defaults to MaxRecoveryAttemptsDefault.
 	MaxRecoveryAttempts int
+
+	// RecoveryConcurrency limits how many of the runs this executor claims
+	// through recovery execute at once: its own runs resumed at Launch,
+	// runs taken over from executors that died, unowned runs committed by
+	// StartTx, and parked runs whose wait is over. Each holds one of these
+	// slots until its execution here ends (it finishes, parks or stops);
+	// the sweeper claims more as slots free up, and at Launch the own runs
+	// beyond the limit are handed back unowned, for any executor to
+	// claim. It bounds the memory that replaying a large backlog takes;
+	// queued runs follow their queue's limits instead.
+	// Defaults to RecoveryConcurrencyDefault (1000).
+	RecoveryConcurrency int
 
 	// MaxPayloadBytes limits the encoded size of each input and output.
 	// Defaults to MaxPayloadBytesDefault (8 MiB).
@@ -187,6 +200,7 @@ func (c *Config) withDefaults() Config {
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
 	out.MaxRecoveryAttempts = cmp.Or(out.MaxRecoveryAttempts, MaxRecoveryAttemptsDefault)
+	out.RecoveryConcurrency = cmp.Or(out.RecoveryConcurrency, RecoveryConcurrencyDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
 	out.ParkThreshold = cmp.Or(out.ParkThreshold, ParkThresholdDefault)
 	out.StepRetry = out.StepRetry.withDefaults()
@@ -216,6 +230,8 @@ func (c *Config) validate() error {
 		return bad("PollInterval", "must not be negative")
 	case c.MaxRecoveryAttempts < 0:
 		return bad("MaxRecoveryAttempts", "must not be negative")
+	case c.RecoveryConcurrency < 0:
+		return bad("RecoveryConcurrency", "must not be negative")
 	case c.MaxPayloadBytes < 0:
 		return bad("MaxPayloadBytes", "must not be negative")
 	case c.ParkThreshold < 0:
@@ -310,6 +326,8 @@ type Engine struct {
 	active     activeRuns // the runs executing here
 	launches   launchGate
 	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
+	recov      resumer      // recovery slots (resume.go)
+	lease      *leasePool   // the heartbeat's and fence checks' connections (lease.go); set at Launch
 	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
 
 	hub         *hub
@@ -370,6 +388,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		hub:            newHub(),
 		kick:           make(chan struct{}, 1),
 	}
+	e.recov.free = c.RecoveryConcurrency
 	e.tracer = newTracer(c.TracerProvider)
 	e.initBatchers()
 	e.stepDelay = stepFlushDelay
@@ -424,20 +443,29 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return err
 	}
 
-	e.mu.Lock()
-	e.state = stateLaunched
-	e.mu.Unlock()
-
-	if err := e.recoverOwn(ctx); err != nil {
+	if err := e.openLeasePool(); err != nil {
 		e.bg.stopAll()
-		e.mu.Lock()
-		e.state = stateNew
-		e.mu.Unlock()
-		return fmt.Errorf("durable: launch: recovery: %w", err)
+		return err
 	}
 	// A new executor cannot tell whether the database was just away:
 	// it gives peers the same time to renew their leases (judgesLeases).
 	e.cutOffAt.Store(time.Now().UnixNano())
+	// This executor's own runs are claimed before it is launched: no run
+	// of this incarnation exists yet to be mistaken for an earlier one's.
+	own, err := e.claimOwn(ctx)
+	if err != nil {
+		e.bg.stopAll()
+		e.closeLeasePool()
+		return fmt.Errorf("durable: launch: recovery: %w", err)
+	}
+	e.mu.Lock()
+	e.state = stateLaunched
+	e.mu.Unlock()
+	if err := e.startClaimed(ctx, own, nil); err != nil {
+		// Those not started stay ours and pending: the sweeper resumes them.
+		e.log.Warn("durable: launch: resume runs", "err", err)
+	}
+	e.reportOrphansElsewhere(ctx)
 	e.bg.start("heartbeat", e.heartbeatLoop)
 	e.bg.start("sweeper", e.sweepLoop)
 	for _, q := range e.queues {
@@ -596,12 +624,13 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.bg.stop("heartbeat")
 	if err == nil {
 		// Every run stopped: let peers take over our pending runs now.
-		if _, rerr := e.pool.Exec(ctx, e.q.ReleaseLease, e.cfg.ExecutorID, e.incarnation); rerr != nil {
+		if _, rerr := e.lease.pool.Exec(ctx, e.q.ReleaseLease, e.cfg.ExecutorID, e.incarnation); rerr != nil {
 			e.log.Warn("durable: shutdown: release lease", "err", rerr)
 		}
 	}
 	e.bg.stopAll()
 	e.hardCancel(ErrShutdown)
+	e.closeLeasePool()
 	e.mu.Lock()
 	e.state = stateStopped
 	e.mu.Unlock()

@@ -37,7 +37,13 @@
 // checks it, so a paused "zombie" executor can never write into a run it no
 // longer owns. A run whose executor keeps dying is dead-lettered after
 // Config.MaxRecoveryAttempts. Runs are only resumed by executors with the
-// same Config.AppVersion that register their workflow name.
+// same Config.AppVersion that register their workflow name. The heartbeat
+// and the ownership checks go through two connections of their own, in a
+// pool made at Launch from the pool's config (it connects the same way,
+// PgBouncer included): a pool busy with the application's work never costs
+// a live executor its lease. Recovery is bounded: at most
+// Config.RecoveryConcurrency recovered runs execute at once in an
+// executor, and their recorded steps are loaded a few MiB at a time.
 //
 // # Database outages
 //

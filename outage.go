@@ -245,12 +245,17 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 			}
 			continue
 		}
+		if e.recov.take(1) == 0 {
+			e.noteDBTrouble() // no recovery slot free (resume.go): look again on the next sweep
+			continue
+		}
 		rows, err := e.pool.Query(ctx, e.q.ClaimStray, s.id, s.epoch, e.cfg.ExecutorID)
 		got, err := scanClaimed(rows, err)
 		if err != nil {
 			e.noteDBTrouble()
 		}
 		if err != nil || len(got) == 0 {
+			e.recov.give(1)
 			continue
 		}
 		e.log.Info("durable: resuming a stray run of this executor", "workflow_id", s.id)

@@ -444,9 +444,17 @@ func (e *Engine) declareQueues(ctx context.Context) error {
 }
 
 // requeue returns queued runs without a live owner to their queues (with
-// own, also this executor's runs left by its previous incarnation).
+// own, also this executor's runs left by its previous incarnation). The
+// runs of executors whose lease expired go back only when this executor
+// judges leases (judgesLeases), decided once it holds a connection (see
+// claimOrphans).
 func (e *Engine) requeue(ctx context.Context, own bool) error {
-	rows, err := e.pool.Query(ctx, e.qq.Requeue, e.cfg.ExecutorID, own)
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	rows, err := conn.Query(ctx, e.qq.Requeue, e.cfg.ExecutorID, own, e.judgesLeases())
 	if err != nil {
 		return err
 	}

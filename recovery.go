@@ -19,58 +19,91 @@ type claimed struct {
 	queued   *time.Duration // time since the run was created (enqueued)
 }
 
-// recoverOwn runs at Launch: it hands back pending runs of this executor
-// ID that this binary cannot run, then resumes all the others.
-func (e *Engine) recoverOwn(ctx context.Context) error {
+// claimOwn runs at Launch, before the engine is launched: it hands back
+// pending runs of this executor ID that this binary cannot run, and claims
+// the others (left by an earlier incarnation) as far as the recovery slots
+// allow, handing back the rest unowned for any executor to claim (see
+// resume.go). As no run of this incarnation exists yet, every run it finds
+// is an earlier one's. The caller starts the runs it claimed.
+func (e *Engine) claimOwn(ctx context.Context) ([]claimed, error) {
 	if err := e.requeue(ctx, true); err != nil {
-		return err
+		return nil, err
 	}
 	rows, err := e.pool.Query(ctx, e.q.ReleaseUnrunnable, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for rows.Next() {
 		var id, name, version string
 		if err := rows.Scan(&id, &name, &version); err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 		e.reportUnrunnable(id, name, version)
 	}
 	if err := rows.Err(); err != nil {
-		return err
+		return nil, err
 	}
+	slots := e.recov.take(e.cfg.RecoveryConcurrency)
+	all, err := e.claimOwnUpTo(ctx, slots)
+	if err != nil {
+		e.recov.give(slots)
+		return nil, err
+	}
+	e.recov.give(slots - len(all))
+	if len(all) < slots {
+		return all, nil
+	}
+	ids := make([]string, len(all))
+	for i, c := range all {
+		ids[i] = c.id
+	}
+	var n int64
+	var ignored *string
+	if err := e.pool.QueryRow(ctx, e.q.HandBackOwn, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, ids).Scan(&n, &ignored); err != nil {
+		e.recov.give(len(all))
+		return nil, err
+	}
+	if n > 0 {
+		e.log.Info("durable: pending runs of this executor beyond Config.RecoveryConcurrency handed back for any executor to claim",
+			"count", n, "resumed_here", len(all))
+	}
+	return all, nil
+}
+
+// claimOwnUpTo claims up to limit pending runs of this executor ID, in
+// batches that walk (created_at, id) forward, so a run is claimed once.
+func (e *Engine) claimOwnUpTo(ctx context.Context, limit int) ([]claimed, error) {
+	var all []claimed
 	afterCreated, afterID := time.Time{}, ""
-	for {
-		rows, err := e.pool.Query(ctx, e.q.ClaimOwn, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault, afterCreated, afterID)
+	for len(all) < limit {
+		batch := min(RecoveryBatchDefault, limit-len(all))
+		rows, err := e.pool.Query(ctx, e.q.ClaimOwn, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, batch, afterCreated, afterID)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var got []claimed
+		n := 0
 		for rows.Next() {
 			var c claimed
 			var created time.Time
 			if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue, &c.trace, &c.queued, &created); err != nil {
 				rows.Close()
-				return err
+				return nil, err
 			}
-			got = append(got, c)
+			all = append(all, c)
+			n++
 			if created.After(afterCreated) || (created.Equal(afterCreated) && c.id > afterID) {
 				afterCreated, afterID = created, c.id
 			}
 		}
 		if err := rows.Err(); err != nil {
-			return err
+			return nil, err
 		}
-		if err := e.startClaimed(ctx, got, nil); err != nil {
-			return err
-		}
-		if len(got) < RecoveryBatchDefault {
+		if n < batch {
 			break
 		}
 	}
-	e.reportOrphansElsewhere(ctx)
-	return nil
+	return all, nil
 }
 
 func (e *Engine) reportUnrunnable(id, name, version string) {
@@ -129,70 +162,29 @@ func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
 	}
 }
 
-// claim takes up to one batch of runs with query (ClaimOwn or
-// ClaimOrphans), loads their recorded steps in one query, and executes them.
-func (e *Engine) claim(ctx context.Context, query string, args ...any) (int, error) {
-	got, err := scanClaimed(e.pool.Query(ctx, query, append([]any{e.cfg.ExecutorID, e.cfg.AppVersion, e.names, RecoveryBatchDefault}, args...)...))
+// claimOrphans takes up to limit runs without a live owner (ClaimOrphans)
+// and executes them, each in a recovery slot; the caller took limit slots,
+// and those not used are given back. It returns how many runs it took.
+// Whether it may take the runs of executors whose lease expired
+// (judgesLeases) is decided once it holds a connection: a wait for one, the
+// pool busy with the application's work, must not stretch a judgement made
+// before it, in which time this executor's heartbeat may have failed.
+func (e *Engine) claimOrphans(ctx context.Context, limit int) (int, error) {
+	var got []claimed
+	conn, err := e.pool.Acquire(ctx)
+	if err == nil {
+		got, err = scanClaimed(conn.Query(ctx, e.q.ClaimOrphans, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, limit, e.judgesLeases()))
+		conn.Release()
+	}
 	if err != nil {
+		e.recov.give(limit)
 		return 0, err
 	}
+	e.recov.give(limit - len(got)) // no wake-up: this is the sweeper
+	if len(got) == limit && limit < RecoveryBatchDefault {
+		e.recov.starve() // more may wait for a slot
+	}
 	return len(got), e.startClaimed(ctx, got, nil)
-}
-
-// startClaimed loads the recorded steps of runs this executor just claimed,
-// in one query, and executes them (or dead-letters those over their
-// recovery limit). q is the queue whose slots they take, if any.
-func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) error {
-	if len(got) == 0 {
-		return nil
-	}
-	// A queued run at epoch 1 was just claimed for the first time (it
-	// was enqueued at epoch 0, and every later hand-back bumps the epoch):
-	// it has no recorded steps to load. (Not so for other claims: a fork
-	// is made at epoch 0 with the steps it copied.)
-	ids := make([]string, 0, len(got))
-	for _, c := range got {
-		if q == nil || c.epoch != 1 {
-			ids = append(ids, c.id)
-		}
-	}
-	var steps map[string]map[int]*stepRecord
-	err := e.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
-		if len(ids) == 0 {
-			return nil
-		}
-		var err error
-		steps, err = e.loadSteps(ctx, ids)
-		return err
-	})
-	if err != nil {
-		// Claimed but not started (a database error that is not a lost
-		// connection, or shutdown): the runs stay owned by us and pending;
-		// the sweeper resumes them as strays, or the next boot does.
-		e.noteDBTrouble()
-		if q != nil {
-			q.releaseN(len(got))
-		}
-		return fmt.Errorf("load steps of %d claimed runs: %w", len(ids), err)
-	}
-	for _, c := range got {
-		def := e.defs[c.name]
-		if c.attempts > def.maxRecovery {
-			e.deadLetter(ctx, c, def.maxRecovery)
-			if q != nil {
-				q.release()
-			}
-			continue
-		}
-		if c.attempts > 0 {
-			e.log.Info("durable: resuming run", "workflow_id", c.id, "workflow", c.name, "recovery_attempt", c.attempts, "recorded_steps", len(steps[c.id]))
-		}
-		r := e.newRun(c.id, c.name, c.epoch, steps[c.id], c.deadline)
-		r.queue = q
-		e.traceClaimed(r, &c)
-		e.launch(r, def, c.input)
-	}
-	return nil
 }
 
 func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
@@ -229,7 +221,8 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		hctx, cancel := context.WithTimeout(ctx, period)
-		tag, err := e.pool.Exec(hctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds())
+		// On the lease's own pool (lease.go): never behind the application's work.
+		tag, err := e.lease.pool.Exec(hctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds())
 		cancel()
 		if err != nil {
 			e.cutOffAt.Store(time.Now().UnixNano())
@@ -263,7 +256,11 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 	lastCleanup, lastStrayCheck := time.Now(), time.Now()
 	for {
 		for {
-			n, err := e.claim(ctx, e.q.ClaimOrphans, e.judgesLeases())
+			limit := e.recov.take(RecoveryBatchDefault)
+			if limit == 0 {
+				break // every recovery slot is in use: a run giving one back wakes us
+			}
+			n, err := e.claimOrphans(ctx, limit)
 			if err != nil {
 				e.noteDBTrouble()
 				if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
@@ -271,7 +268,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 				}
 				break
 			}
-			if n < RecoveryBatchDefault {
+			if n < limit {
 				break
 			}
 		}
@@ -282,10 +279,8 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 		if err := e.adoptStrays(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn("durable: resume stray runs", "err", err)
 		}
-		if e.judgesLeases() { // else peers' queued runs stay where they are for now
-			if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
-				e.log.Warn("durable: requeue runs of dead executors", "err", err)
-			}
+		if err := e.requeue(ctx, false); err != nil && ctx.Err() == nil {
+			e.log.Warn("durable: requeue runs of dead executors", "err", err)
 		}
 		e.reportOrphansElsewhere(ctx)
 		if time.Since(lastCleanup) > 10*time.Minute {

@@ -244,7 +244,7 @@ func (r *run) diagnose(pos int, name string, intentOK bool) error {
 	var epoch int64
 	var stepStatus *string
 	err := r.retryDB("check ownership", func(ctx context.Context) error {
-		return r.e.pool.QueryRow(ctx, r.e.q.OwnershipCheck, r.id, pos).Scan(&status, &epoch, &stepStatus)
+		return r.e.fenceCheck(ctx, r.e.q.OwnershipCheck, []any{r.id, pos}, &status, &epoch, &stepStatus)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -276,13 +276,20 @@ type wfDef struct {
 }
 
 // launch starts executing r on a worker goroutine.
-func (e *Engine) launch(r *run, def *wfDef, input []byte) {
+func (e *Engine) launch(r *run, def *wfDef, input []byte) { e.launchThen(r, def, input, nil) }
+
+// launchThen is launch that calls done, if not nil, when the execution is
+// over (a recovered run gives back its recovery slot: resume.go).
+func (e *Engine) launchThen(r *run, def *wfDef, input []byte, done func()) {
 	r.deferSteps = def.deferSteps
 	e.runs.Add(1)
 	e.active.store(r)
 	e.workers.run(func() {
 		defer e.runs.Done()
 		defer e.active.remove(r)
+		if done != nil {
+			defer done()
+		}
 		e.execute(r, def, input)
 	})
 }
@@ -408,7 +415,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		r.halt(r.deadlineError()) // e.g. queued past its deadline: never starts
 	} else {
 		out, err = callWorkflow(def, wctx, input)
-		_ = r.flushStreams() // a failure halts the run: it then does not finish here
+		_ = r.flushStreams(r.ctx) // a failure halts the run: it then does not finish here
 	}
 	if err != nil && r.halted() == nil && r.ctx.Err() != nil && r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		r.halt(r.deadlineError()) // the code gave up on its context's deadline
@@ -557,28 +564,6 @@ func callWorkflow(def *wfDef, wctx Context, input []byte) (out []byte, err error
 		}
 	}()
 	return def.call(wctx, input)
-}
-
-// loadSteps reads the recorded steps of the given runs in one query.
-func (e *Engine) loadSteps(ctx context.Context, ids []string) (map[string]map[int]*stepRecord, error) {
-	rows, err := e.pool.Query(ctx, e.q.LoadStepsMany, ids)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]map[int]*stepRecord, len(ids))
-	for rows.Next() {
-		var id string
-		rec := &stepRecord{}
-		if err := rows.Scan(&id, &rec.pos, &rec.name, &rec.status, &rec.output, &rec.err, &rec.attempts); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if out[id] == nil {
-			out[id] = map[int]*stepRecord{}
-		}
-		out[id][rec.pos] = rec
-	}
-	return out, rows.Err()
 }
 
 // encodePayload encodes v as JSON within the size limit.

@@ -323,8 +323,13 @@ func callStep[R any](r *run, sp *tspan, pos int, name string, n int, timeout tim
 		}
 	}()
 	out, err = fn(ctx)
-	if ferr := r.flushStreams(); ferr != nil {
-		return out, Permanent(ferr) // the run is halted; the step returns the halt reason
+	if ferr := r.flushStreams(ctx); ferr != nil {
+		if r.halted() != nil {
+			return out, Permanent(ferr) // the step returns the halt reason
+		}
+		if err == nil {
+			err = ferr // the step's timeout ended the wait: this attempt failed
+		}
 	}
 	// When the engine cut the step short, its outcome is not the step's.
 	return out, r.cutShort(pos, name, err)
@@ -435,7 +440,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 			}
 			// After the commit, not inside the transaction: the flush needs
 			// a pool connection of its own.
-			if ferr := r.flushStreams(); ferr != nil {
+			if ferr := r.flushStreams(r.ctx); ferr != nil {
 				return zero, ferr
 			}
 			return replayLive(r, out, &stepRecord{pos: pos, name: name, status: stepDone, output: output, attempts: n})

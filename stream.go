@@ -85,7 +85,7 @@ func StreamWrite[T any](ctx context.Context, key string, v T) error {
 	if err != nil {
 		return err
 	}
-	return r.e.streams().append(r, inWorkflow, key, value, false)
+	return r.e.streams().append(ctx, r, inWorkflow, key, value, false)
 }
 
 // StreamClose closes the stream key of the calling workflow: readers end
@@ -102,10 +102,10 @@ func StreamClose(ctx context.Context, key string) error {
 		return err
 	}
 	w := r.e.streams()
-	if err := w.append(r, inWorkflow, key, nil, true); err != nil {
+	if err := w.append(ctx, r, inWorkflow, key, nil, true); err != nil {
 		return err
 	}
-	return w.state(r).wait(ctx)
+	return w.state(r).wait(ctx, "close stream "+key)
 }
 
 // StreamRead returns an iterator over the entries of stream key of run
@@ -375,18 +375,42 @@ func newStreamWriter(e *Engine) *streamWriter {
 func (e *Engine) streams() *streamWriter { return e.streamw }
 
 // flushStreams waits until every stream entry r queued so far is stored.
-// Call it before recording a step's outcome and before finishing the run.
-// A failure (the run was fenced, cancelled, or the engine is stopping)
-// halts the run and is returned.
-func (r *run) flushStreams() error {
+// Call it before recording a step's outcome (ctx: the step's) and before
+// finishing the run (ctx: the run's). While the database is away the wait
+// goes on (the writer retries), until ctx or the run's context ends. A
+// failure (the run was fenced or cancelled, the engine stopped, its
+// deadline passed) halts the run and is returned; ctx alone ending (a
+// step's timeout) returns its error, and the step's attempt fails.
+func (r *run) flushStreams(ctx context.Context) error {
 	v, ok := r.e.streams().runs.Load(r)
 	if !ok {
 		return nil
 	}
-	if err := v.(*runStreams).wait(context.Background()); err != nil {
-		return r.halt(err)
+	if err := v.(*runStreams).wait(ctx, "stream entries not stored"); err != nil {
+		if h := r.halted(); h != nil {
+			return h
+		}
+		return err
 	}
 	return nil
+}
+
+// waitEnded explains why a stream call stopped waiting, its context ctx or
+// the run's having ended: when the run's did (cancelled, past its deadline,
+// the engine hard-stopped) the run halts and the halt reason is returned;
+// when only ctx did (a step's timeout, the caller's own deadline), ctx's
+// cause is, and the run goes on.
+func (r *run) waitEnded(ctx context.Context, what string) error {
+	if r.ctx.Err() != nil {
+		if err := r.cancelled(); err != nil {
+			return err
+		}
+		if r.e.hardCtx.Err() == nil && r.pastDeadline() {
+			return r.halt(r.deadlineError())
+		}
+		return r.halt(fmt.Errorf("durable: workflow %q: %s: %w", r.id, what, ErrShutdown))
+	}
+	return fmt.Errorf("durable: workflow %q: %s: %w", r.id, what, context.Cause(ctx))
 }
 
 // releaseStreams forgets r's stream state when its execution here ends.
@@ -404,8 +428,10 @@ func (w *streamWriter) state(r *run) *runStreams {
 	return v.(*runStreams)
 }
 
-// append queues one entry (or the close marker) of stream key of r.
-func (w *streamWriter) append(r *run, inWorkflow bool, key string, value []byte, closing bool) error {
+// append queues one entry (or the close marker) of stream key of r. Its
+// waits (for the key's state, for room in the queue) end with ctx or the
+// run's context.
+func (w *streamWriter) append(ctx context.Context, r *run, inWorkflow bool, key string, value []byte, closing bool) error {
 	if h := r.halted(); h != nil {
 		return h
 	}
@@ -417,11 +443,11 @@ func (w *streamWriter) append(r *run, inWorkflow bool, key string, value []byte,
 		rs.wseq++
 		rs.mu.Unlock()
 	}
-	ks, err := w.loadKey(rs, key)
+	ks, err := w.loadKey(ctx, rs, key)
 	if err != nil {
 		return err
 	}
-	if err := w.waitSpace(r); err != nil {
+	if err := w.waitSpace(ctx, r); err != nil {
 		return err
 	}
 	rs.mu.Lock()
@@ -454,14 +480,25 @@ func (w *streamWriter) append(r *run, inWorkflow bool, key string, value []byte,
 }
 
 // loadKey returns the state of stream key of the run, reading where it
-// stands from the database on the run's first write to it.
-func (w *streamWriter) loadKey(rs *runStreams, key string) (*streamKey, error) {
+// stands from the database on the run's first write to it. The read rides
+// out a database outage until ctx or the run's context ends.
+func (w *streamWriter) loadKey(ctx context.Context, rs *runStreams, key string) (*streamKey, error) {
+	r := rs.r
 	rs.mu.Lock()
 	ks := rs.keys[key]
 	if ks != nil {
 		rs.mu.Unlock()
-		<-ks.ready
+		select {
+		case <-ks.ready:
+		case <-ctx.Done():
+			return nil, r.waitEnded(ctx, "read stream "+key)
+		case <-r.ctx.Done():
+			return nil, r.waitEnded(ctx, "read stream "+key)
+		}
 		if ks.err != nil {
+			if ctx.Err() == nil && r.ctx.Err() == nil && r.halted() == nil {
+				return w.loadKey(ctx, rs, key) // the reader's own context ended (a step's timeout): read it here
+			}
 			return nil, ks.err
 		}
 		return ks, nil
@@ -471,16 +508,25 @@ func (w *streamWriter) loadKey(rs *runStreams, key string) (*streamKey, error) {
 	rs.mu.Unlock()
 	defer close(ks.ready)
 
-	r := rs.r
 	var last, maxWseq *int64
 	var closed *bool
-	err := r.retryDB("read stream state", func(ctx context.Context) error {
+	qctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(r.ctx, cancel)()
+	err, _ := retryTransient(qctx, func(ctx context.Context) error {
 		return w.pool.QueryRow(ctx, w.sq.KeyState, r.id, key).Scan(&last, &closed, &maxWseq)
+	}, func(attempt int, err error) {
+		if attempt == 1 || attempt%10 == 0 {
+			r.log().Warn("durable: database read failed, retrying", "op", "read stream state", "attempt", attempt, "err", err)
+		}
 	})
+	cancel()
 	if err != nil {
-		if h := r.halted(); h != nil {
-			err = h
-		} else {
+		switch {
+		case r.halted() != nil:
+			err = r.halted()
+		case ctx.Err() != nil || r.ctx.Err() != nil:
+			err = r.waitEnded(ctx, "read stream "+key)
+		default:
 			err = fmt.Errorf("durable: workflow %q: read stream %q: %w", r.id, key, err)
 		}
 		ks.err = err
@@ -500,8 +546,9 @@ func (w *streamWriter) loadKey(rs *runStreams, key string) (*streamKey, error) {
 	return ks, nil
 }
 
-// waitSpace blocks while too much is queued.
-func (w *streamWriter) waitSpace(r *run) error {
+// waitSpace blocks while too much is queued, until ctx or the run's
+// context ends.
+func (w *streamWriter) waitSpace(ctx context.Context, r *run) error {
 	for {
 		w.mu.Lock()
 		if len(w.pending) < streamMaxPendingRows && w.bytes < streamMaxPendingBytes {
@@ -512,18 +559,18 @@ func (w *streamWriter) waitSpace(r *run) error {
 		w.mu.Unlock()
 		select {
 		case <-ch:
+		case <-ctx.Done():
+			return r.waitEnded(ctx, "stream write")
 		case <-r.ctx.Done():
-			if err := r.interrupted(); err != nil {
-				return err
-			}
-			return fmt.Errorf("durable: workflow %q: stream write: %w", r.id, context.Cause(r.ctx))
+			return r.waitEnded(ctx, "stream write")
 		}
 	}
 }
 
 // wait blocks until every entry queued before the call is stored, or
-// returns why they will not be.
-func (rs *runStreams) wait(ctx context.Context) error {
+// returns why they will not be; or it returns when ctx or the run's
+// context ends first (see waitEnded; what names the wait).
+func (rs *runStreams) wait(ctx context.Context, what string) error {
 	rs.mu.Lock()
 	target := rs.appended
 	for rs.err == nil && rs.flushed < target {
@@ -532,7 +579,9 @@ func (rs *runStreams) wait(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return ctx.Err()
+			return rs.r.waitEnded(ctx, what)
+		case <-rs.r.ctx.Done():
+			return rs.r.waitEnded(ctx, what)
 		}
 		rs.mu.Lock()
 	}

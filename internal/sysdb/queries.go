@@ -68,6 +68,7 @@ type Queries struct {
 	Heartbeat           string
 	ReleaseLease        string
 	ClaimOwn            string
+	HandBackOwn         string
 	ClaimOrphans        string
 	ReleaseUnrunnable   string
 	CountOtherVersions  string
@@ -164,8 +165,27 @@ FROM {{schema}}.workflows WHERE id = $1`),
 		// No row: the run is not pending any more.
 		WatchWorkflow: r(`UPDATE {{schema}}.workflows SET notify = true WHERE id = $1 AND status IN ('pending', 'enqueued')`),
 
-		LoadStepsMany: r(`SELECT workflow_id, pos, name, status, output, error, attempts
-FROM {{schema}}.steps WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, pos`),
+		// The recorded steps of claimed runs, within a byte budget: the
+		// runs of $1 are taken in its order while the outputs and errors of
+		// their steps add up to at most $2 bytes (the first run always,
+		// whatever its size). The sizes are read first without loading the
+		// values (octet_length of a json value is its stored length, read
+		// from the tuple or its TOAST pointer). Returns the 1-based rank in
+		// $1 of each run taken with each of its steps, ordered by rank and
+		// position; a run taken without steps comes as one row of NULLs.
+		// $1 workflow_ids, $2 byte budget.
+		LoadStepsMany: r(`WITH ids AS (
+	SELECT id, n FROM unnest($1::text[]) WITH ORDINALITY AS i(id, n)),
+sized AS (
+	SELECT ids.n, ids.id, sum(sum(coalesce(octet_length(s.output::text), 0) + coalesce(octet_length(s.error::text), 0)))
+		OVER (ORDER BY ids.n) AS upto
+	FROM ids LEFT JOIN {{schema}}.steps s ON s.workflow_id = ids.id
+	GROUP BY ids.n, ids.id),
+taken AS (
+	SELECT n, id FROM sized WHERE n = 1 OR upto <= $2)
+SELECT t.n, s.pos, s.name, s.status, s.output, s.error, s.attempts
+FROM taken t LEFT JOIN {{schema}}.steps s ON s.workflow_id = t.id
+ORDER BY t.n, s.pos`),
 
 		// The single statement of a step: it records the outcome only while
 		// the run is pending and owned at epoch $9. FOR SHARE makes a
@@ -306,6 +326,18 @@ WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
 	clock_timestamp() - w.created_at, w.created_at`),
+
+		// The rest of boot recovery: the pending runs of this executor ID
+		// that it did not claim ($4) go back unowned, for any executor to
+		// claim (ClaimOrphans) as it has room; one notification wakes the
+		// sweepers. Returns how many. $1 executor_id, $2 app_version,
+		// $3 names, $4 the IDs claimed.
+		HandBackOwn: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET executor_id = NULL, epoch = epoch + 1, updated_at = now()
+	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
+		AND queue_name IS NULL AND NOT (id = ANY($4::text[]))
+	RETURNING 1)
+SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify('` + channel + `', 'n:') END)::text FROM (SELECT count(*) AS n FROM u) c`),
 
 		// Takeover: pending runs whose owner has no live lease, or no owner.
 		// A run that was never claimed (epoch 0, started by StartTx) does not

@@ -155,19 +155,20 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 		// previous incarnation) go back to their queue, keeping their place
 		// and their recorded steps, and pass through the limits again. The
 		// epoch bump fences the old owner.
-		// $1 executor_id, $2 include own runs (bool).
+		// $1 executor_id, $2 include own runs (bool), $3 include runs of
+		// executors whose lease expired (bool).
 		// Cancelled runs such an executor was stopping give their slots
 		// back. Columns: queue, runs requeued, (notify).
 		Requeue: r(`WITH r AS (
 	UPDATE {{schema}}.workflows o SET status = 'enqueued', executor_id = NULL, epoch = o.epoch + 1, updated_at = now()
 	WHERE o.status = 'pending' AND o.queue_name IS NOT NULL AND o.wake_at IS NULL
-	AND ((o.executor_id = $1 AND $2::bool) OR o.executor_id IS NULL OR (o.executor_id <> $1 AND NOT EXISTS (
+	AND ((o.executor_id = $1 AND $2::bool) OR o.executor_id IS NULL OR (o.executor_id <> $1 AND $3::bool AND NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
 	RETURNING o.queue_name),
 c AS (
 	UPDATE {{schema}}.workflows o SET executor_id = NULL
 	WHERE ` + stopping + `
-	AND ((o.executor_id = $1 AND $2::bool) OR (o.executor_id <> $1 AND NOT EXISTS (
+	AND ((o.executor_id = $1 AND $2::bool) OR (o.executor_id <> $1 AND $3::bool AND NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
 	RETURNING o.queue_name)
 SELECT queue_name, count(*) FILTER (WHERE requeued), pg_notify('` + channel + `', 'q:' || queue_name)::text

@@ -1,0 +1,130 @@
+package durable
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// acquireSignal is a pool tracer that closes the channel an Acquire's
+// context carries (acquireStarted) when the Acquire starts.
+type acquireSignal struct{}
+
+type acquireStarted struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (acquireSignal) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	if s, ok := ctx.Value(acquireStarted{}).(*acquireStarted); ok {
+		s.once.Do(func() { close(s.ch) })
+	}
+	return ctx
+}
+
+func (acquireSignal) TraceAcquireEnd(context.Context, *pgxpool.Pool, pgxpool.TraceAcquireEndData) {}
+
+func (acquireSignal) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (acquireSignal) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestLeaseJudgedWithConnectionInHand: the sweeper decides whether it may
+// take over the runs of executors whose lease expired (judgesLeases) once
+// it holds a connection, not before waiting for one. Here it waits, the
+// pool busy, and meanwhile its own heartbeat fails (the database was away,
+// so peers may not have renewed their leases yet): the claim and the
+// requeue that then run take no run of an executor whose lease expired.
+func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cfg := pgtest.Pool(t).Config()
+	cfg.MaxConns = 2
+	cfg.ConnConfig.Tracer = acquireSignal{}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	schema := pgtest.Schema(t)
+	// A long lease: once cut off, the executor does not judge leases for 5 s.
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "judge", LeaseTTL: 10 * time.Second})
+	require.NoError(t, err)
+	wf := Register(e, "w", func(wctx Context, n int) (int, error) { return n, nil }, nil)
+	q := RegisterQueue(e, "q", nil)
+	launchUntilCleanup(ctx, t, e)
+	e.bg.stop("sweeper") // the test sweeps by hand
+
+	// A run and a queued run of an executor that is gone (no lease).
+	_, err = pool.Exec(ctx, e.q.InsertOwned, "orphan", "w", "test", "gone", []byte("1"), nil, nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, q.Pause(ctx))
+	_, err = wf.Enqueue(ctx, q, 2, &EnqueueOpts{ID: "queued-orphan"})
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "workflows"}.Sanitize()+
+		" SET status = 'pending', executor_id = 'gone', epoch = epoch + 1 WHERE id = 'queued-orphan'")
+	require.NoError(t, err)
+
+	// sweep runs f while every connection of the pool is held; once f
+	// waits for one, the executor's heartbeat fails, then the connections
+	// come back.
+	sweep := func(f func(ctx context.Context) error) {
+		t.Helper()
+		e.cutOffAt.Store(0) // in touch with the database for long: it judges leases
+		require.True(t, e.judgesLeases())
+		var held []*pgxpool.Conn
+		for range cfg.MaxConns {
+			c, err := pool.Acquire(ctx)
+			require.NoError(t, err)
+			held = append(held, c)
+		}
+		started := &acquireStarted{ch: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() { done <- f(context.WithValue(ctx, acquireStarted{}, started)) }()
+		<-started.ch
+		e.cutOffAt.Store(time.Now().UnixNano())
+		for _, c := range held {
+			c.Release()
+		}
+		require.NoError(t, <-done)
+	}
+	sweep(func(ctx context.Context) error {
+		n, err := e.claimOrphans(ctx, e.recov.take(RecoveryBatchDefault))
+		if err == nil && n != 0 {
+			t.Errorf("the claim took %d runs of the gone executor", n)
+		}
+		return err
+	})
+	sweep(func(ctx context.Context) error { return e.requeue(ctx, false) })
+	stays := func(what string) {
+		t.Helper()
+		got := map[string]string{}
+		rows, err := pool.Query(ctx, "SELECT id, status || ' ' || coalesce(executor_id, '-') FROM "+
+			pgx.Identifier{schema, "workflows"}.Sanitize())
+		require.NoError(t, err)
+		for rows.Next() {
+			var id, s string
+			require.NoError(t, rows.Scan(&id, &s))
+			got[id] = s
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, map[string]string{"orphan": "pending gone", "queued-orphan": "pending gone"}, got, what)
+	}
+	stays("after the sweep")
+
+	// A new executor cannot tell whether the database was just away
+	// either: its launch takes no run of an executor whose lease expired.
+	e2, err := New(pgtest.Pool(t), &Config{Schema: schema, AppVersion: "test", ExecutorID: "new", LeaseTTL: 10 * time.Second})
+	require.NoError(t, err)
+	Register(e2, "w", func(wctx Context, n int) (int, error) { return n, nil }, nil)
+	RegisterQueue(e2, "q", nil)
+	launchUntilCleanup(ctx, t, e2)
+	stays("after a launch")
+}

@@ -1,0 +1,200 @@
+package durable
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Bounded resume. A run claimed by recovery (its own at Launch, taken over
+// from a dead executor, unowned, or parked and due) replays its recorded
+// steps, so it holds them in memory while it executes. Two bounds keep a
+// large backlog from loading everything at once:
+//   - Config.RecoveryConcurrency recovery slots: a claim takes at most as
+//     many runs as slots are free, and each run gives its slot back when
+//     its execution here ends. The sweeper claims more then; at Launch,
+//     the own runs beyond the slots are handed back unowned, for any
+//     executor to claim.
+//   - the recorded steps of claimed runs are loaded in chunks of at most
+//     resumeLoadBytes of outputs and errors per query (one run over the
+//     budget is loaded alone), each chunk's runs started before the next
+//     is loaded. A few runs are one query, as before.
+
+// resumeLoadBytes is the budget of recorded step outputs and errors read
+// by one query when claimed runs are resumed.
+const resumeLoadBytes = 16 << 20
+
+// resumer holds the recovery slots.
+type resumer struct {
+	mu      sync.Mutex
+	free    int
+	starved bool // a claim was held back by the slots: the next slot given back wakes the sweeper
+
+	loadBytes int                   // budget of one load; 0: resumeLoadBytes (tests set less)
+	onLoad    func(runs, bytes int) // tests: called after each load of recorded steps
+}
+
+// take takes up to n free slots and returns how many it took.
+func (s *resumer) take(n int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := min(n, s.free)
+	s.free -= k
+	if k == 0 {
+		s.starved = true
+	}
+	return k
+}
+
+// give gives n slots back; wake reports that the sweeper was held back by
+// the slots and should look again.
+func (s *resumer) give(n int) (wake bool) {
+	if n == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.free += n
+	wake, s.starved = s.starved, false
+	return wake
+}
+
+// starve notes that a claim took all the slots it had: more runs may be
+// waiting for one.
+func (s *resumer) starve() {
+	s.mu.Lock()
+	s.starved = true
+	s.mu.Unlock()
+}
+
+// giveSlots gives n recovery slots back, waking the sweeper if it waits
+// for them.
+func (e *Engine) giveSlots(n int) {
+	if e.recov.give(n) {
+		e.wakeSweeper()
+	}
+}
+
+// startClaimed loads the recorded steps of runs this executor just claimed
+// and executes them (or dead-letters those over their recovery limit). q is
+// the queue whose slots they take, if any; without one, each run holds a
+// recovery slot taken before the claim, given back when its execution ends
+// (or at once if it does not start).
+func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) error {
+	release := func(n int) {
+		if q != nil {
+			q.releaseN(n)
+		} else {
+			e.giveSlots(n)
+		}
+	}
+	// A queued run at epoch 1 was just claimed for the first time (it
+	// was enqueued at epoch 0, and every later hand-back bumps the epoch):
+	// it has no recorded steps to load. (Not so for other claims: a fork
+	// is made at epoch 0 with the steps it copied.)
+	var load []claimed
+	for _, c := range got {
+		def := e.defs[c.name]
+		switch {
+		case c.attempts > def.maxRecovery:
+			e.deadLetter(ctx, c, def.maxRecovery)
+			release(1)
+		case q != nil && c.epoch == 1:
+			e.resumeOne(c, nil, q)
+		default:
+			load = append(load, c)
+		}
+	}
+	for len(load) > 0 {
+		ids := make([]string, len(load))
+		for i, c := range load {
+			ids[i] = c.id
+		}
+		var steps map[string]map[int]*stepRecord
+		var n int
+		err := e.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
+			var err error
+			steps, n, err = e.loadSteps(ctx, ids)
+			return err
+		})
+		if err == nil && n == 0 {
+			err = fmt.Errorf("no run taken of %d", len(ids)) // the first is always taken
+		}
+		if err != nil {
+			// Claimed but not started (a database error that is not a lost
+			// connection, or shutdown): the runs stay owned by us and pending;
+			// the sweeper resumes them as strays, or the next boot does.
+			e.noteDBTrouble()
+			release(len(load))
+			return fmt.Errorf("load steps of %d claimed runs: %w", len(ids), err)
+		}
+		for _, c := range load[:n] {
+			e.resumeOne(c, steps[c.id], q)
+		}
+		load = load[n:]
+	}
+	return nil
+}
+
+// resumeOne executes claimed run c with its recorded steps.
+func (e *Engine) resumeOne(c claimed, steps map[int]*stepRecord, q *Queue) {
+	if c.attempts > 0 {
+		e.log.Info("durable: resuming run", "workflow_id", c.id, "workflow", c.name, "recovery_attempt", c.attempts, "recorded_steps", len(steps))
+	}
+	r := e.newRun(c.id, c.name, c.epoch, steps, c.deadline)
+	r.queue = q
+	e.traceClaimed(r, &c)
+	var done func()
+	if q == nil {
+		done = func() { e.giveSlots(1) }
+	}
+	e.launchThen(r, e.defs[c.name], c.input, done)
+}
+
+// loadSteps reads the recorded steps of the first runs of ids, in order,
+// whose outputs and errors fit the load budget (at least the first run):
+// n is how many runs it read.
+func (e *Engine) loadSteps(ctx context.Context, ids []string) (out map[string]map[int]*stepRecord, n int, err error) {
+	budget := e.recov.loadBytes
+	if budget == 0 {
+		budget = resumeLoadBytes
+	}
+	rows, err := e.pool.Query(ctx, e.q.LoadStepsMany, ids, budget)
+	if err != nil {
+		return nil, 0, err
+	}
+	out = make(map[string]map[int]*stepRecord, len(ids))
+	bytes := 0
+	for rows.Next() {
+		var rank int64
+		var pos, attempts *int32
+		var name, status *string
+		var output, errb []byte
+		if err := rows.Scan(&rank, &pos, &name, &status, &output, &errb, &attempts); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		if rank < 1 || rank > int64(len(ids)) {
+			rows.Close()
+			return nil, 0, fmt.Errorf("load steps: run rank %d out of 1..%d", rank, len(ids))
+		}
+		n = max(n, int(rank))
+		if pos == nil {
+			continue // a run without recorded steps
+		}
+		id := ids[rank-1]
+		if out[id] == nil {
+			out[id] = map[int]*stepRecord{}
+		}
+		rec := &stepRecord{pos: int(*pos), name: *name, status: *status, output: output, err: errb, attempts: int(*attempts)}
+		out[id][rec.pos] = rec
+		bytes += len(output) + len(errb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	if e.recov.onLoad != nil {
+		e.recov.onLoad(n, bytes)
+	}
+	return out, n, nil
+}

@@ -1,0 +1,142 @@
+package durable
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// TestResumeBounded: a restart with many pending runs whose recorded
+// steps are large resumes every one of them, each once, replaying its
+// steps; no query loads more than the byte budget of recorded outputs
+// (unless it loads a single run), and no more than RecoveryConcurrency of
+// the runs execute at once. The runs beyond it at Launch are handed back
+// and claimed by the sweeper as the first ones end.
+func TestResumeBounded(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	const (
+		runs      = 24
+		limit     = 4
+		budget    = 1 << 20
+		stepBytes = 100 << 10 // three steps: ~300 KiB a run, three runs to a load
+	)
+	big := func(id string, i int) string { return strings.Repeat(string(rune('a'+i)), stepBytes) + id }
+
+	var (
+		started   = make(chan string, runs)
+		executed  atomic.Int32 // step executions after the restart
+		executing atomic.Int32
+		peak      atomic.Int32
+		over      = make(chan struct{}) // closed when more than limit runs execute at once
+		overOnce  sync.Once
+	)
+	register := func(e *Engine, resumed bool) *Workflow[int, string] {
+		return Register(e, "big", func(wctx Context, n int) (string, error) {
+			if resumed {
+				cur := executing.Add(1)
+				defer executing.Add(-1)
+				for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
+				}
+				if cur > limit {
+					overOnce.Do(func() { close(over) })
+				}
+			}
+			var got string
+			for i := 0; i < 3; i++ {
+				out, err := Step(wctx, fmt.Sprintf("big-%d", i), func(context.Context) (string, error) {
+					if resumed {
+						executed.Add(1)
+					}
+					return big(wctx.WorkflowID(), i), nil
+				}, nil)
+				if err != nil {
+					return "", err
+				}
+				got += out[stepBytes:]
+			}
+			if !resumed {
+				started <- wctx.WorkflowID()
+				<-wctx.Done() // until the hard stop
+				return "", wctx.Err()
+			}
+			// A while, so that runs overlap unless the limit keeps them apart.
+			t := time.NewTimer(200 * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-over:
+			}
+			return got, nil
+		}, nil)
+	}
+	cfg := &Config{Schema: schema, AppVersion: "test", ExecutorID: "resume", LeaseTTL: time.Second, PollInterval: 100 * time.Millisecond}
+
+	e1, err := New(pool, cfg)
+	require.NoError(t, err)
+	wf := register(e1, false)
+	require.NoError(t, e1.Launch(ctx))
+	for i := 0; i < runs; i++ {
+		_, err := wf.Start(ctx, i, &StartOpts{ID: fmt.Sprintf("big-%02d", i)})
+		require.NoError(t, err)
+	}
+	for i := 0; i < runs; i++ {
+		<-started
+	}
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	require.Error(t, e1.Shutdown(stopped)) // a hard stop: the runs stay pending and ours
+
+	var mu sync.Mutex
+	type load struct{ runs, bytes int }
+	var loads []load
+	cfg.RecoveryConcurrency = limit
+	e2, err := New(pool, cfg)
+	require.NoError(t, err)
+	e2.recov.loadBytes = budget
+	e2.recov.onLoad = func(runs, bytes int) {
+		mu.Lock()
+		loads = append(loads, load{runs, bytes})
+		mu.Unlock()
+	}
+	wf = register(e2, true)
+	launchUntilCleanup(ctx, t, e2)
+	for i := 0; i < runs; i++ {
+		id := fmt.Sprintf("big-%02d", i)
+		h, err := wf.Handle(ctx, id)
+		require.NoError(t, err)
+		out, err := h.Result(ctx)
+		require.NoError(t, err, id)
+		require.Equal(t, id+id+id, out, "%s replayed its own steps", id)
+	}
+	require.Zero(t, executed.Load(), "recorded steps are replayed, not executed again")
+	require.LessOrEqual(t, peak.Load(), int32(limit), "runs executing at once")
+
+	mu.Lock()
+	defer mu.Unlock()
+	total, multi := 0, false
+	for _, l := range loads {
+		total += l.runs
+		multi = multi || l.runs > 1
+		if l.runs > 1 {
+			require.LessOrEqual(t, l.bytes, budget, "a load of %d runs", l.runs)
+		}
+	}
+	require.Equal(t, runs, total, "each run's steps loaded once: %v", loads)
+	require.True(t, multi, "loads take several runs when they fit: %v", loads)
+	var maxAttempts int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT max(recovery_attempts) FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()).Scan(&maxAttempts))
+	require.Equal(t, 1, maxAttempts, "each run was recovered once")
+}
