@@ -2,8 +2,9 @@ package durable
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,7 +34,13 @@ func TestResumeBounded(t *testing.T) {
 		budget    = 1 << 20
 		stepBytes = 100 << 10 // three steps: ~300 KiB a run, three runs to a load
 	)
-	big := func(id string, i int) string { return strings.Repeat(string(rune('a'+i)), stepBytes) + id }
+	// Incompressible, so that the stored size the load budget reads is the
+	// size loaded.
+	big := func(id string, _ int) string {
+		b := make([]byte, stepBytes*3/4)
+		_, _ = rand.Read(b)
+		return base64.StdEncoding.EncodeToString(b) + id
+	}
 
 	var (
 		started   = make(chan string, runs)

@@ -169,15 +169,17 @@ FROM {{schema}}.workflows WHERE id = $1`),
 		// runs of $1 are taken in its order while the outputs and errors of
 		// their steps add up to at most $2 bytes (the first run always,
 		// whatever its size). The sizes are read first without loading the
-		// values (octet_length of a json value is its stored length, read
-		// from the tuple or its TOAST pointer). Returns the 1-based rank in
+		// values: pg_column_size is the stored size, read from the tuple or
+		// its TOAST pointer (a json value's length would detoast it, and
+		// every later chunk sizes the runs left again). For a value TOAST
+		// compressed, that is less than its length. Returns the 1-based rank in
 		// $1 of each run taken with each of its steps, ordered by rank and
 		// position; a run taken without steps comes as one row of NULLs.
 		// $1 workflow_ids, $2 byte budget.
 		LoadStepsMany: r(`WITH ids AS (
 	SELECT id, n FROM unnest($1::text[]) WITH ORDINALITY AS i(id, n)),
 sized AS (
-	SELECT ids.n, ids.id, sum(sum(coalesce(octet_length(s.output::text), 0) + coalesce(octet_length(s.error::text), 0)))
+	SELECT ids.n, ids.id, sum(sum(coalesce(pg_column_size(s.output), 0) + coalesce(pg_column_size(s.error), 0)))
 		OVER (ORDER BY ids.n) AS upto
 	FROM ids LEFT JOIN {{schema}}.steps s ON s.workflow_id = ids.id
 	GROUP BY ids.n, ids.id),

@@ -1,0 +1,65 @@
+package main
+
+// The mutants of the lease's own connections, bounded resume and the
+// waits of stream writers.
+
+func init() {
+	register(
+		Mutant{
+			Name:      "lease/own-pool",
+			Mechanism: "the heartbeat renews the lease on connections of its own, never behind the application's work",
+			Edits: []Edit{{File: "recovery.go",
+				Find:    "tag, err := e.lease.pool.Exec(hctx, e.q.Heartbeat",
+				Replace: "tag, err := e.pool.Exec(hctx, e.q.Heartbeat"}},
+			Pkg: ".", Tests: "TestBusyPoolKeepsLease",
+		},
+		Mutant{
+			Name:      "lease/fence-check-pool",
+			Mechanism: "the ownership check after a refused checkpoint uses the lease's connections",
+			Edits: []Edit{{File: "run.go",
+				Find:    "return r.e.fenceCheck(ctx, r.e.q.OwnershipCheck, []any{r.id, pos}, &status, &epoch, &stepStatus)",
+				Replace: "return r.e.pool.QueryRow(ctx, r.e.q.OwnershipCheck, r.id, pos).Scan(&status, &epoch, &stepStatus)"}},
+			Pkg: ".", Tests: "TestFencedTxStepsOnBusyPool",
+		},
+		Mutant{
+			Name:      "lease/judged-with-connection",
+			Mechanism: "the takeover decides whether leases may be judged once it holds a connection",
+			Edits: []Edit{{File: "recovery.go",
+				Find:    "\tconn, err := e.pool.Acquire(ctx)\n\tif err == nil {\n\t\tgot, err = scanClaimed(conn.Query(ctx, e.q.ClaimOrphans, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, limit, e.judgesLeases()))",
+				Replace: "\tjudges := e.judgesLeases()\n\tconn, err := e.pool.Acquire(ctx)\n\tif err == nil {\n\t\tgot, err = scanClaimed(conn.Query(ctx, e.q.ClaimOrphans, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, limit, judges))"}},
+			Pkg: ".", Tests: "TestLeaseJudgedWithConnectionInHand",
+		},
+		Mutant{
+			Name:      "lease/requeue-judged-with-connection",
+			Mechanism: "the requeue of dead executors' queued runs decides whether leases may be judged once it holds a connection",
+			Edits: []Edit{{File: "queue.go",
+				Find:    "\tconn, err := e.pool.Acquire(ctx)\n\tif err != nil {\n\t\treturn err\n\t}\n\tdefer conn.Release()\n\trows, err := conn.Query(ctx, e.qq.Requeue, e.cfg.ExecutorID, own, e.judgesLeases())",
+				Replace: "\tjudges := e.judgesLeases()\n\tconn, err := e.pool.Acquire(ctx)\n\tif err != nil {\n\t\treturn err\n\t}\n\tdefer conn.Release()\n\trows, err := conn.Query(ctx, e.qq.Requeue, e.cfg.ExecutorID, own, judges)"}},
+			Pkg: ".", Tests: "TestLeaseJudgedWithConnectionInHand",
+		},
+		Mutant{
+			Name:      "resume/slots",
+			Mechanism: "a claim by recovery takes no more runs than free recovery slots (Config.RecoveryConcurrency)",
+			Edits: []Edit{{File: "resume.go",
+				Find:    "k := min(n, s.free)",
+				Replace: "k := n"}},
+			Pkg: ".", Tests: "TestResumeBounded",
+		},
+		Mutant{
+			Name:      "resume/load-budget",
+			Mechanism: "one load of claimed runs' recorded steps stays within its byte budget",
+			Edits: []Edit{{File: "internal/sysdb/queries.go",
+				Find:    "SELECT n, id FROM sized WHERE n = 1 OR upto <= $2)",
+				Replace: "SELECT n, id FROM sized WHERE n = 1 OR upto <= $2 OR true)"}},
+			Pkg: ".", Tests: "TestResumeBounded",
+		},
+		Mutant{
+			Name:      "stream/waits-end",
+			Mechanism: "a stream writer's wait ends with its run or step (cancel, deadline, step timeout)",
+			Edits: []Edit{{File: "stream.go",
+				Find:    "\t\tcase <-ctx.Done():\n\t\t\treturn rs.r.waitEnded(ctx, what)\n\t\tcase <-rs.r.ctx.Done():\n\t\t\treturn rs.r.waitEnded(ctx, what)\n",
+				Replace: ""}},
+			Pkg: ".", Tests: "TestStreamWaitsEnd",
+		},
+	)
+}
