@@ -138,6 +138,7 @@
 //	handle of an ID that does not exist              ErrWorkflowNotFound
 //	input or output over Config.MaxPayloadBytes      *PayloadTooLargeError (ErrPayloadTooLarge)
 //	bad name, ID, config field or option             ErrInvalidArgument, naming the field
+//	input, message or event JSON cannot encode       ErrInvalidArgument (and ErrPermanent)
 //	Start before Launch / during Shutdown            ErrNotLaunched / ErrShutdown
 //	step failed for good                             *StepError wrapping the recorded cause
 //	step or workflow panicked                        ErrPanic (with the stack recorded)

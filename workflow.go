@@ -185,8 +185,20 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 	if err := checkName("workflow ID", id); err != nil {
 		return "", nil, err
 	}
-	input, err := w.e.encodePayload(in, "input of workflow %q", w.def.name)
+	input, err := w.e.encodeArg(in, "input of workflow %q", w.def.name)
 	return id, input, err
+}
+
+// encodeArg is encodePayload for a value a caller hands in (a workflow
+// input, a message, an event value): one that JSON cannot encode (a
+// channel, a func, a cycle, a failing MarshalJSON) is an
+// [ErrInvalidArgument], still permanent.
+func (e *Engine) encodeArg(v any, what, name string) ([]byte, error) {
+	b, err := e.encodePayload(v, what, name)
+	if err != nil && !errors.Is(err, ErrPayloadTooLarge) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return b, err
 }
 
 // insertAndRun inserts a run owned by this executor and, when the insert
