@@ -135,6 +135,7 @@
 //	situation                                        error
 //	-----------------------------------------------  ------------------------------------------
 //	Start of an ID used by another workflow          *ConflictError (ErrWorkflowConflict)
+//	Start/Enqueue of an ID with another input        *ConflictError (ErrInputMismatch)
 //	handle of an ID that does not exist              ErrWorkflowNotFound
 //	input or output over Config.MaxPayloadBytes      *PayloadTooLargeError (ErrPayloadTooLarge)
 //	bad name, ID, config field or option             ErrInvalidArgument, naming the field
