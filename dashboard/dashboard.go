@@ -13,8 +13,10 @@
 //
 // Every page needs authentication: [Options.Token] (sent as
 // "Authorization: Bearer <token>", or typed once into the login form,
-// which sets an HttpOnly, SameSite=Strict session cookie), or the
-// application's own middleware in [Options.Auth]. [New] refuses options
+// which starts a session: an HttpOnly, SameSite=Strict cookie holding a
+// random ID the dashboard keeps in memory, so signing out ends it for
+// good, and a restart ends them all), or the application's own middleware
+// in [Options.Auth]. [New] refuses options
 // without either, unless [Options.AllowUnauthenticated] says so
 // explicitly, and [ListenAndServe] refuses a non-loopback address without
 // a token. Actions (approve, deny, cancel, resume, send, pause, trigger)
@@ -39,7 +41,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -112,12 +113,13 @@ type Options struct {
 }
 
 type dash struct {
-	eng   *durable.Engine
-	opts  Options
-	key   []byte // signs sessions and CSRF tokens
-	pages *pages
-	log   *slog.Logger
-	mux   *http.ServeMux
+	eng      *durable.Engine
+	opts     Options
+	key      []byte // signs CSRF tokens
+	sessions *sessions
+	pages    *pages
+	log      *slog.Logger
+	mux      *http.ServeMux
 }
 
 // New returns the dashboard of eng as an http.Handler. It fails with
@@ -156,7 +158,8 @@ func New(eng *durable.Engine, opts *Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &dash{eng: eng, opts: o, key: make([]byte, 32), pages: p, log: o.Logger, mux: http.NewServeMux()}
+	d := &dash{eng: eng, opts: o, key: make([]byte, 32), sessions: newSessions(o.SessionTTL),
+		pages: p, log: o.Logger, mux: http.NewServeMux()}
 	if _, err := rand.Read(d.key); err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
@@ -244,7 +247,7 @@ func (d *dash) authenticated(r *http.Request) bool {
 		return true
 	}
 	c, err := r.Cookie(sessionCookie)
-	return err == nil && d.validSession(c.Value)
+	return err == nil && d.sessions.valid(c.Value)
 }
 
 func (d *dash) bearer(r *http.Request) bool {
@@ -273,23 +276,6 @@ func (d *dash) sign(s string) string {
 	m := hmac.New(sha256.New, d.key)
 	m.Write([]byte(s))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-func (d *dash) newSession() string {
-	exp := strconv.FormatInt(time.Now().Add(d.opts.SessionTTL).Unix(), 10)
-	return exp + "." + d.sign("session."+exp)
-}
-
-func (d *dash) validSession(v string) bool {
-	exp, sig, ok := strings.Cut(v, ".")
-	if !ok {
-		return false
-	}
-	n, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || time.Now().Unix() > n {
-		return false
-	}
-	return hmac.Equal([]byte(sig), []byte(d.sign("session."+exp)))
 }
 
 func (d *dash) cookiePath() string { return d.opts.Prefix + "/" }
@@ -365,11 +351,16 @@ func (d *dash) login(w http.ResponseWriter, r *http.Request) {
 		d.render(w, r, http.StatusUnauthorized, "login", loginView{Message: "Wrong token."})
 		return
 	}
-	d.setCookie(w, r, sessionCookie, d.newSession(), int(d.opts.SessionTTL/time.Second))
+	d.setCookie(w, r, sessionCookie, d.sessions.create(), int(d.opts.SessionTTL/time.Second))
 	http.Redirect(w, r, d.opts.Prefix+"/", http.StatusSeeOther)
 }
 
+// logout ends the session server-side, not only in this browser: the
+// cookie is worthless afterwards, wherever a copy of it is.
 func (d *dash) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		d.sessions.revoke(c.Value)
+	}
 	d.setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, d.opts.Prefix+"/login", http.StatusSeeOther)
 }
