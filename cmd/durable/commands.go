@@ -533,14 +533,16 @@ func cmdPrune(ctx context.Context, c *cli, _ []string) error {
 const pruneBlobsAge = time.Hour
 
 // cmdUI serves the dashboard on the engine, which is never launched: the
-// pages read and act on the database only. It always requires a token.
+// pages read and act on the database only. It always requires a token, and
+// answers only to IP addresses, localhost, the --addr name and the
+// --allowed-host names in the Host header.
 func cmdUI(ctx context.Context, c *cli, _ []string) error {
 	token := cmp.Or(c.f.token, os.Getenv("DURABLE_UI_TOKEN"))
 	generated := token == ""
 	if generated {
 		token = dashboard.NewToken()
 	}
-	opts := &dashboard.Options{Token: token, ReadOnly: c.f.readOnly}
+	opts := &dashboard.Options{Token: token, ReadOnly: c.f.readOnly, AllowedHosts: c.f.allowedHosts}
 	return dashboard.ListenAndServe(ctx, c.eng, c.f.addr, opts, func(a net.Addr) {
 		fmt.Fprintf(c.stdout, "durable ui: serving on http://%s/\n", a)
 		if generated {

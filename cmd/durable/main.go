@@ -104,6 +104,7 @@ type flags struct {
 	maxRuns         int
 	addr, token     string
 	readOnly        bool
+	allowedHosts    []string
 }
 
 var commands = []*command{
@@ -168,6 +169,14 @@ var commands = []*command{
 			fs.StringVar(&c.f.addr, "addr", dashboard.DefaultAddr, "address to listen on; one that is not loopback needs a token")
 			fs.StringVar(&c.f.token, "token", "", "access token (default $DURABLE_UI_TOKEN, else a random one, printed once)")
 			fs.BoolVar(&c.f.readOnly, "read-only", false, "show no action buttons")
+			fs.Func("allowed-host", "a further name the dashboard answers to in the Host header, e.g. its public name behind a proxy (repeat or comma-separate; \"name\" or \"name:port\")", func(s string) error {
+				for _, h := range strings.Split(s, ",") {
+					if h = strings.TrimSpace(h); h != "" {
+						c.f.allowedHosts = append(c.f.allowedHosts, h)
+					}
+				}
+				return nil
+			})
 		}, run: cmdUI},
 }
 
