@@ -20,7 +20,8 @@
 // [Options.AllowUnauthenticated] says so explicitly; an unauthenticated
 // dashboard answers only requests to a loopback address, and
 // [ListenAndServe] refuses a non-loopback address without a token or with
-// AllowUnauthenticated.
+// AllowUnauthenticated. Cookies are Secure over TLS, and always with
+// [Options.SecureCookies] (behind a proxy that terminates TLS).
 //
 // Against DNS rebinding (a hostile page whose name resolves to the
 // dashboard's address), a request is served only when its Host header is
@@ -101,6 +102,12 @@ type Options struct {
 	// with 421 (DNS rebinding); an IP address, and "localhost" on a
 	// loopback connection, are always accepted. Defaults to none.
 	AllowedHosts []string
+
+	// SecureCookies marks the session and CSRF cookies Secure (sent over
+	// HTTPS only), for a dashboard behind a proxy that terminates TLS. A
+	// request that came over TLS gets Secure cookies anyway. Defaults to
+	// false.
+	SecureCookies bool
 
 	// Prefix is the path the handler is mounted at, without a trailing
 	// slash, e.g. "/durable" for mux.Handle("/durable/", h). Defaults to ""
@@ -394,7 +401,7 @@ func (d *dash) cookiePath() string { return d.opts.Prefix + "/" }
 
 func (d *dash) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: d.cookiePath(), MaxAge: maxAge,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: d.opts.SecureCookies || r.TLS != nil, SameSite: http.SameSiteStrictMode})
 }
 
 // csrfToken returns the form token of the browser's CSRF cookie, setting

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"testing"
 
@@ -129,6 +130,37 @@ func TestAllowUnauthenticatedLoopbackOnly(t *testing.T) {
 		require.Equal(t, tc.want, w.Code, "%+v", tc)
 		if tc.want == http.StatusForbidden {
 			require.Contains(t, w.Body.String(), "Options.AllowUnauthenticated", "%+v", tc)
+		}
+	}
+}
+
+// TestSecureCookies: the session and CSRF cookies are Secure with
+// Options.SecureCookies (TLS ends at a proxy, the dashboard sees plain
+// HTTP) and whenever the request came over TLS; not otherwise, or a plain
+// HTTP dashboard could not keep a login.
+func TestSecureCookies(t *testing.T) {
+	t.Parallel()
+	cookies := func(rg *rig, scheme string) []*http.Cookie {
+		t.Helper()
+		w := rg.do("POST", scheme+"://example.com/login", url.Values{"token": {token}}, nil)
+		require.Equal(t, http.StatusSeeOther, w.Code)
+		out := w.Result().Cookies()
+		w = rg.do("GET", scheme+"://example.com/", nil, func(r *http.Request) { addCookies(r, out) })
+		require.Equal(t, http.StatusOK, w.Code)
+		out = append(out, w.Result().Cookies()...)
+		require.Len(t, out, 2, "session and CSRF cookies")
+		return out
+	}
+	secure := newRig(t, &dashboard.Options{Token: token, SecureCookies: true})
+	plain := newRig(t, nil)
+	for _, tc := range []struct {
+		rg     *rig
+		scheme string
+		want   bool
+	}{{secure, "http", true}, {secure, "https", true}, {plain, "https", true}, {plain, "http", false}} {
+		for _, c := range cookies(tc.rg, tc.scheme) {
+			require.Equal(t, tc.want, c.Secure, "%s over %s", c.Name, tc.scheme)
+			require.True(t, c.HttpOnly)
 		}
 	}
 }

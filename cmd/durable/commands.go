@@ -542,7 +542,7 @@ func cmdUI(ctx context.Context, c *cli, _ []string) error {
 	if generated {
 		token = dashboard.NewToken()
 	}
-	opts := &dashboard.Options{Token: token, ReadOnly: c.f.readOnly, AllowedHosts: c.f.allowedHosts}
+	opts := &dashboard.Options{Token: token, ReadOnly: c.f.readOnly, AllowedHosts: c.f.allowedHosts, SecureCookies: c.f.secureCookies}
 	return dashboard.ListenAndServe(ctx, c.eng, c.f.addr, opts, func(a net.Addr) {
 		fmt.Fprintf(c.stdout, "durable ui: serving on http://%s/\n", a)
 		if generated {

@@ -105,6 +105,7 @@ type flags struct {
 	addr, token     string
 	readOnly        bool
 	allowedHosts    []string
+	secureCookies   bool
 }
 
 var commands = []*command{
@@ -177,6 +178,7 @@ var commands = []*command{
 				}
 				return nil
 			})
+			fs.BoolVar(&c.f.secureCookies, "secure-cookies", false, "mark the login cookies Secure, behind a proxy that terminates TLS")
 		}, run: cmdUI},
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os/exec"
 	"strings"
 	"testing"
@@ -17,7 +18,8 @@ import (
 
 // TestUI: durable ui serves the dashboard of the schema on loopback, with a
 // token it prints once; a request without it is refused, and so is one
-// under a host name it was not given (--allowed-host).
+// under a host name it was not given (--allowed-host); --secure-cookies
+// makes the login cookie Secure.
 func TestUI(t *testing.T) {
 	t.Parallel()
 	var wf *durable.Workflow[string, string]
@@ -33,7 +35,7 @@ func TestUI(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, bin, "ui", "--addr", "127.0.0.1:0", "--schema", e.schema,
-		"--allowed-host", "dash.example.com", "--allowed-host", "a.example,b.example:8443")
+		"--allowed-host", "dash.example.com", "--allowed-host", "a.example,b.example:8443", "--secure-cookies")
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -83,4 +85,12 @@ func TestUI(t *testing.T) {
 		code, _ = get(token, host)
 		require.Equal(t, want, code, host)
 	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.PostForm(url+"login", neturl.Values{"token": {token}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	cookies := resp.Cookies()
+	require.Len(t, cookies, 1, "the session cookie")
+	require.True(t, cookies[0].Secure)
 }
