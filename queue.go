@@ -360,7 +360,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 	}
 	// Not inserted: the ID exists, or the dedup ID is taken.
 	sp.existing()
-	if h, err := w.existing(ctx, db, id, so.sameInput(input)); !errors.Is(err, ErrWorkflowNotFound) {
+	if h, err := w.existing(ctx, db, id, so.sameInput(input), ""); !errors.Is(err, ErrWorkflowNotFound) {
 		return h, err
 	}
 	var holder string
@@ -368,7 +368,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 		return nil, fmt.Errorf("durable: enqueue workflow %q on queue %q: run %q not inserted and no dedup holder found: %w", w.def.name, q.name, id, err)
 	}
 	if o.OnDuplicate == DedupReturnExisting {
-		return w.existing(ctx, db, holder, nil) // another ID: its input may differ
+		return w.existing(ctx, db, holder, nil, "") // another ID: its input may differ
 	}
 	return nil, &DuplicateError{Queue: q.name, DedupID: o.DedupID, ExistingID: holder}
 }
@@ -686,5 +686,5 @@ func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string
 		e.queueReady(q)
 		return true, nil
 	}
-	return false, e.checkExisting(ctx, e.pool, id, def.name, nil)
+	return false, e.checkExisting(ctx, e.pool, id, def.name, nil, "")
 }

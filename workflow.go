@@ -236,7 +236,7 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 	if !inserted {
 		e.hub.unsubscribe(id, local)
 		sp.existing()
-		return w.existing(ctx, e.pool, id, want)
+		return w.existing(ctx, e.pool, id, want, parent)
 	}
 	r := e.newRun(id, w.def.name, 1, nil, deadline)
 	e.traceRun(r, sp.spanContext(), 0, nil, nil)
@@ -250,9 +250,10 @@ type queryer interface {
 }
 
 // existing returns a handle to the stored run id, checking it belongs to w
-// and, unless input is nil, that it was started with input.
-func (w *Workflow[P, R]) existing(ctx context.Context, q queryer, id string, input []byte) (*Handle[R], error) {
-	if err := w.e.checkExisting(ctx, q, id, w.def.name, input); err != nil {
+// and, unless input is nil, that it was started with input (see
+// checkExisting for parent).
+func (w *Workflow[P, R]) existing(ctx context.Context, q queryer, id string, input []byte, parent string) (*Handle[R], error) {
+	if err := w.e.checkExisting(ctx, q, id, w.def.name, input, parent); err != nil {
 		return nil, err
 	}
 	return &Handle[R]{e: w.e, id: id}, nil
@@ -263,8 +264,11 @@ func (w *Workflow[P, R]) existing(ctx context.Context, q queryer, id string, inp
 // input: [ErrWorkflowNotFound] or a [*ConflictError] otherwise. The input
 // column is json, stored as sent, so the bytes compare exactly. It is the
 // path of a start that found its ID taken, which reads the run anyway: a
-// new ID costs no extra round trip.
-func (e *Engine) checkExisting(ctx context.Context, q queryer, id, name string, input []byte) error {
+// new ID costs no extra round trip. A run that is already a child of
+// parent (not "") is that parent's own start, made again by its replay
+// after a crash between the child's insert and the start's checkpoint:
+// the parent gets its child back, as a recorded start would give it.
+func (e *Engine) checkExisting(ctx context.Context, q queryer, id, name string, input []byte, parent string) error {
 	info, err := e.readRun(ctx, q, id)
 	if err != nil {
 		return err
@@ -272,7 +276,8 @@ func (e *Engine) checkExisting(ctx context.Context, q queryer, id, name string, 
 	if info.name != name {
 		return &ConflictError{WorkflowID: id, Existing: info.name, Requested: name}
 	}
-	if input != nil && !bytes.Equal(info.input, input) {
+	ownChild := parent != "" && info.parent != nil && *info.parent == parent
+	if input != nil && !ownChild && !bytes.Equal(info.input, input) {
 		return &ConflictError{WorkflowID: id, Existing: info.name, Requested: name, InputDiffers: true}
 	}
 	return nil
@@ -309,7 +314,7 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	}
 	if !inserted {
 		sp.existing()
-		return w.existing(ctx, tx, id, opts.sameInput(input))
+		return w.existing(ctx, tx, id, opts.sameInput(input), "")
 	}
 	return &Handle[R]{e: w.e, id: id}, nil
 }
@@ -373,7 +378,7 @@ func (w *Workflow[P, R]) StartChild(wctx Context, in P, opts *StartOpts) (*Handl
 // Handle retrieves the handle of run id of w from any process. It fails
 // with [ErrWorkflowNotFound] or a [*ConflictError] when id is not a run of w.
 func (w *Workflow[P, R]) Handle(ctx context.Context, id string) (*Handle[R], error) {
-	return w.existing(ctx, w.e.pool, id, nil)
+	return w.existing(ctx, w.e.pool, id, nil, "")
 }
 
 // Handle follows one run.
@@ -533,7 +538,7 @@ func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []by
 	}
 	if !created {
 		sp.existing()
-		return false, e.checkExisting(ctx, e.pool, id, def.name, nil)
+		return false, e.checkExisting(ctx, e.pool, id, def.name, nil, "")
 	}
 	r := e.newRun(id, def.name, 1, nil, nil)
 	e.traceRun(r, sp.spanContext(), 0, nil, nil)

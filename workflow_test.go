@@ -247,6 +247,51 @@ func TestStartIDInputMismatch(t *testing.T) {
 	require.Equal(t, int32(3), runs.Load(), "idem-1, idem-q and idem-child ran once each")
 }
 
+// TestChildStartReplayKeepsChild: a parent that crashed after its child's
+// insert but before the start's checkpoint starts the child again on
+// replay. If the code now computes another input (a new deploy, a changed
+// default), the parent still gets its own child back, as the recorded
+// start would have given it, not an ErrInputMismatch.
+func TestChildStartReplayKeepsChild(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan string, 1)
+	var keeper *durable.Workflow[int, int]
+	register := func(gen int) func(e *durable.Engine) {
+		return func(e *durable.Engine) {
+			child := durable.Register(e, "kept", func(wctx durable.Context, in int) (int, error) { return in * 10, nil }, nil)
+			keeper = durable.Register(e, "keeper", func(wctx durable.Context, _ int) (int, error) {
+				h, err := child.StartChild(wctx, gen, &durable.StartOpts{ID: "kept-child"})
+				if err != nil {
+					return 0, err
+				}
+				if gen == 1 {
+					return 0, blockUntilStopped(wctx, started)
+				}
+				return h.Await(wctx)
+			}, nil)
+		}
+	}
+	e1 := b.engine(t, func(c *durable.Config) { c.ExecutorID = "gen-1" }, register(1))
+	ctx := ctxT(t)
+	_, err := keeper.Start(ctx, 0, &durable.StartOpts{ID: "keeper-1"})
+	require.NoError(t, err)
+	<-started
+	hardStop(t, e1)
+	// The crash came before the start's checkpoint.
+	tag, err := b.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{b.schema, "steps"}.Sanitize()+
+		" WHERE workflow_id = 'keeper-1' AND name = 'child:kept'")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	b.engine(t, func(c *durable.Config) { c.ExecutorID = "gen-2" }, register(2))
+	h, err := keeper.Handle(ctx, "keeper-1")
+	require.NoError(t, err)
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, out, "the child started by the first execution, with its input")
+}
+
 func TestStepRetriesAndPermanentErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
