@@ -489,3 +489,58 @@ func TestDatabaseErrorFailsRunVisibly(t *testing.T) {
 	_, err = h.Result(ctx)
 	require.ErrorContains(t, err, "record step 0")
 }
+
+// TestUnencodableArguments: a value JSON cannot encode (a channel, a func)
+// given as a workflow input, a message, an event value or a stream entry
+// is a bad argument: ErrInvalidArgument (and ErrPermanent, as no retry can
+// fix it), and nothing is written.
+func TestUnencodableArguments(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[any, string]
+	var emit *durable.Workflow[int, []bool]
+	var q *durable.Queue
+	eng := b.engine(t, nil, func(e *durable.Engine) {
+		q = durable.RegisterQueue(e, "unencodable", nil)
+		wf = durable.Register(e, "any-input", func(wctx durable.Context, in any) (string, error) { return "ran", nil }, nil)
+		emit = durable.Register(e, "emit", func(wctx durable.Context, in int) ([]bool, error) {
+			ev := durable.SetEvent(wctx, "k", make(chan int))
+			st := durable.StreamWrite(wctx, "k", func() {})
+			return []bool{errors.Is(ev, durable.ErrInvalidArgument), errors.Is(st, durable.ErrInvalidArgument)}, nil
+		}, nil)
+	})
+	ctx := ctxT(t)
+	requireBad := func(err error, what string) {
+		t.Helper()
+		require.ErrorIs(t, err, durable.ErrInvalidArgument, what)
+		require.ErrorIs(t, err, durable.ErrPermanent, what)
+		require.ErrorContains(t, err, "json: unsupported", what)
+	}
+	for i, in := range []any{make(chan int), func() {}, struct{ F func() }{}} {
+		id := fmt.Sprintf("bad-input-%d", i)
+		_, err := wf.Start(ctx, in, &durable.StartOpts{ID: id})
+		requireBad(err, "Start")
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = wf.StartTx(ctx, tx, in, &durable.StartOpts{ID: id})
+		requireBad(err, "StartTx")
+		require.NoError(t, tx.Commit(ctx))
+		_, err = wf.Enqueue(ctx, q, in, &durable.EnqueueOpts{ID: id})
+		requireBad(err, "Enqueue")
+		_, err = wf.Handle(ctx, id)
+		require.ErrorIs(t, err, durable.ErrWorkflowNotFound, "nothing is written")
+	}
+
+	h, err := emit.Start(ctx, 1, &durable.StartOpts{ID: "emit"})
+	require.NoError(t, err)
+	got, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, got, "SetEvent and StreamWrite")
+	// The encoding fails before the run's status is read: a bad message
+	// for a finished run is still a bad argument.
+	requireBad(durable.Send(ctx, eng, "emit", "t", make(chan int), nil), "Send")
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	requireBad(durable.SendTx(ctx, eng, tx, "emit", "t", func() {}, nil), "SendTx")
+	require.NoError(t, tx.Rollback(ctx))
+}

@@ -163,7 +163,7 @@ func (e *Engine) Fork(ctx context.Context, id string, fromStep int, opts *ForkOp
 // fork forks run id, which must be a run of workflow name unless name is "".
 func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *ForkOpts) (_ string, err error) {
 	if name != "" {
-		if err := e.checkExisting(ctx, e.pool, id, name); err != nil {
+		if err := e.checkExisting(ctx, e.pool, id, name, nil, ""); err != nil {
 			return "", err
 		}
 	} else if info, err := e.readRun(ctx, e.pool, id); err != nil {

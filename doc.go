@@ -141,9 +141,11 @@
 //	situation                                        error
 //	-----------------------------------------------  ------------------------------------------
 //	Start of an ID used by another workflow          *ConflictError (ErrWorkflowConflict)
+//	Start/Enqueue of an ID with another input        *ConflictError (ErrInputMismatch)
 //	handle of an ID that does not exist              ErrWorkflowNotFound
 //	input or output over Config.MaxPayloadBytes      *PayloadTooLargeError (ErrPayloadTooLarge)
 //	bad name, ID, config field or option             ErrInvalidArgument, naming the field
+//	input, message or event JSON cannot encode       ErrInvalidArgument (and ErrPermanent)
 //	Start before Launch / during Shutdown            ErrNotLaunched / ErrShutdown
 //	step failed for good                             *StepError wrapping the recorded cause
 //	step or workflow panicked                        ErrPanic (with the stack recorded)

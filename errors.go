@@ -13,8 +13,13 @@ import (
 var (
 	// ErrWorkflowNotFound: no workflow with that ID exists.
 	ErrWorkflowNotFound = errors.New("durable: workflow not found")
-	// ErrWorkflowConflict: the workflow ID is taken by a run of another workflow.
+	// ErrWorkflowConflict: the workflow ID is taken by a run of another
+	// workflow, or by a run of the same workflow with another input
+	// (then [ErrInputMismatch] matches too).
 	ErrWorkflowConflict = errors.New("durable: workflow ID already used by another workflow")
+	// ErrInputMismatch: a start reused the workflow ID of a run whose
+	// recorded input differs from the one given. See [StartOpts].ID.
+	ErrInputMismatch = errors.New("durable: workflow ID already used with a different input")
 	// ErrNotRegistered: no workflow is registered under that name in this binary.
 	ErrNotRegistered = errors.New("durable: workflow not registered")
 	// ErrNotLaunched: the engine must be launched before workflows start.
@@ -65,17 +70,26 @@ func (e *permanentError) Unwrap() error        { return e.err }
 func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
 
 // ConflictError reports a workflow ID already used by a run of another
-// workflow.
+// workflow, or (InputDiffers) by a run of the same workflow started with
+// another input. It matches [ErrWorkflowConflict], and [ErrInputMismatch]
+// when InputDiffers.
 type ConflictError struct {
-	WorkflowID string
-	Existing   string // name of the recorded run
-	Requested  string // name asked for
+	WorkflowID   string
+	Existing     string // name of the recorded run
+	Requested    string // name asked for
+	InputDiffers bool   // same workflow, but the recorded input is not the one given
 }
 
 func (e *ConflictError) Error() string {
+	if e.InputDiffers {
+		return fmt.Sprintf("durable: workflow ID %q is already used by a run of %q with a different input: "+
+			"reuse an ID only with the same input, or set AcceptDifferentInput to get the existing run", e.WorkflowID, e.Existing)
+	}
 	return fmt.Sprintf("durable: workflow ID %q is already used by workflow %q (requested %q)", e.WorkflowID, e.Existing, e.Requested)
 }
-func (e *ConflictError) Is(target error) bool { return target == ErrWorkflowConflict }
+func (e *ConflictError) Is(target error) bool {
+	return target == ErrWorkflowConflict || (e.InputDiffers && target == ErrInputMismatch)
+}
 
 // NonDeterminismError reports a replay that called a step other than the
 // one recorded at the same position. The run is stopped with status error.

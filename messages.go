@@ -68,7 +68,7 @@ func send[T any](ctx context.Context, e *Engine, db queryer, id, topic string, m
 		}
 		key = opts.IdempotencyKey
 	}
-	payload, err := e.encodePayload(msg, "message on topic %q", topic)
+	payload, err := e.encodeArg(msg, "message on topic %q", topic)
 	if err != nil {
 		return err
 	}
@@ -240,7 +240,7 @@ func SetEvent[T any](wctx Context, key string, value T) error {
 	if err != nil || rec != nil {
 		return err
 	}
-	b, err := r.e.encodePayload(value, "event %q", key)
+	b, err := r.e.encodeArg(value, "event %q", key)
 	if err != nil {
 		return err
 	}

@@ -46,8 +46,9 @@ func TestLeastPrivilegeSchemaOwner(t *testing.T) {
 
 // TestLeastPrivilegeDMLOnly: a DBA applies durable.MigrationSQL as an
 // administrator and grants the application role USAGE on the schema and
-// DML on its tables, nothing else. The engine runs with Config.SkipMigrate,
-// and also without it (Launch finds nothing to migrate and runs no DDL).
+// DML on its tables but SELECT only on schema_migrations, nothing else. The
+// engine runs with Config.SkipMigrate, and also without it (Launch finds
+// nothing to migrate and runs no DDL); the role cannot rewrite the version.
 func TestLeastPrivilegeDMLOnly(t *testing.T) {
 	t.Parallel()
 	admin := pgtest.Pool(t)
@@ -71,6 +72,7 @@ func TestLeastPrivilegeDMLOnly(t *testing.T) {
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + ident + " TO " + r,
 		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA " + ident + " TO " + r,
 		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + ident + " TO " + r,
+		"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON " + ident + ".schema_migrations FROM " + r,
 	} {
 		mustExec(t, admin, g)
 	}
@@ -79,11 +81,33 @@ func TestLeastPrivilegeDMLOnly(t *testing.T) {
 	requireNoDDLOutside(t, pool, schema)
 	_, err = pool.Exec(ctx, "CREATE TABLE "+ident+".mine (x int)")
 	requireSQLState(t, err, "42501") // no DDL in the schema either
+	requireVersionReadOnly(t, pool, schema)
 
 	exerciseEngine(t, ctx, pool, schema, func(c *durable.Config) { c.SkipMigrate = true })
 	// Without SkipMigrate: an up-to-date schema needs no DDL.
 	exerciseEngine(t, ctx, pool, schema, nil)
+	requireVersionReadOnly(t, pool, schema)
 	requireOwnsNothingOutside(t, admin, role, schema)
+}
+
+// requireVersionReadOnly: the role reads the schema version but cannot
+// rewrite it (claim a migration applied, or make Launch apply one again).
+func requireVersionReadOnly(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	ctx := ctxT(t)
+	table := pgx.Identifier{schema, "schema_migrations"}.Sanitize()
+	var v int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT max(version) FROM "+table).Scan(&v))
+	require.Equal(t, durable.SchemaVersion(), v)
+	for _, sql := range []string{
+		"INSERT INTO " + table + " (version, name) VALUES (9999, 'forged')",
+		"UPDATE " + table + " SET version = version + 1000",
+		"DELETE FROM " + table,
+		"TRUNCATE " + table,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		requireSQLState(t, err, "42501")
+	}
 }
 
 // restrictedRole creates a login role with no attributes and no grants,

@@ -269,11 +269,16 @@ type EnqueueOpts struct {
 	// Timeout bounds the run from the enqueue on, like StartOpts.Timeout; a
 	// run still queued at its deadline fails without starting.
 	Timeout time.Duration
+	// AcceptDifferentInput: as StartOpts.AcceptDifferentInput, an enqueue
+	// of an existing ID returns the existing run whatever its input.
+	// Defaults to false.
+	AcceptDifferentInput bool
 }
 
 // Enqueue puts a run of w on queue q and returns its handle. It starts when
 // the queue's limits allow, on an executor that works q. If the ID exists,
-// the existing run is returned, as with Start.
+// the existing run is returned, or a [*ConflictError] for another input,
+// as with Start.
 func (w *Workflow[P, R]) Enqueue(ctx context.Context, q *Queue, in P, opts *EnqueueOpts) (*Handle[R], error) {
 	h, err := w.enqueue(ctx, w.e.pool, q, in, opts, false)
 	if err == nil {
@@ -319,7 +324,8 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 			return nil, err
 		}
 	}
-	id, input, err := w.prepare(in, &StartOpts{ID: o.ID}, "")
+	so := &StartOpts{ID: o.ID, AcceptDifferentInput: o.AcceptDifferentInput}
+	id, input, err := w.prepare(in, so, "")
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +360,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 	}
 	// Not inserted: the ID exists, or the dedup ID is taken.
 	sp.existing()
-	if h, err := w.existing(ctx, db, id); !errors.Is(err, ErrWorkflowNotFound) {
+	if h, err := w.existing(ctx, db, id, so.sameInput(input), ""); !errors.Is(err, ErrWorkflowNotFound) {
 		return h, err
 	}
 	var holder string
@@ -362,7 +368,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 		return nil, fmt.Errorf("durable: enqueue workflow %q on queue %q: run %q not inserted and no dedup holder found: %w", w.def.name, q.name, id, err)
 	}
 	if o.OnDuplicate == DedupReturnExisting {
-		return w.existing(ctx, db, holder)
+		return w.existing(ctx, db, holder, nil, "") // another ID: its input may differ
 	}
 	return nil, &DuplicateError{Queue: q.name, DedupID: o.DedupID, ExistingID: holder}
 }
@@ -688,5 +694,5 @@ func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string
 		e.queueReady(q)
 		return true, nil
 	}
-	return false, e.checkExisting(ctx, e.pool, id, def.name)
+	return false, e.checkExisting(ctx, e.pool, id, def.name, nil, "")
 }

@@ -31,10 +31,18 @@ func TestQueueBasics(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, durable.QueueStats{Name: "basic", Settings: durable.QueueOpts{WorkerConcurrency: 4}}, st)
 
-	// Same ID again: the existing run.
-	h, err := wf.Enqueue(ctx, q, 99, &durable.EnqueueOpts{ID: hs[3].ID()})
+	// Same ID and input again: the existing run. Another input is refused
+	// (TestStartIDInputMismatch), unless the options accept it.
+	h, err := wf.Enqueue(ctx, q, 3, &durable.EnqueueOpts{ID: hs[3].ID()})
 	require.NoError(t, err)
 	v, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 6, v)
+	_, err = wf.Enqueue(ctx, q, 99, &durable.EnqueueOpts{ID: hs[3].ID()})
+	require.ErrorIs(t, err, durable.ErrInputMismatch)
+	h, err = wf.Enqueue(ctx, q, 99, &durable.EnqueueOpts{ID: hs[3].ID(), AcceptDifferentInput: true})
+	require.NoError(t, err)
+	v, err = h.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 6, v)
 

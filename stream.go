@@ -81,7 +81,7 @@ func StreamWrite[T any](ctx context.Context, key string, v T) error {
 	if err := checkName("stream key", key); err != nil {
 		return err
 	}
-	value, err := r.e.encodePayload(v, "stream %q entry", key)
+	value, err := r.e.encodeArg(v, "stream %q entry", key)
 	if err != nil {
 		return err
 	}

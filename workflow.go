@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -127,9 +128,17 @@ func checkName(what, s string) error {
 // StartOpts are options of a single start.
 type StartOpts struct {
 	// ID is the workflow ID: the run's idempotency key. Starting an ID that
-	// exists returns the existing run instead of running again.
-	// Defaults to a new UUIDv7 (for a child: parent ID + "/" + position).
+	// exists with the same input (the same encoded JSON, byte for byte)
+	// returns the existing run instead of running again; with another
+	// input it fails with a [*ConflictError] matching [ErrInputMismatch],
+	// and writes nothing. Defaults to a new UUIDv7 (for a child: parent ID
+	// + "/" + position).
 	ID string
+	// AcceptDifferentInput makes a start of an existing ID return the
+	// existing run whatever input it was started with (the first start
+	// wins), for IDs that name an occurrence rather than a request, e.g.
+	// "report-2026-05-01" with a timestamp in the input. Defaults to false.
+	AcceptDifferentInput bool
 	// Timeout bounds the whole run. The deadline is stored with the run,
 	// so it holds across restarts: once it passes, step contexts are
 	// cancelled, no new step starts, and the run ends with an error that
@@ -149,9 +158,10 @@ func (o *StartOpts) deadline() (*time.Time, error) {
 }
 
 // Start starts a run of w with input in, executed by this process, and
-// returns its handle. If a run with the same ID exists, Start returns a
-// handle to it without running anything; if that run belongs to another
-// workflow, the error is a [*ConflictError].
+// returns its handle. If a run with the same ID and input exists, Start
+// returns a handle to it without running anything; if that run belongs
+// to another workflow, or has another input (see [StartOpts].ID), the
+// error is a [*ConflictError].
 func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (_ *Handle[R], err error) {
 	e := w.e
 	if err := e.canStart(); err != nil {
@@ -167,7 +177,16 @@ func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (_ *H
 	}
 	sp := e.traceStart(ctx, "durable.start", w.def.name, id)
 	defer func() { sp.end(err) }()
-	return w.insertAndRun(ctx, sp, id, input, "", deadline)
+	return w.insertAndRun(ctx, sp, id, input, "", deadline, opts.sameInput(input))
+}
+
+// sameInput is the input an existing run of the ID must have been started
+// with: input, or nil (any) with AcceptDifferentInput.
+func (o *StartOpts) sameInput(input []byte) []byte {
+	if o != nil && o.AcceptDifferentInput {
+		return nil
+	}
+	return input
 }
 
 func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (string, []byte, error) {
@@ -185,13 +204,26 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 	if err := checkName("workflow ID", id); err != nil {
 		return "", nil, err
 	}
-	input, err := w.e.encodePayload(in, "input of workflow %q", w.def.name)
+	input, err := w.e.encodeArg(in, "input of workflow %q", w.def.name)
 	return id, input, err
 }
 
+// encodeArg is encodePayload for a value a caller hands in (a workflow
+// input, a message, an event value): one that JSON cannot encode (a
+// channel, a func, a cycle, a failing MarshalJSON) is an
+// [ErrInvalidArgument], still permanent.
+func (e *Engine) encodeArg(v any, what, name string) ([]byte, error) {
+	b, err := e.encodePayload(v, what, name)
+	if err != nil && !errors.Is(err, ErrPayloadTooLarge) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return b, err
+}
+
 // insertAndRun inserts a run owned by this executor and, when the insert
-// created it, executes it here.
-func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string, input []byte, parent string, deadline *time.Time) (*Handle[R], error) {
+// created it, executes it here. An existing run of the ID must have input
+// want (nil: any).
+func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string, input []byte, parent string, deadline *time.Time, want []byte) (*Handle[R], error) {
 	e := w.e
 	defer e.launches.enter()()
 	local := e.hub.subscribeLocal(id)
@@ -204,7 +236,7 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 	if !inserted {
 		e.hub.unsubscribe(id, local)
 		sp.existing()
-		return w.existing(ctx, e.pool, id)
+		return w.existing(ctx, e.pool, id, want, parent)
 	}
 	r := e.newRun(id, w.def.name, 1, nil, deadline)
 	e.traceRun(r, sp.spanContext(), 0, nil, nil)
@@ -217,23 +249,36 @@ type queryer interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// existing returns a handle to the stored run id, checking it belongs to w.
-func (w *Workflow[P, R]) existing(ctx context.Context, q queryer, id string) (*Handle[R], error) {
-	if err := w.e.checkExisting(ctx, q, id, w.def.name); err != nil {
+// existing returns a handle to the stored run id, checking it belongs to w
+// and, unless input is nil, that it was started with input (see
+// checkExisting for parent).
+func (w *Workflow[P, R]) existing(ctx context.Context, q queryer, id string, input []byte, parent string) (*Handle[R], error) {
+	if err := w.e.checkExisting(ctx, q, id, w.def.name, input, parent); err != nil {
 		return nil, err
 	}
 	return &Handle[R]{e: w.e, id: id}, nil
 }
 
 // checkExisting reads the stored run id and checks it is a run of the
-// workflow name: [ErrWorkflowNotFound] or a [*ConflictError] otherwise.
-func (e *Engine) checkExisting(ctx context.Context, q queryer, id, name string) error {
+// workflow name and, unless input is nil, that its recorded input is
+// input: [ErrWorkflowNotFound] or a [*ConflictError] otherwise. The input
+// column is json, stored as sent, so the bytes compare exactly. It is the
+// path of a start that found its ID taken, which reads the run anyway: a
+// new ID costs no extra round trip. A run that is already a child of
+// parent (not "") is that parent's own start, made again by its replay
+// after a crash between the child's insert and the start's checkpoint:
+// the parent gets its child back, as a recorded start would give it.
+func (e *Engine) checkExisting(ctx context.Context, q queryer, id, name string, input []byte, parent string) error {
 	info, err := e.readRun(ctx, q, id)
 	if err != nil {
 		return err
 	}
 	if info.name != name {
 		return &ConflictError{WorkflowID: id, Existing: info.name, Requested: name}
+	}
+	ownChild := parent != "" && info.parent != nil && *info.parent == parent
+	if input != nil && !ownChild && !bytes.Equal(info.input, input) {
+		return &ConflictError{WorkflowID: id, Existing: info.name, Requested: name, InputDiffers: true}
 	}
 	return nil
 }
@@ -269,7 +314,7 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	}
 	if !inserted {
 		sp.existing()
-		return w.existing(ctx, tx, id)
+		return w.existing(ctx, tx, id, opts.sameInput(input), "")
 	}
 	return &Handle[R]{e: w.e, id: id}, nil
 }
@@ -310,7 +355,7 @@ func (w *Workflow[P, R]) StartChild(wctx Context, in P, opts *StartOpts) (*Handl
 	var h *Handle[R]
 	err = r.retryDB("start child", func(ctx context.Context) error {
 		var err error
-		h, err = w.insertAndRun(ctx, sp, id, input, r.id, deadline)
+		h, err = w.insertAndRun(ctx, sp, id, input, r.id, deadline, opts.sameInput(input))
 		return err
 	})
 	sp.end(err)
@@ -333,7 +378,7 @@ func (w *Workflow[P, R]) StartChild(wctx Context, in P, opts *StartOpts) (*Handl
 // Handle retrieves the handle of run id of w from any process. It fails
 // with [ErrWorkflowNotFound] or a [*ConflictError] when id is not a run of w.
 func (w *Workflow[P, R]) Handle(ctx context.Context, id string) (*Handle[R], error) {
-	return w.existing(ctx, w.e.pool, id)
+	return w.existing(ctx, w.e.pool, id, nil, "")
 }
 
 // Handle follows one run.
@@ -493,7 +538,7 @@ func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []by
 	}
 	if !created {
 		sp.existing()
-		return false, e.checkExisting(ctx, e.pool, id, def.name)
+		return false, e.checkExisting(ctx, e.pool, id, def.name, nil, "")
 	}
 	r := e.newRun(id, def.name, 1, nil, nil)
 	e.traceRun(r, sp.spanContext(), 0, nil, nil)

@@ -120,6 +120,178 @@ func TestWorkflowIDConflict(t *testing.T) {
 	require.Equal(t, "c", ce.Requested)
 }
 
+// TestStartIDInputMismatch: a workflow ID is an idempotency key. Starting
+// it again with the same input returns the existing run; with another
+// input it fails with a *ConflictError matching ErrInputMismatch and writes
+// nothing, unless AcceptDifferentInput says the first start wins. Start,
+// StartTx, Enqueue, EnqueueTx and StartChild alike.
+func TestStartIDInputMismatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[signup, int]
+	var parent *durable.Workflow[int, string]
+	var q *durable.Queue
+	var runs atomic.Int32
+	eng := b.engine(t, nil, func(e *durable.Engine) {
+		q = durable.RegisterQueue(e, "idem", nil)
+		wf = durable.Register(e, "idem", func(wctx durable.Context, in signup) (int, error) {
+			runs.Add(1)
+			return in.Seats, nil
+		}, nil)
+		parent = durable.Register(e, "idem-parent", func(wctx durable.Context, seats int) (string, error) {
+			h, err := wf.StartChild(wctx, signup{Email: "child", Seats: seats}, &durable.StartOpts{ID: "idem-child"})
+			if errors.Is(err, durable.ErrInputMismatch) {
+				return "mismatch", nil
+			}
+			if err != nil {
+				return "", err
+			}
+			n, err := h.Await(wctx)
+			return strconv.Itoa(n), err
+		}, nil)
+	})
+	ctx := ctxT(t)
+	one, two := signup{Email: "a@example.com", Seats: 1}, signup{Email: "a@example.com", Seats: 2}
+	rows := func() int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "workflows"}.Sanitize()).Scan(&n))
+		return n
+	}
+	requireMismatch := func(err error, id string) {
+		t.Helper()
+		var ce *durable.ConflictError
+		require.ErrorAs(t, err, &ce)
+		require.ErrorIs(t, err, durable.ErrInputMismatch)
+		require.ErrorIs(t, err, durable.ErrWorkflowConflict)
+		require.True(t, ce.InputDiffers)
+		require.Equal(t, id, ce.WorkflowID)
+		require.Contains(t, err.Error(), "different input")
+	}
+	requireInput := func(id string, want signup) {
+		t.Helper()
+		info, err := eng.Inspect(ctx, id)
+		require.NoError(t, err)
+		require.JSONEq(t, fmt.Sprintf(`{"email":%q,"seats":%d}`, want.Email, want.Seats), string(info.Input))
+	}
+
+	// Start.
+	h, err := wf.Start(ctx, one, &durable.StartOpts{ID: "idem-1"})
+	require.NoError(t, err)
+	n, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	again, err := wf.Start(ctx, one, &durable.StartOpts{ID: "idem-1"})
+	require.NoError(t, err, "the same input returns the existing run")
+	require.Equal(t, "idem-1", again.ID())
+	before := rows()
+	_, err = wf.Start(ctx, two, &durable.StartOpts{ID: "idem-1"})
+	requireMismatch(err, "idem-1")
+	require.Equal(t, before, rows())
+	requireInput("idem-1", one)
+	first, err := wf.Start(ctx, two, &durable.StartOpts{ID: "idem-1", AcceptDifferentInput: true})
+	require.NoError(t, err)
+	n, err = first.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the first start won")
+
+	// StartTx: refused inside the transaction, which stays usable.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }() // a failed check must not leave it open
+	_, err = wf.StartTx(ctx, tx, two, &durable.StartOpts{ID: "idem-1"})
+	requireMismatch(err, "idem-1")
+	_, err = wf.StartTx(ctx, tx, one, &durable.StartOpts{ID: "idem-1"})
+	require.NoError(t, err)
+	_, err = wf.StartTx(ctx, tx, two, &durable.StartOpts{ID: "idem-1", AcceptDifferentInput: true})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, before, rows())
+
+	// Enqueue and EnqueueTx.
+	qh, err := wf.Enqueue(ctx, q, one, &durable.EnqueueOpts{ID: "idem-q"})
+	require.NoError(t, err)
+	_, err = qh.Result(ctx)
+	require.NoError(t, err)
+	_, err = wf.Enqueue(ctx, q, one, &durable.EnqueueOpts{ID: "idem-q"})
+	require.NoError(t, err)
+	before = rows()
+	_, err = wf.Enqueue(ctx, q, two, &durable.EnqueueOpts{ID: "idem-q"})
+	requireMismatch(err, "idem-q")
+	_, err = wf.Enqueue(ctx, q, two, &durable.EnqueueOpts{ID: "idem-1"}) // a started run's ID
+	requireMismatch(err, "idem-1")
+	tx2, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx2.Rollback(context.Background()) }()
+	_, err = wf.EnqueueTx(ctx, tx2, q, two, &durable.EnqueueOpts{ID: "idem-q"})
+	requireMismatch(err, "idem-q")
+	require.NoError(t, tx2.Rollback(ctx))
+	_, err = wf.Enqueue(ctx, q, two, &durable.EnqueueOpts{ID: "idem-q", AcceptDifferentInput: true})
+	require.NoError(t, err)
+	require.Equal(t, before, rows())
+	requireInput("idem-q", one)
+
+	// StartChild: the second parent's child start with another input
+	// under the same ID is refused where the parent can see it.
+	p1, err := parent.Start(ctx, 5, nil)
+	require.NoError(t, err)
+	out, err := p1.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "5", out)
+	p2, err := parent.Start(ctx, 6, nil)
+	require.NoError(t, err)
+	out, err = p2.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "mismatch", out)
+	requireInput("idem-child", signup{Email: "child", Seats: 5})
+
+	require.Equal(t, int32(3), runs.Load(), "idem-1, idem-q and idem-child ran once each")
+}
+
+// TestChildStartReplayKeepsChild: a parent that crashed after its child's
+// insert but before the start's checkpoint starts the child again on
+// replay. If the code now computes another input (a new deploy, a changed
+// default), the parent still gets its own child back, as the recorded
+// start would have given it, not an ErrInputMismatch.
+func TestChildStartReplayKeepsChild(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan string, 1)
+	var keeper *durable.Workflow[int, int]
+	register := func(gen int) func(e *durable.Engine) {
+		return func(e *durable.Engine) {
+			child := durable.Register(e, "kept", func(wctx durable.Context, in int) (int, error) { return in * 10, nil }, nil)
+			keeper = durable.Register(e, "keeper", func(wctx durable.Context, _ int) (int, error) {
+				h, err := child.StartChild(wctx, gen, &durable.StartOpts{ID: "kept-child"})
+				if err != nil {
+					return 0, err
+				}
+				if gen == 1 {
+					return 0, blockUntilStopped(wctx, started)
+				}
+				return h.Await(wctx)
+			}, nil)
+		}
+	}
+	e1 := b.engine(t, func(c *durable.Config) { c.ExecutorID = "gen-1" }, register(1))
+	ctx := ctxT(t)
+	_, err := keeper.Start(ctx, 0, &durable.StartOpts{ID: "keeper-1"})
+	require.NoError(t, err)
+	<-started
+	hardStop(t, e1)
+	// The crash came before the start's checkpoint.
+	tag, err := b.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{b.schema, "steps"}.Sanitize()+
+		" WHERE workflow_id = 'keeper-1' AND name = 'child:kept'")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	b.engine(t, func(c *durable.Config) { c.ExecutorID = "gen-2" }, register(2))
+	h, err := keeper.Handle(ctx, "keeper-1")
+	require.NoError(t, err)
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, out, "the child started by the first execution, with its input")
+}
+
 func TestStepRetriesAndPermanentErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

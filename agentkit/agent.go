@@ -3,6 +3,7 @@ package agentkit
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -305,14 +306,16 @@ func (a *Agent) Name() string { return a.name }
 func (a *Agent) Workflow() *durable.Workflow[Input, Result] { return a.wf }
 
 // Start starts a run. in.Limits defaults to AgentConfig.Limits; the run
-// ID (opts.ID) is the run's idempotency key: starting it again returns
-// the existing run.
+// ID (opts.ID) is the run's idempotency key: starting it again with the
+// same input returns the existing run, which keeps the limits it started
+// with even if AgentConfig.Limits changed since; another input is a
+// *durable.ConflictError matching durable.ErrInputMismatch.
 func (a *Agent) Start(ctx context.Context, in Input, opts *durable.StartOpts) (*durable.Handle[Result], error) {
 	if in.Prompt == "" && len(in.Messages) == 0 {
 		return nil, fmt.Errorf("%w: agent %q: Input has neither Prompt nor Messages", durable.ErrInvalidArgument, a.name)
 	}
-	l := a.cfg.Limits
-	if in.Limits != nil {
+	l, defaulted := a.cfg.Limits, in.Limits == nil
+	if !defaulted {
 		l = *in.Limits
 	}
 	if l.MaxTokens < 0 || l.MaxCostMicros < 0 {
@@ -320,7 +323,19 @@ func (a *Agent) Start(ctx context.Context, in Input, opts *durable.StartOpts) (*
 	}
 	l = l.resolved() // stored resolved: a later change of the defaults does not reach it
 	in.Limits = &l
-	return a.wf.Start(ctx, in, opts)
+	h, err := a.wf.Start(ctx, in, opts)
+	if defaulted && opts != nil && errors.Is(err, durable.ErrInputMismatch) {
+		// The caller gave no limits: the run's own, from the defaults of
+		// its start, are the ones to compare with.
+		if info, ierr := a.e.Inspect(ctx, opts.ID); ierr == nil {
+			var stored Input
+			if json.Unmarshal(info.Input, &stored) == nil && stored.Limits != nil && *stored.Limits != l {
+				in.Limits = stored.Limits
+				return a.wf.Start(ctx, in, opts)
+			}
+		}
+	}
+	return h, err
 }
 
 // Result waits for run runID and returns its result, following

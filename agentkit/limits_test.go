@@ -69,6 +69,16 @@ func TestLimits(t *testing.T) {
 	require.EqualValues(t, 2, lookups.Load())
 	require.Len(t, srv.Requests(), before+3)
 
+	// The run ID is an idempotency key: the same input gets the run back,
+	// another prompt or other limits are refused.
+	again, err := agents["turns"].Start(ctx, agentkit.Input{Prompt: "go"}, &durable.StartOpts{ID: "turns-1"})
+	require.NoError(t, err)
+	require.Equal(t, "turns-1", again.ID())
+	_, err = agents["turns"].Start(ctx, agentkit.Input{Prompt: "stop"}, &durable.StartOpts{ID: "turns-1"})
+	require.ErrorIs(t, err, durable.ErrInputMismatch)
+	_, err = agents["turns"].Start(ctx, agentkit.Input{Prompt: "go", Limits: &agentkit.Limits{MaxTurns: 5}}, &durable.StartOpts{ID: "turns-1"})
+	require.ErrorIs(t, err, durable.ErrInputMismatch)
+
 	// Restarted from its record (a fork of every step, as after a crash
 	// right before it finished), the run takes no other turn.
 	steps, err := e.ListSteps(ctx, "turns-1")

@@ -13,14 +13,27 @@
 //
 // Every page needs authentication: [Options.Token] (sent as
 // "Authorization: Bearer <token>", or typed once into the login form,
-// which sets an HttpOnly, SameSite=Strict session cookie), or the
-// application's own middleware in [Options.Auth]. [New] refuses options
-// without either, unless [Options.AllowUnauthenticated] says so
-// explicitly, and [ListenAndServe] refuses a non-loopback address without
-// a token. Actions (approve, deny, cancel, resume, send, pause, trigger)
-// are POST requests checked against cross-site forgery: the request's
-// Origin must be the dashboard's own and the form must carry the token of
-// the browser's CSRF cookie. Everything is rendered through html/template,
+// which starts a session: an HttpOnly, SameSite=Strict cookie holding a
+// random ID the dashboard keeps in memory, so signing out ends it for
+// good, and a restart ends them all), or the application's own middleware
+// in [Options.Auth]. [New] refuses options without either, unless
+// [Options.AllowUnauthenticated] says so explicitly; an unauthenticated
+// dashboard answers only requests to a loopback address, and
+// [ListenAndServe] refuses a non-loopback address without a token or with
+// AllowUnauthenticated. Cookies are Secure over TLS, and always with
+// [Options.SecureCookies] (behind a proxy that terminates TLS).
+//
+// Against DNS rebinding (a hostile page whose name resolves to the
+// dashboard's address), a request is served only when its Host header is
+// an IP address, "localhost" on a loopback connection, the name
+// [ListenAndServe] listens on, or one of [Options.AllowedHosts] (the
+// public name behind a proxy, or the application's own); others get 421
+// Misdirected Request.
+//
+// Actions (approve, deny, cancel, resume, send, pause, trigger) are POST
+// requests checked against cross-site forgery: the request's Origin must
+// be the dashboard's own and the form must carry the token of the
+// browser's CSRF cookie. Everything is rendered through html/template,
 // and a strict Content-Security-Policy forbids inline scripts.
 package dashboard
 
@@ -39,7 +52,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,7 +70,8 @@ const (
 )
 
 // ErrInsecure is returned by [New] and [ListenAndServe] for options that
-// would serve the dashboard without authentication.
+// would serve the dashboard without authentication, or without it beyond
+// loopback; the message names the option.
 var ErrInsecure = errors.New("dashboard: refusing to serve without authentication")
 
 // Options configure a dashboard. Set Token, Auth, or (explicitly)
@@ -76,8 +90,24 @@ type Options struct {
 
 	// AllowUnauthenticated serves the dashboard to anyone who can reach
 	// it, for a process bound to a loopback address on a single-user
-	// machine. Defaults to false.
+	// machine: without Token and Auth, it answers only requests that came
+	// to a loopback address under a loopback Host, and [ListenAndServe]
+	// refuses it on any other address. Defaults to false.
 	AllowUnauthenticated bool
+
+	// AllowedHosts are further names the dashboard answers to in the Host
+	// header, e.g. its public name behind a reverse proxy, or the
+	// application's own name when it is mounted there ("name" for any
+	// port, "name:port" for one). Requests under another name are refused
+	// with 421 (DNS rebinding); an IP address, and "localhost" on a
+	// loopback connection, are always accepted. Defaults to none.
+	AllowedHosts []string
+
+	// SecureCookies marks the session and CSRF cookies Secure (sent over
+	// HTTPS only), for a dashboard behind a proxy that terminates TLS. A
+	// request that came over TLS gets Secure cookies anyway. Defaults to
+	// false.
+	SecureCookies bool
 
 	// Prefix is the path the handler is mounted at, without a trailing
 	// slash, e.g. "/durable" for mux.Handle("/durable/", h). Defaults to ""
@@ -112,17 +142,20 @@ type Options struct {
 }
 
 type dash struct {
-	eng   *durable.Engine
-	opts  Options
-	key   []byte // signs sessions and CSRF tokens
-	pages *pages
-	log   *slog.Logger
-	mux   *http.ServeMux
+	eng      *durable.Engine
+	opts     Options
+	key      []byte // signs CSRF tokens
+	sessions *sessions
+	hosts    map[string]bool // AllowedHosts, lowercased
+	pages    *pages
+	log      *slog.Logger
+	mux      *http.ServeMux
 }
 
 // New returns the dashboard of eng as an http.Handler. It fails with
 // ErrInsecure when opts sets neither Token, Auth nor AllowUnauthenticated,
-// and with a descriptive error for a bad option.
+// or AllowUnauthenticated with a non-loopback name in AllowedHosts, and
+// with a descriptive error for a bad option.
 func New(eng *durable.Engine, opts *Options) (http.Handler, error) {
 	if eng == nil {
 		return nil, errors.New("dashboard: New needs an engine")
@@ -143,6 +176,17 @@ func New(eng *durable.Engine, opts *Options) (http.Handler, error) {
 	case o.PageSize < 0 || o.PageSize > durable.ListLimitMax:
 		return nil, fmt.Errorf("dashboard: Options.PageSize %d is outside 0..%d", o.PageSize, durable.ListLimitMax)
 	}
+	hosts := map[string]bool{}
+	for _, h := range o.AllowedHosts {
+		name := strings.ToLower(strings.TrimSuffix(h, "."))
+		if name == "" || strings.ContainsAny(name, "/ ") {
+			return nil, fmt.Errorf("dashboard: Options.AllowedHosts: %q is not a host name (want \"name\" or \"name:port\")", h)
+		}
+		if o.unauthenticated() && !isLoopback(hostName(name)) {
+			return nil, fmt.Errorf("%w: Options.AllowUnauthenticated serves loopback only, but Options.AllowedHosts has %q: set Options.Token or Options.Auth", ErrInsecure, h)
+		}
+		hosts[name] = true
+	}
 	o.SessionTTL = cmp.Or(o.SessionTTL, SessionTTLDefault)
 	o.RefreshInterval = cmp.Or(o.RefreshInterval, RefreshIntervalDefault)
 	o.PageSize = cmp.Or(o.PageSize, PageSizeDefault)
@@ -156,7 +200,8 @@ func New(eng *durable.Engine, opts *Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &dash{eng: eng, opts: o, key: make([]byte, 32), pages: p, log: o.Logger, mux: http.NewServeMux()}
+	d := &dash{eng: eng, opts: o, key: make([]byte, 32), sessions: newSessions(o.SessionTTL), hosts: hosts,
+		pages: p, log: o.Logger, mux: http.NewServeMux()}
 	if _, err := rand.Read(d.key); err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
@@ -165,7 +210,84 @@ func New(eng *durable.Engine, opts *Options) (http.Handler, error) {
 	if o.Auth != nil {
 		h = o.Auth(h)
 	}
-	return h, nil
+	return &guard{d: d, next: h}, nil
+}
+
+// unauthenticated reports whether the options serve without any check.
+func (o *Options) unauthenticated() bool {
+	return o.Token == "" && o.Auth == nil && o.AllowUnauthenticated
+}
+
+// guard checks the Host header (and the loopback rule of an
+// unauthenticated dashboard) before anything else, the application's
+// Auth middleware included.
+type guard struct {
+	d    *dash
+	next http.Handler
+}
+
+func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	host, local := hostName(r.Host), localIP(r)
+	switch {
+	case !g.d.hostOK(r.Host, host, local):
+		refuse(w, http.StatusMisdirectedRequest, fmt.Sprintf("dashboard: refused: this dashboard does not answer to the host name %q "+
+			"(a protection against DNS rebinding). Open it by its address, or add the name to Options.AllowedHosts "+
+			"(durable ui --allowed-host).", host))
+	case g.d.opts.unauthenticated() && !(local != nil && local.IsLoopback() && isLoopback(host)):
+		refuse(w, http.StatusForbidden, "dashboard: refused: Options.AllowUnauthenticated serves only requests to a loopback "+
+			"address (localhost, 127.0.0.1, [::1]); set Options.Token to serve it on a network.")
+	default:
+		g.next.ServeHTTP(w, r)
+	}
+}
+
+// hostOK reports whether the Host header hostport (host without its port)
+// names this dashboard. An IP address cannot be rebound, so any is
+// accepted; "localhost" only on a loopback connection (local is the
+// address the request came to, nil when unknown).
+func (d *dash) hostOK(hostport, host string, local net.IP) bool {
+	if d.hosts[strings.ToLower(strings.TrimSuffix(hostport, "."))] || d.hosts[host] {
+		return true
+	}
+	if net.ParseIP(host) != nil {
+		return true
+	}
+	return host == "localhost" && local != nil && local.IsLoopback()
+}
+
+// hostName returns the lowercased host of a Host header or of an
+// AllowedHosts entry, without port, brackets or trailing dot.
+func hostName(hostport string) string {
+	h := hostport
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		h = host
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
+
+// localIP is the address the request's connection came to, nil when the
+// server did not record it.
+func localIP(r *http.Request) net.IP {
+	a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return nil
+	}
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.IP
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return nil
+	}
+	return net.ParseIP(host)
+}
+
+// refuse answers a request the dashboard will not serve, in plain text.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	http.Error(w, msg, status)
 }
 
 func (d *dash) routes() {
@@ -244,7 +366,7 @@ func (d *dash) authenticated(r *http.Request) bool {
 		return true
 	}
 	c, err := r.Cookie(sessionCookie)
-	return err == nil && d.validSession(c.Value)
+	return err == nil && d.sessions.valid(c.Value)
 }
 
 func (d *dash) bearer(r *http.Request) bool {
@@ -275,28 +397,11 @@ func (d *dash) sign(s string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (d *dash) newSession() string {
-	exp := strconv.FormatInt(time.Now().Add(d.opts.SessionTTL).Unix(), 10)
-	return exp + "." + d.sign("session."+exp)
-}
-
-func (d *dash) validSession(v string) bool {
-	exp, sig, ok := strings.Cut(v, ".")
-	if !ok {
-		return false
-	}
-	n, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || time.Now().Unix() > n {
-		return false
-	}
-	return hmac.Equal([]byte(sig), []byte(d.sign("session."+exp)))
-}
-
 func (d *dash) cookiePath() string { return d.opts.Prefix + "/" }
 
 func (d *dash) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: d.cookiePath(), MaxAge: maxAge,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: d.opts.SecureCookies || r.TLS != nil, SameSite: http.SameSiteStrictMode})
 }
 
 // csrfToken returns the form token of the browser's CSRF cookie, setting
@@ -365,11 +470,16 @@ func (d *dash) login(w http.ResponseWriter, r *http.Request) {
 		d.render(w, r, http.StatusUnauthorized, "login", loginView{Message: "Wrong token."})
 		return
 	}
-	d.setCookie(w, r, sessionCookie, d.newSession(), int(d.opts.SessionTTL/time.Second))
+	d.setCookie(w, r, sessionCookie, d.sessions.create(), int(d.opts.SessionTTL/time.Second))
 	http.Redirect(w, r, d.opts.Prefix+"/", http.StatusSeeOther)
 }
 
+// logout ends the session server-side, not only in this browser: the
+// cookie is worthless afterwards, wherever a copy of it is.
 func (d *dash) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		d.sessions.revoke(c.Value)
+	}
 	d.setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, d.opts.Prefix+"/login", http.StatusSeeOther)
 }
@@ -377,8 +487,10 @@ func (d *dash) logout(w http.ResponseWriter, r *http.Request) {
 // ListenAndServe serves the dashboard of eng on addr until ctx ends, then
 // shuts the server down. addr defaults to DefaultAddr (loopback only).
 // It refuses (ErrInsecure) an address that is not loopback unless
-// opts.Token is set: on a network the dashboard always asks for a token,
-// even with opts.Auth. ready, if not nil, is called with the bound address
+// opts.Token is set, and with opts.AllowUnauthenticated: on a network the
+// dashboard always asks for a token, even with opts.Auth. The host name of
+// addr, if it is a name, is accepted in the Host header besides
+// opts.AllowedHosts. ready, if not nil, is called with the bound address
 // once the server listens.
 func ListenAndServe(ctx context.Context, eng *durable.Engine, addr string, opts *Options, ready func(net.Addr)) error {
 	if addr == "" {
@@ -388,10 +500,20 @@ func ListenAndServe(ctx context.Context, eng *durable.Engine, addr string, opts 
 	if err != nil {
 		return fmt.Errorf("dashboard: address %q: %w", addr, err)
 	}
-	if !isLoopback(host) && (opts == nil || opts.Token == "") {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case !isLoopback(host) && o.AllowUnauthenticated:
+		return fmt.Errorf("%w: Options.AllowUnauthenticated is only for a loopback address, and %q is not one: set Options.Token instead", ErrInsecure, addr)
+	case !isLoopback(host) && o.Token == "":
 		return fmt.Errorf("%w: %q is not a loopback address, so Options.Token is required", ErrInsecure, addr)
 	}
-	h, err := New(eng, opts)
+	if host != "" && net.ParseIP(host) == nil && !isLoopback(host) {
+		o.AllowedHosts = append(slices.Clone(o.AllowedHosts), host) // the name it listens on
+	}
+	h, err := New(eng, &o)
 	if err != nil {
 		return err
 	}

@@ -75,9 +75,21 @@ func newRig(t *testing.T, opts *dashboard.Options) *rig {
 	if opts == nil {
 		opts = &dashboard.Options{Token: token}
 	}
-	rg.h, err = dashboard.New(e, opts)
+	rg.h, err = dashboard.New(e, allowTestHost(opts))
 	require.NoError(t, err)
 	return rg
+}
+
+// testHost is the Host of httptest.NewRequest's requests.
+const testHost = "example.com"
+
+// allowTestHost lets a dashboard that authenticates answer to testHost
+// (an unauthenticated one answers loopback only).
+func allowTestHost(o *dashboard.Options) *dashboard.Options {
+	if o.Token != "" || o.Auth != nil {
+		o.AllowedHosts = append(o.AllowedHosts, testHost)
+	}
+	return o
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -244,7 +256,7 @@ func TestCSRFRefused(t *testing.T) {
 	require.Equal(t, durable.StatusPending, st)
 
 	// A read-only dashboard refuses actions even when they are well formed.
-	ro, err := dashboard.New(rg.e, &dashboard.Options{Token: token, ReadOnly: true})
+	ro, err := dashboard.New(rg.e, allowTestHost(&dashboard.Options{Token: token, ReadOnly: true}))
 	require.NoError(t, err)
 	r := httptest.NewRequest("POST", "/action", strings.NewReader(form("").Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -381,7 +393,7 @@ func TestUnlaunchedEngine(t *testing.T) {
 	ui, err := durable.New(pgtest.Pool(t), &durable.Config{Schema: rg.cfg.Schema, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	far := &rig{e: ui}
-	far.h, err = dashboard.New(ui, &dashboard.Options{Token: token})
+	far.h, err = dashboard.New(ui, allowTestHost(&dashboard.Options{Token: token}))
 	require.NoError(t, err)
 	for _, target := range []string{"/", "/run?id=far-1", "/approvals", "/queues", "/schedules"} {
 		w := far.do("GET", target, nil, withBearer)
@@ -470,7 +482,7 @@ func TestRunTraceLink(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, info.TraceID, 32)
 
-	hd, err := dashboard.New(e, &dashboard.Options{Token: token, TraceURL: "https://traces.example.com/trace/{trace}"})
+	hd, err := dashboard.New(e, allowTestHost(&dashboard.Options{Token: token, TraceURL: "https://traces.example.com/trace/{trace}"}))
 	require.NoError(t, err)
 	r := httptest.NewRequest("GET", "/run?id=traced-run", nil)
 	withBearer(r)

@@ -13,10 +13,12 @@ import (
 )
 
 // Mount the dashboard under /durable/ in the application's own server,
-// behind a token.
+// behind a token, reached through a proxy that terminates TLS for
+// ops.example.com.
 func ExampleNew() {
 	var eng *durable.Engine // the application's launched engine
-	h, err := dashboard.New(eng, &dashboard.Options{Token: os.Getenv("DURABLE_UI_TOKEN"), Prefix: "/durable"})
+	h, err := dashboard.New(eng, &dashboard.Options{Token: os.Getenv("DURABLE_UI_TOKEN"), Prefix: "/durable",
+		AllowedHosts: []string{"ops.example.com"}, SecureCookies: true})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func (d *dash) render(w http.ResponseWriter, r *http.Request, status int, name s
 	pg := page{P: d.opts.Prefix, Nav: name, ReadOnly: d.opts.ReadOnly, Data: data}
 	if name != "login" {
 		pg.CSRF = d.csrfToken(w, r)
-		if c, err := r.Cookie(sessionCookie); err == nil && d.opts.Token != "" && d.validSession(c.Value) {
+		if c, err := r.Cookie(sessionCookie); err == nil && d.opts.Token != "" && d.sessions.valid(c.Value) {
 			pg.LoggedIn = true
 		}
 	}

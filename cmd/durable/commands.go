@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -94,19 +95,8 @@ func cmdShow(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	steps, err := c.eng.ListSteps(ctx, run.ID)
-	if err != nil {
-		return err
-	}
 	if c.asJSON {
-		out := struct {
-			Run   runJSON    `json:"run"`
-			Steps []stepJSON `json:"steps"`
-		}{Run: toRunJSON(run), Steps: []stepJSON{}}
-		for _, s := range steps {
-			out.Steps = append(out.Steps, toStepJSON(s))
-		}
-		return c.json(out)
+		return c.showJSON(ctx, run)
 	}
 	kv := c.table("", "")
 	kv.header = false
@@ -143,21 +133,94 @@ func cmdShow(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	fmt.Fprintln(c.stdout)
-	if len(steps) == 0 {
-		fmt.Fprintln(c.stdout, "(no steps recorded)")
-		return nil
-	}
-	// AT is the step's start from the run's creation: the timeline.
-	t := c.table("POS", "NAME", "STATUS", "ATTEMPTS", "STARTED", "AT", "DURATION", "ERROR")
-	for _, s := range steps {
-		at := "-"
-		if !s.StartedAt.IsZero() {
-			at = "+" + fmtDuration(run.CreatedAt, s.StartedAt)
+	// AT is the step's start from the run's creation: the timeline. Each
+	// window is a table of its own, so columns are aligned per window.
+	none := true
+	err = c.eachStepWindow(ctx, run.ID, func(steps []durable.StepRecord) error {
+		t := c.table("POS", "NAME", "STATUS", "ATTEMPTS", "STARTED", "AT", "DURATION", "ERROR")
+		t.header, none = none, false
+		for _, s := range steps {
+			at := "-"
+			if !s.StartedAt.IsZero() {
+				at = "+" + fmtDuration(run.CreatedAt, s.StartedAt)
+			}
+			t.row(strconv.Itoa(s.Pos), s.Name, s.Status, strconv.Itoa(s.Attempts), fmtTime(s.StartedAt), at,
+				fmtDuration(s.StartedAt, s.FinishedAt), errText(s.Err, 60))
 		}
-		t.row(strconv.Itoa(s.Pos), s.Name, s.Status, strconv.Itoa(s.Attempts), fmtTime(s.StartedAt), at,
-			fmtDuration(s.StartedAt, s.FinishedAt), errText(s.Err, 60))
+		return t.flush()
+	})
+	if err != nil {
+		return err
 	}
-	return t.flush()
+	if none {
+		fmt.Fprintln(c.stdout, "(no steps recorded)")
+	}
+	return nil
+}
+
+// showJSON writes {"run": ..., "steps": [...]} as c.json would, step by
+// step as the windows arrive.
+func (c *cli) showJSON(ctx context.Context, run durable.WorkflowInfo) error {
+	r, err := json.MarshalIndent(toRunJSON(run), "  ", "  ")
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(c.stdout)
+	fmt.Fprintf(w, "{\n  \"run\": %s,\n  \"steps\": [", r)
+	n := 0
+	err = c.eachStepWindow(ctx, run.ID, func(steps []durable.StepRecord) error {
+		for _, s := range steps {
+			b, err := json.MarshalIndent(toStepJSON(s), "    ", "  ")
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				w.WriteByte(',')
+			}
+			w.WriteString("\n    ")
+			w.Write(b)
+			n++
+		}
+		return w.Flush()
+	})
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.WriteString("\n  ")
+	}
+	w.WriteString("]\n}\n")
+	return w.Flush()
+}
+
+// showWindow is how many steps show reads at a time, so that a run of
+// any length is shown in bounded memory. A variable for the tests.
+var showWindow = 200
+
+// listStepWindow reads one window; the tests watch its calls.
+var listStepWindow = (*durable.Engine).ListStepWindow
+
+// eachStepWindow calls f with the recorded steps of run id in position
+// order, a window of at most showWindow at a time.
+func (c *cli) eachStepWindow(ctx context.Context, id string, f func([]durable.StepRecord) error) error {
+	for from, seen := 0, 0; ; {
+		steps, total, err := listStepWindow(c.eng, ctx, id, from, showWindow)
+		if err != nil {
+			return err
+		}
+		if len(steps) == 0 {
+			return nil
+		}
+		if err := f(steps); err != nil {
+			return err
+		}
+		// Positions may have gaps: the next window starts after the last
+		// position seen, and the count of all steps says when to stop.
+		from, seen = steps[len(steps)-1].Pos+1, seen+len(steps)
+		if len(steps) < showWindow || seen >= total {
+			return nil
+		}
+	}
 }
 
 func cmdCancel(ctx context.Context, c *cli, args []string) error {
@@ -470,14 +533,16 @@ func cmdPrune(ctx context.Context, c *cli, _ []string) error {
 const pruneBlobsAge = time.Hour
 
 // cmdUI serves the dashboard on the engine, which is never launched: the
-// pages read and act on the database only. It always requires a token.
+// pages read and act on the database only. It always requires a token, and
+// answers only to IP addresses, localhost, the --addr name and the
+// --allowed-host names in the Host header.
 func cmdUI(ctx context.Context, c *cli, _ []string) error {
 	token := cmp.Or(c.f.token, os.Getenv("DURABLE_UI_TOKEN"))
 	generated := token == ""
 	if generated {
 		token = dashboard.NewToken()
 	}
-	opts := &dashboard.Options{Token: token, ReadOnly: c.f.readOnly}
+	opts := &dashboard.Options{Token: token, ReadOnly: c.f.readOnly, AllowedHosts: c.f.allowedHosts, SecureCookies: c.f.secureCookies}
 	return dashboard.ListenAndServe(ctx, c.eng, c.f.addr, opts, func(a net.Addr) {
 		fmt.Fprintf(c.stdout, "durable ui: serving on http://%s/\n", a)
 		if generated {

@@ -104,6 +104,8 @@ type flags struct {
 	maxRuns         int
 	addr, token     string
 	readOnly        bool
+	allowedHosts    []string
+	secureCookies   bool
 }
 
 var commands = []*command{
@@ -168,6 +170,15 @@ var commands = []*command{
 			fs.StringVar(&c.f.addr, "addr", dashboard.DefaultAddr, "address to listen on; one that is not loopback needs a token")
 			fs.StringVar(&c.f.token, "token", "", "access token (default $DURABLE_UI_TOKEN, else a random one, printed once)")
 			fs.BoolVar(&c.f.readOnly, "read-only", false, "show no action buttons")
+			fs.Func("allowed-host", "a further name the dashboard answers to in the Host header, e.g. its public name behind a proxy (repeat or comma-separate; \"name\" or \"name:port\")", func(s string) error {
+				for _, h := range strings.Split(s, ",") {
+					if h = strings.TrimSpace(h); h != "" {
+						c.f.allowedHosts = append(c.f.allowedHosts, h)
+					}
+				}
+				return nil
+			})
+			fs.BoolVar(&c.f.secureCookies, "secure-cookies", false, "mark the login cookies Secure, behind a proxy that terminates TLS")
 		}, run: cmdUI},
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os/exec"
 	"strings"
 	"testing"
@@ -16,7 +17,9 @@ import (
 )
 
 // TestUI: durable ui serves the dashboard of the schema on loopback, with a
-// token it prints once; a request without it is refused.
+// token it prints once; a request without it is refused, and so is one
+// under a host name it was not given (--allowed-host); --secure-cookies
+// makes the login cookie Secure.
 func TestUI(t *testing.T) {
 	t.Parallel()
 	var wf *durable.Workflow[string, string]
@@ -31,7 +34,8 @@ func TestUI(t *testing.T) {
 
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, bin, "ui", "--addr", "127.0.0.1:0", "--schema", e.schema)
+	cmd := exec.CommandContext(cctx, bin, "ui", "--addr", "127.0.0.1:0", "--schema", e.schema,
+		"--allowed-host", "dash.example.com", "--allowed-host", "a.example,b.example:8443", "--secure-cookies")
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -51,9 +55,12 @@ func TestUI(t *testing.T) {
 	require.NotEmpty(t, token, "no token printed")
 	require.True(t, strings.HasPrefix(url, "http://127.0.0.1:"), url)
 
-	get := func(auth string) (int, string) {
+	get := func(auth string, host ...string) (int, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		require.NoError(t, err)
+		if len(host) > 0 {
+			req.Host = host[0]
+		}
 		if auth != "" {
 			req.Header.Set("Authorization", "Bearer "+auth)
 		}
@@ -72,4 +79,18 @@ func TestUI(t *testing.T) {
 	code, body = get(token)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "ui-run-1")
+
+	for host, want := range map[string]int{"dash.example.com": http.StatusOK, "a.example:1": http.StatusOK,
+		"b.example:8443": http.StatusOK, "localhost": http.StatusOK, "evil.example": http.StatusMisdirectedRequest} {
+		code, _ = get(token, host)
+		require.Equal(t, want, code, host)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.PostForm(url+"login", neturl.Values{"token": {token}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	cookies := resp.Cookies()
+	require.Len(t, cookies, 1, "the session cookie")
+	require.True(t, cookies[0].Secure)
 }
