@@ -200,9 +200,12 @@ func try(dir string, m Mutant, timeout time.Duration) (v verdict) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
-	pkg := "./" + strings.TrimPrefix(filepath.ToSlash(m.Pkg), "./")
+	pkg, runIn := "./"+strings.TrimPrefix(filepath.ToSlash(m.Pkg), "./"), dir
+	if _, err := os.Stat(filepath.Join(dir, m.Pkg, "go.mod")); err == nil && m.Pkg != "." {
+		pkg, runIn = ".", filepath.Join(dir, m.Pkg) // a nested module
+	}
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-failfast", "-timeout", timeout.String(), "-run", m.Tests, pkg)
-	cmd.Dir = dir
+	cmd.Dir = runIn
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 10 * time.Second

@@ -1,0 +1,65 @@
+package main
+
+// The mutants of the edges: what a caller hands in, and the dashboard's
+// and the CLI's defences.
+
+func init() {
+	register(
+		Mutant{
+			Name:      "start/input-mismatch",
+			Mechanism: "a start of an existing ID with another input is refused (ErrInputMismatch)",
+			Edits: []Edit{{File: "workflow.go",
+				Find:    "if input != nil && !ownChild && !bytes.Equal(info.input, input) {",
+				Replace: "if false {"}},
+			Pkg: ".", Tests: "TestStartIDInputMismatch",
+		},
+		Mutant{
+			Name:      "start/unencodable-input",
+			Mechanism: "input JSON cannot encode is an ErrInvalidArgument",
+			Edits: []Edit{{File: "workflow.go",
+				Find:    "if err != nil && !errors.Is(err, ErrPayloadTooLarge) {",
+				Replace: "if false {"}},
+			Pkg: ".", Tests: "TestUnencodableArguments",
+		},
+		Mutant{
+			Name:      "dashboard/host-check",
+			Mechanism: "the dashboard refuses a Host header that is not its own (DNS rebinding)",
+			Edits: []Edit{{File: "dashboard/dashboard.go",
+				Find:    "case !g.d.hostOK(r.Host, host, local):",
+				Replace: "case false:"}},
+			Pkg: "./dashboard", Tests: "TestHostChecked",
+		},
+		Mutant{
+			Name:      "dashboard/unauthenticated-loopback",
+			Mechanism: "AllowUnauthenticated is refused on a non-loopback listener",
+			Edits: []Edit{{File: "dashboard/dashboard.go",
+				Find:    "case !isLoopback(host) && o.AllowUnauthenticated:",
+				Replace: "case false:"}},
+			Pkg: "./dashboard", Tests: "TestAllowUnauthenticatedLoopbackOnly",
+		},
+		Mutant{
+			Name:      "dashboard/sign-out-revokes",
+			Mechanism: "sign-out revokes the session on the server",
+			Edits: []Edit{{File: "dashboard/dashboard.go",
+				Find:    "\t\td.sessions.revoke(c.Value)",
+				Replace: "\t\t_ = c.Value"}},
+			Pkg: "./dashboard", Tests: "TestSignOutRevokes",
+		},
+		Mutant{
+			Name:      "dashboard/secure-cookies",
+			Mechanism: "Options.SecureCookies marks the session cookie Secure",
+			Edits: []Edit{{File: "dashboard/dashboard.go",
+				Find:    "Secure: d.opts.SecureCookies || r.TLS != nil",
+				Replace: "Secure: r.TLS != nil"}},
+			Pkg: "./dashboard", Tests: "TestSecureCookies",
+		},
+		Mutant{
+			Name:      "cli/show-windows",
+			Mechanism: "durable show reads a run's steps one window at a time",
+			Edits: []Edit{{File: "cmd/durable/commands.go",
+				Find:    "if len(steps) < showWindow || seen >= total {",
+				Replace: "if true {"}},
+			Pkg: "cmd/durable", Tests: "TestShowManySteps",
+		},
+	)
+}
