@@ -169,7 +169,7 @@ func TestTakeoverAfterExecutorDies(t *testing.T) {
 		var n int
 		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE status = 'success'")).Scan(&n)
 		return n == runs
-	}, 60*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond, "the killed executor's runs taken over once its lease expired")
 	took := time.Since(killedAt)
 	t.Logf("all %d runs of the killed executor finished %v after the kill (lease 1s)", runs, took.Round(time.Millisecond))
 	// Generous: the lease (1 s), a survivor's wait before judging leases

@@ -104,6 +104,14 @@ func TestQueueLimitsAcrossProcesses(t *testing.T) {
 		children = append(children, c)
 	}
 	client, job := queueClient(t, pool, schema)
+	// The queues are paused while the runs are enqueued, so that every
+	// executor finds the whole backlog at once when they resume: each
+	// limit is then all that holds the runs back (enqueued one by one,
+	// the runs would trickle in no faster than they finish).
+	queues := []string{"global", "parts", "rated"}
+	for _, name := range queues {
+		require.NoError(t, client.QueueRef(name).Pause(ctx))
+	}
 	total := 0
 	enqueue := func(queue, key string, hold, n int) {
 		for i := 0; i < n; i++ {
@@ -117,6 +125,9 @@ func TestQueueLimitsAcrossProcesses(t *testing.T) {
 		enqueue("parts", fmt.Sprintf("customer-%d", k), 60, 3)
 	}
 	enqueue("rated", "", 5, 10)
+	for _, name := range queues {
+		require.NoError(t, client.QueueRef(name).Resume(ctx))
+	}
 
 	require.Eventually(t, func() bool {
 		var n int

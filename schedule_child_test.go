@@ -116,6 +116,11 @@ func TestScheduleExactlyOnceAcrossReplicas(t *testing.T) {
 		return n == 0
 	}, 30*time.Second, 10*time.Millisecond)
 
+	// Each tick ran once, whatever the IDs of its runs: one app row per
+	// scheduled time.
+	doubled := queryMap[time.Time, int](t, b.pool, q("SELECT scheduled, count(*) FROM @sched_ticks GROUP BY scheduled HAVING count(*) > 1"))
+	require.Empty(t, doubled, "ticks that ran more than once, and how often")
+
 	runs := b.runIDs(t, "every-second")
 	require.NotEmpty(t, runs)
 	var ticks []time.Time

@@ -180,14 +180,19 @@ func TestSleepSurvivesKill(t *testing.T) {
 	require.True(t, got.Equal(wake), "the wake time recorded before the kill is the one slept to")
 }
 
+// wakeBound bounds the wake-up of a waiter in another process whose
+// polling is set to minutes: a notification takes milliseconds; only a
+// lost one makes the waiter miss it.
+const wakeBound = 15 * time.Second
+
 // TestWaitersInOtherProcessesAreNotified: two processes wait on the same
-// run's event and result; with their polling set to a minute, only
+// run's event and result; with their polling set to two minutes, only
 // notifications can wake them within the test's bounds.
 func TestWaitersInOtherProcessesAreNotified(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var watched *durable.Workflow[string, string]
-	e := b.engine(t, func(c *durable.Config) { c.PollInterval = time.Minute; c.AppVersion = "crash" }, func(e *durable.Engine) {
+	e := b.engine(t, func(c *durable.Config) { c.PollInterval = 2 * time.Minute; c.AppVersion = "crash" }, func(e *durable.Engine) {
 		_, _, watched = registerWaiters(e)
 	})
 	ctx := ctxT(t)
@@ -195,24 +200,25 @@ func TestWaitersInOtherProcessesAreNotified(t *testing.T) {
 	require.NoError(t, err)
 	var watchers []*proctest.Child
 	for _, id := range []string{"watcher-1", "watcher-2"} {
-		c := startChild(t, "waits", b.schema, id, "DURABLE_LEASE=30s", "DURABLE_POLL=1m", "DURABLE_START=watch", "DURABLE_RUN=w1")
+		c := startChild(t, "waits", b.schema, id, "DURABLE_LEASE=30s", "DURABLE_POLL=2m", "DURABLE_START=watch", "DURABLE_RUN=w1")
 		c.WaitLine(t, "waiting")
 		watchers = append(watchers, c)
 	}
-	time.Sleep(300 * time.Millisecond) // let both enter their wait
+	// Let both make their first read: an event set before it would be
+	// found by the read, and the test would not need the notification.
+	time.Sleep(time.Second)
 	sent := time.Now()
 	require.NoError(t, durable.Send(ctx, e, "w1", "go", "", nil))
 	for _, c := range watchers {
-		require.Equal(t, "event half true <nil>", c.WaitLine(t, "event"))
+		require.Equal(t, "event half true <nil>", c.WaitLineWithin(t, "event", wakeBound), "woken by the event's notification, not by the two-minute poll")
 	}
 	t.Logf("both watchers saw the event %v after the send", time.Since(sent).Round(time.Millisecond))
 	sent = time.Now()
 	require.NoError(t, durable.Send(ctx, e, "w1", "go2", "", nil))
 	for _, c := range watchers {
-		require.Equal(t, "result done <nil>", c.WaitLine(t, "result"))
+		require.Equal(t, "result done <nil>", c.WaitLineWithin(t, "result", wakeBound), "woken by the finish's notification, not by the two-minute poll")
 	}
 	t.Logf("both watchers saw the result %v after the send", time.Since(sent).Round(time.Millisecond))
 	_, err = h.Result(ctx)
 	require.NoError(t, err)
-	require.Less(t, time.Since(sent), time.Minute, "woken by notification, not by the one-minute poll")
 }

@@ -296,11 +296,16 @@ func TestStepRetriesAndPermanentErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls, permCalls atomic.Int32
+	var keysMu sync.Mutex
+	var keys []string // the idempotency key each attempt of "flaky" saw
 	var wf *durable.Workflow[string, string]
 	b.engine(t, nil, func(e *durable.Engine) {
 		wf = durable.Register(e, "retry", func(wctx durable.Context, in string) (string, error) {
 			out, err := durable.Step(wctx, "flaky", func(ctx context.Context) (string, error) {
 				info, _ := durable.StepInfoFrom(ctx)
+				keysMu.Lock()
+				keys = append(keys, durable.IdempotencyKey(ctx))
+				keysMu.Unlock()
 				if calls.Add(1) < 3 {
 					return "", fmt.Errorf("attempt %d failed", info.Attempt)
 				}
@@ -324,6 +329,9 @@ func TestStepRetriesAndPermanentErrors(t *testing.T) {
 	require.Contains(t, err.Error(), "card declined")
 	require.EqualValues(t, 3, calls.Load())
 	require.EqualValues(t, 1, permCalls.Load())
+	keysMu.Lock()
+	require.Equal(t, []string{h.ID() + "/0", h.ID() + "/0", h.ID() + "/0"}, keys, "the idempotency key is the same on every retry")
+	keysMu.Unlock()
 	st, err := h.Status(ctx)
 	require.NoError(t, err)
 	require.Equal(t, durable.StatusError, st)

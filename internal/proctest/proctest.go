@@ -72,7 +72,13 @@ func Start(tb testing.TB, env ...string) *Child {
 // WaitLine waits for a stdout line with the given prefix and returns it.
 func (c *Child) WaitLine(tb testing.TB, prefix string) string {
 	tb.Helper()
-	timeout := time.After(Timeout)
+	return c.WaitLineWithin(tb, prefix, Timeout)
+}
+
+// WaitLineWithin is WaitLine failing the test after d instead of Timeout.
+func (c *Child) WaitLineWithin(tb testing.TB, prefix string, d time.Duration) string {
+	tb.Helper()
+	timeout := time.After(d)
 	for {
 		select {
 		case l, ok := <-c.lines:
@@ -83,7 +89,7 @@ func (c *Child) WaitLine(tb testing.TB, prefix string) string {
 				return l
 			}
 		case <-timeout:
-			tb.Fatalf("child did not print %q; stderr:\n%s", prefix, c.Stderr.String())
+			tb.Fatalf("child did not print %q within %v; stderr:\n%s", prefix, d, c.Stderr.String())
 		}
 	}
 }

@@ -1,0 +1,224 @@
+package main
+
+// The mutants of queues, notifications, schedules, messages, dead letters,
+// intents, idempotency keys, transaction steps and leases.
+
+func init() {
+	register(
+		// Queue limits: the dispatch transaction counts under the queue's
+		// row lock and claims at most what each limit leaves.
+		Mutant{
+			Name:      "queue/global",
+			Mechanism: "the global concurrency limit of a queue's dispatch",
+			Edits: []Edit{{File: "queue.go",
+				Find:    "\t\t\tn = min(n, s.GlobalConcurrency-globalRunning)\n",
+				Replace: "\t\t\t// global limit not applied\n"}},
+			Pkg: ".", Tests: "TestQueueLimitsAcrossProcesses",
+		},
+		Mutant{
+			Name:      "queue/worker",
+			Mechanism: "the per-executor concurrency limit of a queue's dispatch",
+			Edits: []Edit{{File: "queue.go",
+				Find:    "\t\tif s.WorkerConcurrency > 0 {\n\t\t\tn = min(n, s.WorkerConcurrency-running)",
+				Replace: "\t\tif s.WorkerConcurrency > 0 && running < 0 {\n\t\t\tn = min(n, s.WorkerConcurrency-running)"}},
+			Pkg: ".", Tests: "TestQueueLimitsAcrossProcesses",
+		},
+		Mutant{
+			Name:      "queue/partition",
+			Mechanism: "the per-partition-key concurrency limit (claimPartitioned)",
+			Edits: []Edit{{File: "queue.go",
+				Find:    "\t\tif load[c.key] < limit {",
+				Replace: "\t\tif true {"}},
+			Pkg: ".", Tests: "TestQueueLimitsAcrossProcesses",
+		},
+		Mutant{
+			Name:      "queue/rate",
+			Mechanism: "the rate limit of a queue's dispatch",
+			Edits: []Edit{{File: "queue.go",
+				Find:    "\t\t\tn = min(n, s.RateLimit-recent)\n",
+				Replace: "\t\t\t// rate limit not applied\n"}},
+			Pkg: ".", Tests: "TestQueueLimitsAcrossProcesses",
+		},
+		Mutant{
+			Name:      "queue/dedup",
+			Mechanism: "the unique index that holds a dedup ID for one queued or running run",
+			Edits: []Edit{{File: "migrations/002_queues.sql",
+				Find:    "CREATE UNIQUE INDEX IF NOT EXISTS workflows_queue_dedup_idx",
+				Replace: "CREATE INDEX IF NOT EXISTS workflows_queue_dedup_idx"}},
+			Pkg: ".", Tests: "TestQueueDedupUnderConcurrentEnqueues",
+		},
+		Mutant{
+			Name:      "queue/dedup-ignored",
+			Mechanism: "the enqueue stores EnqueueOpts.DedupID",
+			Edits: []Edit{{File: "queue.go",
+				Find:    "nullable(o.PartitionKey), nullable(o.DedupID), notBefore",
+				Replace: "nullable(o.PartitionKey), nil, notBefore"}},
+			Pkg: ".", Tests: "TestQueueDedupUnderConcurrentEnqueues",
+		},
+
+		// Notifications: the waiters below poll every few minutes, so only
+		// a notification wakes them within their tests' bounds.
+		Mutant{
+			Name:      "notify/queue",
+			Mechanism: "the 'q:' notification after an Enqueue (sendQueueNotify)",
+			Edits: []Edit{{File: "queue.go",
+				Find:    `e.pool.Exec(e.hardCtx, "SELECT pg_notify($1, $2)", e.q.Channel, "q:"+name)`,
+				Replace: `e.pool.Exec(e.hardCtx, "SELECT $1::text, $2::text", e.q.Channel, "q:"+name)`}},
+			Pkg: ".", Tests: "TestQueueWakeUpAcrossProcesses",
+		},
+		Mutant{
+			Name:      "notify/queue-tx",
+			Mechanism: "the 'q:' notification an EnqueueTx sends on commit (Enqueue statement)",
+			Edits: []Edit{{File: "internal/sysdb/queue_queries.go",
+				Find:    "THEN pg_notify('` + channel + `', 'q:' || $5::text) END FROM ins",
+				Replace: "THEN $5::text END FROM ins"}},
+			Pkg: ".", Tests: "TestQueueWakeUpAcrossProcesses",
+		},
+		Mutant{
+			Name:      "notify/message",
+			Mechanism: "the 'm:' notification of Send to a receiver waiting in memory",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "CASE WHEN NOT parked THEN 'm:' || id",
+				Replace: "CASE WHEN NOT parked THEN NULL"}},
+			Pkg: ".", Tests: "TestMessageWakeUpAcrossProcesses/in-memory",
+		},
+		Mutant{
+			Name:      "notify/message-parked",
+			Mechanism: "the 'n:' notification of Send to a parked receiver",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END) FROM w)::text",
+				Replace: "WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE NULL END) FROM w)::text"}},
+			Pkg: ".", Tests: "TestMessageWakeUpAcrossProcesses/parked",
+		},
+		Mutant{
+			Name:      "notify/event",
+			Mechanism: "the 'e:' notification of SetEvent",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "SELECT pg_notify('` + channel + `', 'e:' || workflow_id)::text FROM ev",
+				Replace: "SELECT workflow_id::text FROM ev"}},
+			Pkg: ".", Tests: "TestWaitersInOtherProcessesAreNotified",
+		},
+
+		Mutant{
+			Name:      "schedule/tick-once",
+			Mechanism: "a tick's run has one workflow ID on every replica (tickID), so one insert wins",
+			Edits: []Edit{{File: "schedule.go",
+				Find:    "runID, err := s.start(ctx, d, tickID(row.name, tick), tick, ts.loc)",
+				Replace: "runID, err := s.start(ctx, d, tickID(row.name+\":\"+e.cfg.ExecutorID, tick), tick, ts.loc)"}},
+			Pkg: ".", Tests: "TestScheduleExactlyOnceAcrossReplicas",
+		},
+
+		Mutant{
+			Name:      "message/consume-once-filter",
+			Mechanism: "Recv takes only unconsumed messages",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "WHERE m.workflow_id = w.id AND m.topic = $3 AND m.consumed_at IS NULL",
+				Replace: "WHERE m.workflow_id = w.id AND m.topic = $3"}},
+			Pkg: ".", Tests: "TestMessagesAndEvents",
+		},
+		Mutant{
+			Name:      "message/consume-once-update",
+			Mechanism: "Recv marks the message consumed in the statement of its checkpoint",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "UPDATE {{schema}}.messages SET consumed_at = now()",
+				Replace: "UPDATE {{schema}}.messages SET consumed_at = NULL"}},
+			Pkg: ".", Tests: "TestMessagesAndEvents",
+		},
+
+		Mutant{
+			Name:      "deadletter/limit",
+			Mechanism: "a claimed run over its recovery limit is dead-lettered, not run (startClaimed)",
+			Edits: []Edit{{File: "recovery.go",
+				Find:    "if c.attempts > def.maxRecovery {",
+				Replace: "if c.attempts > def.maxRecovery+1000 {"}},
+			Pkg: ".", Tests: "TestDeadLetterAfterRepeatedCrashes",
+		},
+		Mutant{
+			Name:      "deadletter/count",
+			Mechanism: "boot recovery counts a recovery attempt (ClaimOwn)",
+			Edits: []Edit{{File: "internal/sysdb/queries.go",
+				Find:    "SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, wait_topic = NULL",
+				Replace: "SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts, wait_topic = NULL"}},
+			Pkg: ".", Tests: "TestDeadLetterAfterRepeatedCrashes",
+		},
+
+		Mutant{
+			Name:      "intent/record",
+			Mechanism: "IntentStep records its intent before the call (here: after it)",
+			Edits: []Edit{{File: "step.go",
+				Find: "\t\tif rec == nil {\n\t\t\tif err := r.checkpoint(pos, name, stepIntent, nil, nil, 0, started); err != nil {\n\t\t\t\treturn zero, err\n\t\t\t}\n" +
+					"\t\t} else if err := r.interrupted(); err != nil {\n\t\t\treturn zero, err\n\t\t}\n" +
+					"\t\tout, attempts, runErr = attempt(r, sp, pos, name, policy, timeout, fn)\n",
+				Replace: "\t\tout, attempts, runErr = attempt(r, sp, pos, name, policy, timeout, fn)\n" +
+					"\t\tif rec == nil {\n\t\t\tif err := r.checkpoint(pos, name, stepIntent, nil, nil, 0, started); err != nil {\n\t\t\t\treturn zero, err\n\t\t\t}\n\t\t}\n"}},
+			Pkg: ".", Tests: "TestReplayReturnsRecordedValues",
+		},
+		Mutant{
+			Name:      "intent/resolve",
+			Mechanism: "a replay that finds an unfinished intent calls resolve, not fn",
+			Edits: []Edit{{File: "step.go",
+				Find:    "if rec != nil && resolve != nil {",
+				Replace: "if false && rec != nil && resolve != nil {"}},
+			Pkg: ".", Tests: "TestReplayReturnsRecordedValues",
+		},
+
+		Mutant{
+			Name:      "step/idempotency-key",
+			Mechanism: "the idempotency key is workflow ID + position only (here: + the process)",
+			Edits: []Edit{
+				{File: "step.go",
+					Find:    "func (s StepInfo) IdempotencyKey() string { return s.WorkflowID + \"/\" + strconv.Itoa(s.Pos) }",
+					Replace: "func (s StepInfo) IdempotencyKey() string { return s.WorkflowID + \"/\" + strconv.Itoa(s.Pos) + \"/\" + strconv.Itoa(os.Getpid()) }"},
+				{File: "step.go",
+					Find:    "\t\"math\"\n\t\"runtime/debug\"\n",
+					Replace: "\t\"math\"\n\t\"os\"\n\t\"runtime/debug\"\n"},
+			},
+			Pkg: ".", Tests: "TestCrashMatrix/^after-effect-2$",
+		},
+		Mutant{
+			Name:      "step/idempotency-key-retry",
+			Mechanism: "the idempotency key is the same on every retry of a step (here: + the attempt)",
+			Edits: []Edit{{File: "step.go",
+				Find:    "func (s StepInfo) IdempotencyKey() string { return s.WorkflowID + \"/\" + strconv.Itoa(s.Pos) }",
+				Replace: "func (s StepInfo) IdempotencyKey() string { return s.WorkflowID + \"/\" + strconv.Itoa(s.Pos) + \"/\" + strconv.Itoa(s.Attempt) }"}},
+			Pkg: ".", Tests: "TestStepRetriesAndPermanentErrors",
+		},
+
+		Mutant{
+			Name:      "txstep/same-transaction",
+			Mechanism: "a transaction step's checkpoint is written inside its transaction (here: after the COMMIT)",
+			Edits: []Edit{{File: "step.go",
+				Find: "\tbatch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, output, nil, n, started, r.epoch)\n\tbatch.Queue(\"COMMIT\")\n" +
+					"\tbr := c.Conn().SendBatch(ctx, batch)\n\t_, insErr := br.Exec()\n\t_, commitErr := br.Exec()\n",
+				Replace: "\tbatch.Queue(\"COMMIT\")\n\tbatch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, output, nil, n, started, r.epoch)\n" +
+					"\tbr := c.Conn().SendBatch(ctx, batch)\n\t_, commitErr := br.Exec()\n\t_, insErr := br.Exec()\n"}},
+			Pkg: ".", Tests: "TestFencingRejectsPausedOwner/tx",
+		},
+
+		Mutant{
+			Name:      "lease/takeover",
+			Mechanism: "the sweep takes over the runs of an executor whose lease expired (ClaimOrphans)",
+			Edits: []Edit{{File: "internal/sysdb/queries.go",
+				Find:    "WHERE $5::bool AND o.status = 'pending' AND o.executor_id IS NOT NULL AND o.executor_id <> $1",
+				Replace: "WHERE false AND $5::bool AND o.status = 'pending' AND o.executor_id IS NOT NULL AND o.executor_id <> $1"}},
+			Pkg: ".", Tests: "TestTakeoverAfterExecutorDies",
+		},
+		Mutant{
+			Name:      "lease/live-owner",
+			Mechanism: "the sweep leaves the runs of an executor whose lease is live (ClaimOrphans)",
+			Edits: []Edit{{File: "internal/sysdb/queries.go",
+				Find: "\t\t\tAND NOT EXISTS (SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())\n" +
+					"\t\tORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) orphaned",
+				Replace: "\t\tORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) orphaned"}},
+			Pkg: ".", Tests: "TestLiveOwnerKeepsItsRuns",
+		},
+		Mutant{
+			Name:      "lease/heartbeat",
+			Mechanism: "the heartbeat renews the executor's lease every LeaseTTL/3",
+			Edits: []Edit{{File: "recovery.go",
+				Find:    "\tperiod := e.cfg.LeaseTTL / 3\n\tt := time.NewTimer(period)",
+				Replace: "\tperiod := 1000 * e.cfg.LeaseTTL\n\tt := time.NewTimer(period)"}},
+			Pkg: ".", Tests: "TestLiveOwnerKeepsItsRuns",
+		},
+	)
+}
