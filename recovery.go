@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -198,7 +199,7 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
 	dle := &DeadLetterError{WorkflowID: c.id, Attempts: c.attempts - 1, Limit: limit}
 	errb := encodeError(dle)
-	rows, err := e.pool.Query(ctx, e.q.DeadLetter, c.id, c.epoch, errb)
+	rows, err := e.pool.Query(ctx, e.q.DeadLetter, c.id, c.epoch, json.RawMessage(errb))
 	if err == nil {
 		rows.Close()
 		err = rows.Err()

@@ -622,7 +622,7 @@ func (w *streamWriter) write(batch []*streamRow) {
 	n := len(rows)
 	ids, keys := make([]string, n), make([]string, n)
 	offs, epochs := make([]int64, n), make([]int64, n)
-	values := make([][]byte, n)
+	values := make([]json.RawMessage, n)
 	closed := make([]bool, n)
 	wseqs := make([]*int64, n)
 	for i, row := range rows {

@@ -256,7 +256,7 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	}
 	sp := w.e.traceStart(ctx, "durable.start", w.def.name, id)
 	defer func() { sp.end(err) }()
-	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, input, nil, "n:"+id, deadline,
+	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, json.RawMessage(input), nil, "n:"+id, deadline,
 		nullString(sp.traceparent()))
 	inserted := false
 	if err == nil {
