@@ -265,7 +265,9 @@ func MigrationSQL(schema string) (string, error) {
 
 // Migrate applies the pending migrations to schema (SchemaDefault when
 // empty) through pool. Concurrent calls, from any number of processes, are
-// serialised by an advisory lock. Launch calls it unless Config.SkipMigrate.
+// serialised by an advisory lock held by each migration's transaction
+// (which also works through a pooler in transaction mode). Launch calls it
+// unless Config.SkipMigrate.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	schema = cmp.Or(schema, SchemaDefault)
 	if !schemaNameRE.MatchString(schema) {

@@ -99,6 +99,17 @@ func poolWithMode(t *testing.T, url string, mode pgx.QueryExecMode, errs *stmtEr
 	return pool
 }
 
+// poolerPool returns a pool through PgBouncer in transaction mode (see
+// pgtest.PoolerURL) in exec mode mode; errs, if not nil, records failed
+// statements.
+func poolerPool(t *testing.T, mode pgx.QueryExecMode, errs *stmtErrors) *pgxpool.Pool {
+	t.Helper()
+	if errs == nil {
+		errs = &stmtErrors{}
+	}
+	return poolWithMode(t, pgtest.PoolerURL(t), mode, errs)
+}
+
 // TestExecModes: a representative workload (starts, steps, parallel steps,
 // a transaction step, group commits with and without deferred step
 // checkpoints, queues, messages, events, streams, children, a failure,
