@@ -103,9 +103,10 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 
 	// PollOnly turns LISTEN/NOTIFY off, for connection poolers that break
-	// LISTEN (PgBouncer in transaction mode). Waits for results and queue
-	// dispatch then poll every PollInterval, so lower it (e.g. 100ms).
-	// Defaults to false.
+	// LISTEN (PgBouncer in transaction mode): the engine neither listens
+	// nor sends notifications (a NOTIFY takes a server-wide lock at
+	// commit). Waits for results and queue dispatch then poll every
+	// PollInterval, so lower it (e.g. 100ms). Defaults to false.
 	PollOnly bool
 
 	// ParkThreshold: a wait (Sleep, Recv) longer than this parks the run:
@@ -351,13 +352,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, err
 	}
 	hardCtx, hardCancel := context.WithCancelCause(context.Background())
-	q := sysdb.New(c.Schema)
+	q := sysdb.New(c.Schema, !c.PollOnly)
 	e := &Engine{
 		pool:           pool,
 		cfg:            c,
 		q:              q,
-		qq:             sysdb.NewQueueQueries(c.Schema, q.Channel),
-		wq:             sysdb.NewWaitQueries(c.Schema, q.Channel),
+		qq:             sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
+		wq:             sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		rq:             sysdb.NewRetentionQueries(c.Schema),
 		log:            c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation:    randomHex(8),

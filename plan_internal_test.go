@@ -50,7 +50,7 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 		}
 	}
 
-	q := sysdb.New(schema)
+	q := sysdb.New(schema, true)
 	wq := sysdb.NewWaitQueries(schema, q.Channel)
 	sq := sysdb.NewStreamQueries(schema, q.Channel)
 	ids := make([]string, batch)
@@ -194,7 +194,7 @@ func TestSweepReadsOnlyLiveRuns(t *testing.T) {
 			('other-version', 'w', 'pending', 'v2', 0, NULL, NULL, NULL)`,
 		`ANALYZE `+wf,
 	)
-	q := sysdb.New(schema)
+	q := sysdb.New(schema, true)
 	claimArgs := func(expired bool) []any { return []any{"me", "v", []string{"w"}, 100, expired} }
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		for _, c := range []struct {

@@ -123,8 +123,9 @@ func TestExecModes(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			errs := &stmtErrors{}
-			pool := poolWithMode(t, url, mode, errs)
-			runWorkload(t, pool, nil)
+			b := setup(t)
+			b.pool = poolWithMode(t, url, mode, errs)
+			runWorkload(t, b, nil)
 			errs.check(t)
 		})
 	}
@@ -149,13 +150,12 @@ func wlIn(n int) wlPayload {
 	}
 }
 
-// runWorkload runs the representative workload on an engine on pool (in a
-// fresh schema), mutate adjusting its config, and checks every result. It
-// returns the engine's log.
-func runWorkload(t *testing.T, pool *pgxpool.Pool, mutate func(*durable.Config)) string {
+// runWorkload runs the representative workload on an engine of b's (on
+// its pool and schema), mutate adjusting its config, and checks every
+// result. It returns the engine's log.
+func runWorkload(t *testing.T, b *bundle, mutate func(*durable.Config)) string {
 	t.Helper()
-	b := setup(t)
-	b.pool = pool
+	pool := b.pool
 	ctx := ctxT(t)
 	app := pgx.Identifier{b.schema, "app"}.Sanitize()
 	_, err := pool.Exec(ctx, "CREATE TABLE "+app+" (id text PRIMARY KEY, n int NOT NULL)")
@@ -397,4 +397,62 @@ func mustJSON(t *testing.T, v any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// TestPollOnlySendsNoNotifications: with Config.PollOnly the workload
+// sends no notification at all (a NOTIFY takes a server-wide lock at
+// commit, for nobody when nobody listens); without it, the same workload
+// is heard on the engine's channel.
+func TestPollOnlySendsNoNotifications(t *testing.T) {
+	t.Parallel()
+	for _, pollOnly := range []bool{true, false} {
+		t.Run(fmt.Sprintf("PollOnly=%v", pollOnly), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			errs := &stmtErrors{}
+			b.pool = poolWithMode(t, pgtest.DirectURL(t), pgx.QueryExecModeCacheDescribe, errs)
+			ctx := ctxT(t)
+			conn, err := pgx.Connect(ctx, pgtest.DirectURL(t))
+			require.NoError(t, err)
+			defer conn.Close(context.Background())
+			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{"durable:" + b.schema}.Sanitize())
+			require.NoError(t, err)
+			heard := make(chan string, 10000)
+			lctx, stop := context.WithCancel(ctx)
+			go func() {
+				defer close(heard)
+				for {
+					n, err := conn.WaitForNotification(lctx)
+					if err != nil {
+						return
+					}
+					heard <- n.Payload
+				}
+			}()
+			runWorkload(t, b, func(c *durable.Config) {
+				c.PollOnly = pollOnly
+				c.PollInterval = 20 * time.Millisecond
+			})
+			errs.check(t)
+			// A last notification, sent after the workload's, tells that
+			// the listener has read everything before it.
+			_, err = b.pool.Exec(ctx, "SELECT pg_notify($1, 'end')", "durable:"+b.schema)
+			require.NoError(t, err)
+			var got []string
+			for p := range heard {
+				if p == "end" {
+					break
+				}
+				got = append(got, p)
+			}
+			stop()
+			for range heard {
+			}
+			if pollOnly {
+				require.Empty(t, got, "notifications sent with PollOnly")
+			} else {
+				require.NotEmpty(t, got)
+			}
+		})
+	}
 }

@@ -506,7 +506,7 @@ func (e *Engine) schedules() *scheduler {
 	if e.sched == nil {
 		e.sched = &scheduler{
 			e:        e,
-			q:        sysdb.NewScheduleQueries(e.cfg.Schema, e.q.Channel),
+			q:        sysdb.NewScheduleQueries(e.cfg.Schema, e.q.NotifyTo),
 			kick:     make(chan struct{}, 1),
 			declared: map[string]*schedDef{},
 			reported: map[string]bool{},

@@ -362,7 +362,7 @@ type streamKey struct {
 func newStreamWriter(e *Engine) *streamWriter {
 	return &streamWriter{
 		pool:    e.pool,
-		sq:      sysdb.NewStreamQueries(e.cfg.Schema, e.q.Channel),
+		sq:      sysdb.NewStreamQueries(e.cfg.Schema, e.q.NotifyTo),
 		hub:     e.hub,
 		log:     e.log,
 		hardCtx: e.hardCtx,

@@ -383,9 +383,10 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			e.hub.unsubscribe(h.id, w)
 			return zero, err
 		}
-		if !info.status.Finished() && !info.notify {
-			// Ask whoever runs it to notify on finish; no row means it
-			// finished in between.
+		if !info.status.Finished() && !info.notify && !e.cfg.PollOnly {
+			// Ask whoever runs it to notify on finish (not when polling
+			// only: nobody would send it); no row means it finished in
+			// between.
 			tag, err := e.pool.Exec(ctx, e.q.WatchWorkflow, h.id)
 			if err != nil {
 				e.hub.unsubscribe(h.id, w)
