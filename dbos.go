@@ -106,7 +106,10 @@ type Config struct {
 	// LISTEN (PgBouncer in transaction mode): the engine neither listens
 	// nor sends notifications (a NOTIFY takes a server-wide lock at
 	// commit). Waits for results and queue dispatch then poll every
-	// PollInterval, so lower it (e.g. 100ms). Defaults to false.
+	// PollInterval, so lower it (e.g. 100ms). Without PollOnly, Launch
+	// checks that a notification it sends comes back; if none does within
+	// 2s, it logs a warning and polls every 100ms (or PollInterval, if
+	// shorter) instead. See docs/poolers.md. Defaults to false.
 	PollOnly bool
 
 	// ParkThreshold: a wait (Sleep, Recv) longer than this parks the run:
@@ -323,6 +326,8 @@ type Engine struct {
 
 	lastOrphanReport string // sweeper goroutine only
 
+	listenProbe chan struct{} // Launch's probe notification came back (startListener)
+
 	notifyMu       sync.Mutex
 	notifyInflight map[string]bool // queue -> a notification is being sent
 	notifyPending  map[string]bool // queue -> another one is wanted after it
@@ -389,10 +394,11 @@ func (e *Engine) Schema() string { return e.cfg.Schema }
 // AppVersion returns the configured application version.
 func (e *Engine) AppVersion() string { return e.cfg.AppVersion }
 
-// Launch checks the database (reachable, schema migrated), registers this
-// executor's lease, resumes this executor's pending runs and starts the
-// background services (notifications, heartbeats, takeover of runs whose
-// executor died). Register every workflow before Launch.
+// Launch checks the database (reachable, schema migrated, LISTEN delivering
+// notifications unless Config.PollOnly), registers this executor's lease,
+// resumes this executor's pending runs and starts the background services
+// (notifications, heartbeats, takeover of runs whose executor died).
+// Register every workflow before Launch.
 func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Lock()
 	if e.state != stateNew {
@@ -421,7 +427,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 		e.bg.stopAll()
 		return err
 	}
-	if err := <-listening; err != nil {
+	if err := <-listening; errors.Is(err, errDeafListen) {
+		e.pollInstead()
+	} else if err != nil {
 		e.bg.stopAll()
 		return err
 	}
@@ -546,16 +554,64 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 		}
 	}
 	listener.Logger = e.log
+	e.listenProbe = make(chan struct{}, 1)
 	e.bg.start("listener", listener.Run)
 	go func() {
 		select {
 		case <-listener.Ready():
-			ready <- nil
+			ready <- e.checkListen(ctx)
 		case <-ctx.Done():
 			ready <- fmt.Errorf("durable: launch: listen for notifications: %w", ctx.Err())
 		}
 	}()
 	return ready
+}
+
+// listenProbeTimeout bounds Launch's wait for its probe notification; on
+// a direct connection it comes back within milliseconds.
+const listenProbeTimeout = 2 * time.Second
+
+// fallbackPollInterval is the poll period of an engine whose LISTEN turned
+// out deaf at Launch, as the poolers guide recommends with PollOnly
+// (unless Config.PollInterval is shorter).
+const fallbackPollInterval = 100 * time.Millisecond
+
+// errDeafListen: Launch's probe notification did not come back.
+var errDeafListen = errors.New("durable: LISTEN delivers nothing")
+
+// checkListen, once the LISTEN is in place, sends a probe notification on
+// the channel and waits for it to come back; errDeafListen if it does not.
+// A pooler in transaction mode (PgBouncer's) accepts LISTEN and then never
+// delivers anything: rather than waiting on notifications that never come,
+// the engine then polls instead (pollInstead).
+func (e *Engine) checkListen(ctx context.Context) error {
+	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", e.q.Channel, "p:"+e.incarnation); err != nil {
+		return fmt.Errorf("durable: launch: listen self-check: %w", err)
+	}
+	t := time.NewTimer(listenProbeTimeout)
+	defer t.Stop()
+	select {
+	case <-e.listenProbe:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("durable: launch: listen self-check: %w", ctx.Err())
+	case <-t.C:
+		return errDeafListen
+	}
+}
+
+// pollInstead, in Launch before it starts the services, stops the deaf
+// listener, lowers PollInterval to fallbackPollInterval and says so. The
+// engine still sends notifications, for peers that listen on a direct
+// connection.
+func (e *Engine) pollInstead() {
+	e.bg.stop("listener")
+	e.cfg.PollInterval = min(e.cfg.PollInterval, fallbackPollInterval)
+	e.log.Warn("durable: LISTEN delivers no notifications through this pool's connections, "+
+		"as behind PgBouncer (or another pooler) in transaction mode: polling every "+e.cfg.PollInterval.String()+" instead; "+
+		"set Config.PollOnly (with a short Config.PollInterval) to skip this check and stop sending notifications, "+
+		"or give the engine a direct or session-mode connection",
+		"probe_timeout", listenProbeTimeout)
 }
 
 // Shutdown stops the engine. New starts fail with [ErrShutdown]; running
@@ -652,6 +708,13 @@ func (e *Engine) onNotify(payload string) {
 		// earlier cancel must not stop it.
 		if r := e.active.load(id); r != nil && r.epoch <= epoch {
 			r.cancelCause(ErrCancelled)
+		}
+	case 'p': // "p:<incarnation>": a Launch's probe (checkListen)
+		if payload[2:] == e.incarnation {
+			select {
+			case e.listenProbe <- struct{}{}:
+			default:
+			}
 		}
 	case 'k': // a manual tick of a schedule was asked for
 		e.schedules().wake()

@@ -456,3 +456,85 @@ func TestPollOnlySendsNoNotifications(t *testing.T) {
 		})
 	}
 }
+
+// TestLaunchChecksListen: Launch checks that LISTEN delivers. Through
+// PgBouncer in transaction mode it does not (LISTEN succeeds, nothing
+// arrives): Launch says so in a warning and the engine polls every 100ms
+// instead of waiting on notifications that never come, so its Result of a
+// run that another engine finishes returns long before the configured 30s
+// poll would. On a direct connection the check passes without a word, and
+// the finish's notification ends the wait.
+func TestLaunchChecksListen(t *testing.T) {
+	t.Parallel()
+	for _, through := range []string{"direct", "pooler"} {
+		t.Run(through, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			errs := &stmtErrors{}
+			direct := poolWithMode(t, pgtest.DirectURL(t), pgx.QueryExecModeCacheDescribe, errs)
+			register := func(w **durable.Workflow[string, string]) func(*durable.Engine) {
+				return func(e *durable.Engine) {
+					*w = durable.Register(e, "w", func(wctx durable.Context, in string) (string, error) {
+						msg, ok, err := durable.Recv[string](wctx, "go", time.Minute)
+						if err != nil || !ok {
+							return "", fmt.Errorf("recv: %v, %w", ok, err)
+						}
+						return in + msg, nil
+					}, nil)
+				}
+			}
+			// A runs the workflow on a direct connection; B, the engine
+			// checked, waits for its result.
+			var wA, wB *durable.Workflow[string, string]
+			b.pool = direct
+			eA := b.engine(t, func(c *durable.Config) { c.PollOnly = false }, register(&wA))
+			if through == "pooler" {
+				b.pool = poolerPool(t, pgx.QueryExecModeExec, errs)
+			}
+			b.engine(t, func(c *durable.Config) {
+				c.PollOnly = false
+				c.PollInterval = 30 * time.Second
+				c.LeaseTTL = time.Minute
+			}, register(&wB))
+			const warning = "LISTEN delivers no notifications"
+			if through == "pooler" {
+				require.Contains(t, b.logs.String(), warning)
+				require.Contains(t, b.logs.String(), "PgBouncer")
+				require.Contains(t, b.logs.String(), "Config.PollOnly")
+			} else {
+				require.NotContains(t, b.logs.String(), warning)
+			}
+
+			ctx := ctxT(t)
+			h, err := wA.Start(ctx, "a", nil)
+			require.NoError(t, err)
+			hB, err := wB.Handle(ctx, h.ID())
+			require.NoError(t, err)
+			type result struct {
+				out string
+				err error
+			}
+			res := make(chan result, 1)
+			go func() {
+				out, err := hB.Result(ctx)
+				res <- result{out, err}
+			}()
+			// B waits: it asked for the finish's notification.
+			wf := pgx.Identifier{b.schema, "workflows"}.Sanitize()
+			require.Eventually(t, func() bool {
+				var asked bool
+				err := direct.QueryRow(ctx, "SELECT notify FROM "+wf+" WHERE id = $1", h.ID()).Scan(&asked)
+				return err == nil && asked
+			}, 30*time.Second, 10*time.Millisecond)
+			require.NoError(t, durable.Send(ctx, eA, h.ID(), "go", "b", nil))
+			select {
+			case r := <-res:
+				require.NoError(t, r.err)
+				require.Equal(t, "ab", r.out)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the result did not arrive within 10s; log:\n%s", b.logs.String())
+			}
+			errs.check(t)
+		})
+	}
+}
