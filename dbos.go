@@ -429,6 +429,12 @@ func (e *Engine) Launch(ctx context.Context) error {
 	}
 	if err := <-listening; errors.Is(err, errDeafListen) {
 		e.pollInstead()
+		// The check waited listenProbeTimeout, maybe longer than the lease
+		// registered meanwhile: renew it before this executor claims runs.
+		if _, err := e.pool.Exec(ctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds()); err != nil {
+			e.bg.stopAll()
+			return fmt.Errorf("durable: launch: renew lease: %w", err)
+		}
 	} else if err != nil {
 		e.bg.stopAll()
 		return err

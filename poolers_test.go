@@ -463,7 +463,8 @@ func TestPollOnlySendsNoNotifications(t *testing.T) {
 // instead of waiting on notifications that never come, so its Result of a
 // run that another engine finishes returns long before the configured 30s
 // poll would. On a direct connection the check passes without a word, and
-// the finish's notification ends the wait.
+// the finish's notification ends the wait. Either way B's lease is live
+// when Launch returns.
 func TestLaunchChecksListen(t *testing.T) {
 	t.Parallel()
 	for _, through := range []string{"direct", "pooler"} {
@@ -491,11 +492,17 @@ func TestLaunchChecksListen(t *testing.T) {
 			if through == "pooler" {
 				b.pool = poolerPool(t, pgx.QueryExecModeExec, errs)
 			}
-			b.engine(t, func(c *durable.Config) {
+			eB := b.engine(t, func(c *durable.Config) {
 				c.PollOnly = false
 				c.PollInterval = 30 * time.Second
-				c.LeaseTTL = time.Minute
+				c.LeaseTTL = time.Second
 			}, register(&wB))
+			// The check's wait outlasted the lease registered before it:
+			// Launch renewed it (the first heartbeat is LeaseTTL/3 away).
+			var live bool
+			require.NoError(t, direct.QueryRow(ctxT(t), "SELECT lease_expires_at > now() FROM "+pgx.Identifier{b.schema, "executors"}.Sanitize()+
+				" WHERE id = $1", eB.ExecutorID()).Scan(&live))
+			require.True(t, live, "B's lease expired during its Launch")
 			const warning = "LISTEN delivers no notifications"
 			if through == "pooler" {
 				require.Contains(t, b.logs.String(), warning)
