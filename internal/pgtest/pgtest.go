@@ -48,6 +48,15 @@ func Main(m *testing.M) {
 func run(m *testing.M) int {
 	defer stopPooler()
 	if os.Getenv(EnvURL) != "" {
+		if Pooled() { // child processes inherit the filtered URL
+			url, stop, err := filterCancels(os.Getenv(EnvURL))
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+				return 1
+			}
+			defer stop()
+			os.Setenv(EnvURL, url)
+		}
 		return m.Run()
 	}
 	script, err := scriptPath()

@@ -28,7 +28,8 @@ const (
 // mode (DURABLE_TEST_POOLER=transaction). There, consecutive transactions
 // of one client connection may run on different server connections: LISTEN
 // delivers nothing, and session state (SET, session advisory locks,
-// prepared statements) does not stay with the client.
+// prepared statements) does not stay with the client. Main then puts a
+// filter of cancel requests in front of it (see cancelFilter).
 func Pooled() bool { return os.Getenv(EnvPooler) == "transaction" }
 
 // SkipIfPooled skips the test, saying why, when DATABASE_URL goes through a
@@ -74,8 +75,9 @@ var pooler struct {
 // the server: DATABASE_URL itself under DURABLE_TEST_POOLER=transaction;
 // otherwise one that this test binary starts with scripts/pgbouncer on
 // first use (in front of DirectURL) and stops when Main returns, or when
-// the binary dies. It skips the test when PgBouncer is not installed,
-// unless DURABLE_REQUIRE_POOLER=1.
+// the binary dies. Either way the URL goes through a filter of cancel
+// requests (see cancelFilter). It skips the test when PgBouncer is not
+// installed, unless DURABLE_REQUIRE_POOLER=1.
 func PoolerURL(tb testing.TB) string {
 	tb.Helper()
 	if Pooled() {
@@ -124,7 +126,12 @@ func startPooler(direct string) (url, skip string, err error) {
 		}
 		return "", "", err
 	}
-	pooler.stop = release
+	url, stopFilter, err := filterCancels(url)
+	if err != nil {
+		release()
+		return "", "", err
+	}
+	pooler.stop = func() { stopFilter(); release() }
 	return url, "", nil
 }
 
