@@ -35,7 +35,7 @@ func running(name string) string {
 }
 
 // NewQueueQueries renders the queue statements for schema; channel is the
-// schema's notification channel.
+// schema's notification channel ("": none sent, see notifier).
 func NewQueueQueries(schema, channel string) *QueueQueries {
 	n := notifier(channel)
 	r := func(s string) string { return Render(s, schema) }

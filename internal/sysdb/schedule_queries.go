@@ -19,7 +19,7 @@ const scheduleColumns = `name, workflow_name, spec, location, catch_up, paused, 
 	last_tick, last_run_id, next_tick, version, created_at, updated_at, triggers`
 
 // NewScheduleQueries renders the schedule statements for schema; channel
-// is the schema's notification channel.
+// is the schema's notification channel ("": none sent, see notifier).
 func NewScheduleQueries(schema, channel string) *ScheduleQueries {
 	n := notifier(channel)
 	r := func(s string) string { return Render(s, schema) }

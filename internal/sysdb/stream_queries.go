@@ -17,7 +17,7 @@ type StreamQueries struct {
 }
 
 // NewStreamQueries renders the stream statements for schema; channel is the
-// schema's notification channel.
+// schema's notification channel ("": none sent, see notifier).
 func NewStreamQueries(schema, channel string) *StreamQueries {
 	n := notifier(channel)
 	r := func(s string) string { return Render(s, schema) }

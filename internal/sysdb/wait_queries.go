@@ -21,7 +21,8 @@ type WaitQueries struct {
 	ClearWaitTopic string
 }
 
-// NewWaitQueries renders the wait statements for schema.
+// NewWaitQueries renders the wait statements for schema; channel is the
+// schema's notification channel ("": none sent, see notifier).
 func NewWaitQueries(schema, channel string) *WaitQueries {
 	n := notifier(channel)
 	r := func(s string) string { return Render(s, schema) }
