@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -175,13 +176,17 @@ type finishWrite struct {
 type stepArrays struct {
 	ids, names, statuses []string
 	pos, attempts        []int32
-	outputs, errs        [][]byte
-	started              []time.Time
+	// json.RawMessage, not []byte, as every payload argument of a json
+	// column: pgx maps it to json in every query exec mode, while a []byte
+	// is bytea (as text, "\x...") in the exec and simple protocol modes
+	// that poolers without prepared statements need.
+	outputs, errs []json.RawMessage
+	started       []time.Time
 }
 
 func newStepArrays(n int) *stepArrays {
 	return &stepArrays{ids: make([]string, 0, n), names: make([]string, 0, n), statuses: make([]string, 0, n),
-		pos: make([]int32, 0, n), attempts: make([]int32, 0, n), outputs: make([][]byte, 0, n), errs: make([][]byte, 0, n),
+		pos: make([]int32, 0, n), attempts: make([]int32, 0, n), outputs: make([]json.RawMessage, 0, n), errs: make([]json.RawMessage, 0, n),
 		started: make([]time.Time, 0, n)}
 }
 
@@ -210,7 +215,7 @@ func (e *Engine) writeStep(ctx context.Context, w *stepWrite) (bool, error) {
 // fenced or the step is already recorded (a unique violation: InsertStep
 // has no ON CONFLICT clause, see InsertSteps).
 func (e *Engine) insertStep(ctx context.Context, w *stepWrite) (written bool, err error) {
-	tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, w.output, w.errb, w.attempts, w.started, w.epoch)
+	tag, err := e.pool.Exec(ctx, e.q.InsertStep, w.id, w.pos, w.name, w.status, json.RawMessage(w.output), json.RawMessage(w.errb), w.attempts, w.started, w.epoch)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		return false, nil
@@ -262,13 +267,13 @@ func (e *Engine) finishOne(ctx context.Context, w *finishWrite) (bool, error) {
 	var parent *string
 	var err error
 	if len(w.steps) == 0 {
-		err = e.pool.QueryRow(ctx, e.q.FinishOne, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err).Scan(&notify, &parent)
+		err = e.pool.QueryRow(ctx, e.q.FinishOne, w.id, w.epoch, string(w.o.status), json.RawMessage(w.o.output), json.RawMessage(w.o.err)).Scan(&notify, &parent)
 	} else {
 		var a stepArrays
 		for _, s := range w.steps {
 			a.add(s)
 		}
-		err = e.pool.QueryRow(ctx, e.q.FinishOneSteps, w.id, w.epoch, string(w.o.status), w.o.output, w.o.err,
+		err = e.pool.QueryRow(ctx, e.q.FinishOneSteps, w.id, w.epoch, string(w.o.status), json.RawMessage(w.o.output), json.RawMessage(w.o.err),
 			a.pos, a.names, a.statuses, a.outputs, a.errs, a.attempts, a.started).Scan(&notify, &parent)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -310,7 +315,7 @@ func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
 	n := len(items)
 	ids, statuses := make([]string, n), make([]string, n)
 	epochs := make([]int64, n)
-	outputs, errs := make([][]byte, n), make([][]byte, n)
+	outputs, errs := make([]json.RawMessage, n), make([]json.RawMessage, n)
 	index := make(map[string]*batchItem[*finishWrite], n)
 	var steps stepArrays
 	for i, it := range items {
@@ -360,7 +365,7 @@ func (e *Engine) startOne(ctx context.Context, w *startWrite) (bool, error) {
 	if w.parent != "" {
 		parent = w.parent
 	}
-	tag, err := e.pool.Exec(ctx, e.q.InsertOwned, w.id, w.name, e.cfg.AppVersion, e.cfg.ExecutorID, w.input, parent, w.deadline, nullString(w.trace))
+	tag, err := e.pool.Exec(ctx, e.q.InsertOwned, w.id, w.name, e.cfg.AppVersion, e.cfg.ExecutorID, json.RawMessage(w.input), parent, w.deadline, nullString(w.trace))
 	return tag.RowsAffected() == 1, err
 }
 
@@ -372,7 +377,7 @@ func (e *Engine) flushStarts(items []*batchItem[*startWrite]) {
 	}
 	n := len(items)
 	ids, names := make([]string, n), make([]string, n)
-	inputs := make([][]byte, n)
+	inputs := make([]json.RawMessage, n)
 	parents := make([]pgtype.Text, n)
 	deadlines := make([]pgtype.Timestamptz, n)
 	var traces []pgtype.Text // nil (NULL) without tracing

@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -19,13 +20,13 @@ func TestStepBatchWithARecordedRow(t *testing.T) {
 	var items []*batchItem[*stepWrite]
 	for i := range 3 {
 		id := fmt.Sprintf("run-%d", i)
-		if _, err := pool.Exec(ctx, e.q.InsertOwned, id, "w", "test", "batch-exec", []byte("1"), nil, nil, nil); err != nil {
+		if _, err := pool.Exec(ctx, e.q.InsertOwned, id, "w", "test", "batch-exec", json.RawMessage("1"), nil, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		items = append(items, &batchItem[*stepWrite]{v: &stepWrite{id: id, pos: 0, name: "s", status: stepDone,
 			output: []byte(`"new"`), attempts: 1, started: time.Now(), epoch: 1}})
 	}
-	if _, err := pool.Exec(ctx, e.q.InsertStep, "run-1", 0, "s", stepDone, []byte(`"old"`), nil, 1, time.Now(), int64(1)); err != nil {
+	if _, err := pool.Exec(ctx, e.q.InsertStep, "run-1", 0, "s", stepDone, json.RawMessage(`"old"`), nil, 1, time.Now(), int64(1)); err != nil {
 		t.Fatal(err)
 	}
 	e.flushSteps(items)

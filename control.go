@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -28,7 +29,7 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error 
 	}
 	children := opts != nil && opts.Children
 	errb := encodeError(fmt.Errorf("durable: workflow %q was cancelled: %w", id, ErrCancelled))
-	rows, err := e.pool.Query(ctx, e.wq.Cancel, id, children, errb)
+	rows, err := e.pool.Query(ctx, e.wq.Cancel, id, children, json.RawMessage(errb))
 	if err != nil {
 		return fmt.Errorf("durable: cancel %q: %w", id, err)
 	}

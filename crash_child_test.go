@@ -63,7 +63,7 @@ func runChild(mode string) error {
 	maxRec, _ := strconv.Atoi(os.Getenv("DURABLE_MAXREC"))
 	park, _ := time.ParseDuration(os.Getenv("DURABLE_PARK"))
 	poll, _ := time.ParseDuration(os.Getenv("DURABLE_POLL"))
-	e, err := durable.New(pool, &durable.Config{
+	e, err := durable.New(pool, forPooler(&durable.Config{
 		Schema:               schema,
 		AppVersion:           "crash",
 		ExecutorID:           os.Getenv("DURABLE_EXEC_ID"),
@@ -75,7 +75,7 @@ func runChild(mode string) error {
 		Logger:               slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		TracerProvider:       tp,
 		DeferStepCheckpoints: os.Getenv("DURABLE_DEFER") != "",
-	})
+	}))
 	if err != nil {
 		return err
 	}

@@ -117,9 +117,13 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 
 	// PollOnly turns LISTEN/NOTIFY off, for connection poolers that break
-	// LISTEN (PgBouncer in transaction mode). Waits for results and queue
-	// dispatch then poll every PollInterval, so lower it (e.g. 100ms).
-	// Defaults to false.
+	// LISTEN (PgBouncer in transaction mode): the engine neither listens
+	// nor sends notifications (a NOTIFY takes a server-wide lock at
+	// commit). Waits for results and queue dispatch then poll every
+	// PollInterval, so lower it (e.g. 100ms). Without PollOnly, Launch
+	// checks that a notification it sends comes back; if none does within
+	// 2s, it logs a warning and polls every 100ms (or PollInterval, if
+	// shorter) instead. See docs/poolers.md. Defaults to false.
 	PollOnly bool
 
 	// ParkThreshold: a wait (Sleep, Recv) longer than this parks the run:
@@ -282,7 +286,9 @@ func MigrationSQL(schema string) (string, error) {
 
 // Migrate applies the pending migrations to schema (SchemaDefault when
 // empty) through pool. Concurrent calls, from any number of processes, are
-// serialised by an advisory lock. Launch calls it unless Config.SkipMigrate.
+// serialised by an advisory lock held by each migration's transaction
+// (which also works through a pooler in transaction mode). Launch calls it
+// unless Config.SkipMigrate.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	schema = cmp.Or(schema, SchemaDefault)
 	if !schemaNameRE.MatchString(schema) {
@@ -326,6 +332,7 @@ type Engine struct {
 	active     activeRuns // the runs executing here
 	launches   launchGate
 	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
+	pollEvery  atomic.Int64 // the polling period: Config.PollInterval, or less when LISTEN is deaf (pollInstead)
 	recov      resumer      // recovery slots (resume.go)
 	lease      *leasePool   // the heartbeat's and fence checks' connections (lease.go); set at Launch
 	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
@@ -338,6 +345,8 @@ type Engine struct {
 	stepDelay   time.Duration // longest wait of a deferred step checkpoint (pending.go)
 
 	lastOrphanReport string // sweeper goroutine only
+
+	listenProbe chan struct{} // Launch's probe notification came back (startListener)
 
 	notifyMu       sync.Mutex
 	notifyInflight map[string]bool // queue -> a notification is being sent
@@ -368,13 +377,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, err
 	}
 	hardCtx, hardCancel := context.WithCancelCause(context.Background())
-	q := sysdb.New(c.Schema)
+	q := sysdb.New(c.Schema, !c.PollOnly)
 	e := &Engine{
 		pool:           pool,
 		cfg:            c,
 		q:              q,
-		qq:             sysdb.NewQueueQueries(c.Schema, q.Channel),
-		wq:             sysdb.NewWaitQueries(c.Schema, q.Channel),
+		qq:             sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
+		wq:             sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		rq:             sysdb.NewRetentionQueries(c.Schema),
 		log:            c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation:    randomHex(8),
@@ -389,6 +398,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		kick:           make(chan struct{}, 1),
 	}
 	e.recov.free = c.RecoveryConcurrency
+	e.pollEvery.Store(int64(c.PollInterval))
 	e.tracer = newTracer(c.TracerProvider)
 	e.initBatchers()
 	e.stepDelay = stepFlushDelay
@@ -396,6 +406,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	e.streamw = newStreamWriter(e)
 	return e, nil
 }
+
+// pollInterval is the period of the waits that notifications normally
+// wake: Config.PollInterval, shortened when LISTEN turns out deaf.
+func (e *Engine) pollInterval() time.Duration { return time.Duration(e.pollEvery.Load()) }
 
 // ExecutorID returns this engine's executor ID.
 func (e *Engine) ExecutorID() string { return e.cfg.ExecutorID }
@@ -406,10 +420,11 @@ func (e *Engine) Schema() string { return e.cfg.Schema }
 // AppVersion returns the configured application version.
 func (e *Engine) AppVersion() string { return e.cfg.AppVersion }
 
-// Launch checks the database (reachable, schema migrated), registers this
-// executor's lease, resumes this executor's pending runs and starts the
-// background services (notifications, heartbeats, takeover of runs whose
-// executor died). Register every workflow before Launch.
+// Launch checks the database (reachable, schema migrated, LISTEN delivering
+// notifications unless Config.PollOnly), registers this executor's lease,
+// resumes this executor's pending runs and starts the background services
+// (notifications, heartbeats, takeover of runs whose executor died).
+// Register every workflow before Launch.
 func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Lock()
 	if e.state != stateNew {
@@ -426,6 +441,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if err := e.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("durable: launch: database unreachable: %w", err)
 	}
+	if err := e.openLeasePool(); err != nil {
+		return err
+	}
 	// The LISTEN connection opens while the schema is checked and the
 	// executor registered (a new connection is the slowest part of a
 	// launch); recovery below waits for both.
@@ -433,19 +451,24 @@ func (e *Engine) Launch(ctx context.Context) error {
 	lctx, cancelListen := context.WithCancel(ctx)
 	defer cancelListen()
 	listening := e.startListener(lctx)
-	if err := e.prepareLaunch(ctx); err != nil {
+	fail := func(err error) error {
 		cancelListen()
 		e.bg.stopAll()
+		e.closeLeasePool()
 		return err
 	}
-	if err := <-listening; err != nil {
-		e.bg.stopAll()
-		return err
+	if err := e.prepareLaunch(ctx); err != nil {
+		return fail(err)
 	}
-
-	if err := e.openLeasePool(); err != nil {
-		e.bg.stopAll()
-		return err
+	if err := <-listening; errors.Is(err, errDeafListen) {
+		e.pollInstead()
+		// The check waited listenProbeTimeout, maybe longer than the lease
+		// registered meanwhile: renew it before this executor claims runs.
+		if _, err := e.lease.pool.Exec(ctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds()); err != nil {
+			return fail(fmt.Errorf("durable: launch: renew lease: %w", err))
+		}
+	} else if err != nil {
+		return fail(err)
 	}
 	// A new executor cannot tell whether the database was just away:
 	// it gives peers the same time to renew their leases (judgesLeases).
@@ -454,9 +477,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	// of this incarnation exists yet to be mistaken for an earlier one's.
 	own, err := e.claimOwn(ctx)
 	if err != nil {
-		e.bg.stopAll()
-		e.closeLeasePool()
-		return fmt.Errorf("durable: launch: recovery: %w", err)
+		return fail(fmt.Errorf("durable: launch: recovery: %w", err))
 	}
 	e.mu.Lock()
 	e.state = stateLaunched
@@ -571,16 +592,64 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 		}
 	}
 	listener.Logger = e.log
+	e.listenProbe = make(chan struct{}, 1)
 	e.bg.start("listener", listener.Run)
 	go func() {
 		select {
 		case <-listener.Ready():
-			ready <- nil
+			ready <- e.checkListen(ctx)
 		case <-ctx.Done():
 			ready <- fmt.Errorf("durable: launch: listen for notifications: %w", ctx.Err())
 		}
 	}()
 	return ready
+}
+
+// listenProbeTimeout bounds Launch's wait for its probe notification; on
+// a direct connection it comes back within milliseconds.
+const listenProbeTimeout = 2 * time.Second
+
+// fallbackPollInterval is the poll period of an engine whose LISTEN turned
+// out deaf at Launch, as the poolers guide recommends with PollOnly
+// (unless Config.PollInterval is shorter).
+const fallbackPollInterval = 100 * time.Millisecond
+
+// errDeafListen: Launch's probe notification did not come back.
+var errDeafListen = errors.New("durable: LISTEN delivers nothing")
+
+// checkListen, once the LISTEN is in place, sends a probe notification on
+// the channel and waits for it to come back; errDeafListen if it does not.
+// A pooler in transaction mode (PgBouncer's) accepts LISTEN and then never
+// delivers anything: rather than waiting on notifications that never come,
+// the engine then polls instead (pollInstead).
+func (e *Engine) checkListen(ctx context.Context) error {
+	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", e.q.Channel, "p:"+e.incarnation); err != nil {
+		return fmt.Errorf("durable: launch: listen self-check: %w", err)
+	}
+	t := time.NewTimer(listenProbeTimeout)
+	defer t.Stop()
+	select {
+	case <-e.listenProbe:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("durable: launch: listen self-check: %w", ctx.Err())
+	case <-t.C:
+		return errDeafListen
+	}
+}
+
+// pollInstead, in Launch before it starts the services, stops the deaf
+// listener, lowers PollInterval to fallbackPollInterval and says so. The
+// engine still sends notifications, for peers that listen on a direct
+// connection.
+func (e *Engine) pollInstead() {
+	e.bg.stop("listener")
+	e.pollEvery.Store(int64(min(e.pollInterval(), fallbackPollInterval)))
+	e.log.Warn("durable: LISTEN delivers no notifications through this pool's connections, "+
+		"as behind PgBouncer (or another pooler) in transaction mode: polling every "+e.pollInterval().String()+" instead; "+
+		"set Config.PollOnly (with a short Config.PollInterval) to skip this check and stop sending notifications, "+
+		"or give the engine a direct or session-mode connection",
+		"probe_timeout", listenProbeTimeout)
 }
 
 // Shutdown stops the engine. New starts fail with [ErrShutdown]; running
@@ -680,6 +749,13 @@ func (e *Engine) onNotify(payload string) {
 		// earlier cancel must not stop it.
 		if r := e.active.load(id); r != nil && r.epoch <= epoch {
 			r.cancelCause(ErrCancelled)
+		}
+	case 'p': // "p:<incarnation>": a Launch's probe (checkListen)
+		if payload[2:] == e.incarnation {
+			select {
+			case e.listenProbe <- struct{}{}:
+			default:
+			}
 		}
 	case 'k': // a manual tick of a schedule was asked for
 		e.schedules().wake()

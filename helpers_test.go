@@ -1,6 +1,7 @@
 package durable_test
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"os"
@@ -38,7 +39,7 @@ func setup(t *testing.T) *bundle {
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
 	logs := &proctest.Buffer{}
-	return &bundle{
+	b := &bundle{
 		pool:   pool,
 		schema: schema,
 		logs:   logs,
@@ -51,6 +52,20 @@ func setup(t *testing.T) *bundle {
 			Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		},
 	}
+	forPooler(b.cfg)
+	return b
+}
+
+// forPooler sets c up for a pooler in transaction mode when the tests run
+// through one (pgtest.Pooled), as docs/poolers.md says: PollOnly, polling
+// every 50ms at most. (An engine without it works there too, once
+// Launch's check of LISTEN has given up: 2s.) It returns c.
+func forPooler(c *durable.Config) *durable.Config {
+	if pgtest.Pooled() {
+		c.PollOnly = true
+		c.PollInterval = min(cmp.Or(c.PollInterval, durable.PollIntervalDefault), 50*time.Millisecond)
+	}
+	return c
 }
 
 // engine makes an engine on the bundle's schema; register is called

@@ -74,7 +74,7 @@ func send[T any](ctx context.Context, e *Engine, db queryer, id, topic string, m
 	}
 	var found, inserted int
 	var ignored *string
-	if err := db.QueryRow(ctx, e.wq.Send, id, topic, payload, key).Scan(&found, &inserted, &ignored); err != nil {
+	if err := db.QueryRow(ctx, e.wq.Send, id, topic, json.RawMessage(payload), key).Scan(&found, &inserted, &ignored); err != nil {
 		return fmt.Errorf("durable: send to workflow %q topic %q: %w", id, topic, err)
 	}
 	if found == 0 {
@@ -155,7 +155,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				r.markWaiting(topic)
 				waiting = true
 			}
-			err = r.waitFor(w.ch, min(remaining, r.e.cfg.PollInterval))
+			err = r.waitFor(w.ch, min(remaining, r.e.pollInterval()))
 			r.e.hub.unsubscribe("m:"+r.id, w)
 			if err != nil {
 				return msg, false, err
@@ -247,7 +247,7 @@ func SetEvent[T any](wctx Context, key string, value T) error {
 	started := time.Now()
 	var written bool
 	err = r.retryDB("set event", func(ctx context.Context) error {
-		rows, err := r.e.pool.Query(ctx, r.e.wq.SetEvent, r.id, r.epoch, pos, name, key, b, started)
+		rows, err := r.e.pool.Query(ctx, r.e.wq.SetEvent, r.id, r.epoch, pos, name, key, json.RawMessage(b), started)
 		if err != nil {
 			return err
 		}
@@ -310,7 +310,7 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 			e.hub.unsubscribe("e:"+id, w)
 			return value, false, nil
 		}
-		t := time.NewTimer(min(remaining, e.cfg.PollInterval))
+		t := time.NewTimer(min(remaining, e.pollInterval()))
 		select {
 		case <-w.ch:
 		case <-t.C:

@@ -46,6 +46,45 @@ func TestConcurrentMigrations(t *testing.T) {
 	require.Equal(t, 1+len(files), n, "each migration (schema.sql and the numbered files) applied once")
 }
 
+// TestConcurrentMigrationsThroughPooler: concurrent Migrate calls through
+// PgBouncer in transaction mode apply each migration once, and leave no
+// migration lock behind on a pooled server connection: a session lock
+// there was released on whichever connection the unlock landed on, so it
+// leaked (and later boots hung), or was granted to a second caller that
+// landed on the holder's connection (and they raced on CREATE SCHEMA).
+func TestConcurrentMigrationsThroughPooler(t *testing.T) {
+	t.Parallel()
+	pool := poolerPool(t, pgx.QueryExecModeExec, nil)
+	direct := pgtest.DirectPool(t)
+	ctx := ctxT(t)
+	files, err := filepath.Glob("migrations/*.sql")
+	require.NoError(t, err)
+	for range 3 {
+		schema := pgtest.Schema(t)
+		var wg sync.WaitGroup
+		errs := make([]error, 6)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = durable.Migrate(ctx, pool, schema)
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n))
+		require.Equal(t, 1+len(files), n, "each migration applied once")
+		var held int
+		require.NoError(t, direct.QueryRow(ctx, `SELECT count(*) FROM pg_locks l, (SELECT hashtext($1)::bigint AS k) h
+			WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.objid = (h.k & 4294967295)::oid AND l.classid = ((h.k >> 32) & 4294967295)::oid`,
+			"durable.migrate:"+schema).Scan(&held))
+		require.Zero(t, held, "the migration lock of %s is still held", schema)
+	}
+}
+
 func TestMigrationSQLForDBAs(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)

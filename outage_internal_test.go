@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestAdoptStrays(t *testing.T) {
 	ctx, pool, schema, e, wf, q := incEngine(t, "stray-exec", "q", &QueueOpts{WorkerConcurrency: 1})
 
 	// A start whose INSERT committed but whose answer was lost.
-	if _, err := pool.Exec(ctx, e.q.InsertOwned, "plain-stray", "w", "test", "stray-exec", []byte("41"), nil, nil, nil); err != nil {
+	if _, err := pool.Exec(ctx, e.q.InsertOwned, "plain-stray", "w", "test", "stray-exec", json.RawMessage("41"), nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A queue claim whose answer was lost: the run is pending and ours,

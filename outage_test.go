@@ -26,6 +26,7 @@ import (
 // when the tests run against a server they did not start.
 func TestDatabaseOutageMidRun(t *testing.T) {
 	t.Parallel()
+	pgtest.SkipIfPooled(t, "its cluster of its own has no pooler in front; the direct run covers it")
 	c, err := pgtest.Private(t)
 	if err != nil {
 		t.Skipf("no database outage test: %v", err)

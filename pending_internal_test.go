@@ -1,7 +1,9 @@
 package durable
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/internal/pgtest"
 )
 
 // deferringEngine launches an engine with Config.DeferStepCheckpoints whose
@@ -29,6 +33,10 @@ func newEngine(t *testing.T, cfg *Config) (context.Context, *pgxpool.Pool, strin
 	t.Helper()
 	ctx, pool, schema := migratedSchema(t)
 	cfg.Schema, cfg.AppVersion = schema, "test"
+	if pgtest.Pooled() { // through a pooler in transaction mode: no LISTEN
+		cfg.PollOnly = true
+		cfg.PollInterval = cmp.Or(cfg.PollInterval, 50*time.Millisecond)
+	}
 	e, err := New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +262,7 @@ func TestFinishWithSteps(t *testing.T) {
 	t.Parallel()
 	ctx, pool, schema, e := newEngine(t, &Config{ExecutorID: "fin-exec"})
 	run := func(id string) {
-		if _, err := pool.Exec(ctx, e.q.InsertOwned, id, "w", "test", "fin-exec", []byte("1"), nil, nil, nil); err != nil {
+		if _, err := pool.Exec(ctx, e.q.InsertOwned, id, "w", "test", "fin-exec", json.RawMessage("1"), nil, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -300,7 +308,7 @@ func TestFinishWithSteps(t *testing.T) {
 	for _, id := range []string{"r-dup", "r-ok"} {
 		run(id)
 	}
-	if _, err := pool.Exec(ctx, e.q.InsertStep, "r-dup", 0, "a", stepDone, []byte(`1`), nil, 1, time.Now(), int64(1)); err != nil {
+	if _, err := pool.Exec(ctx, e.q.InsertStep, "r-dup", 0, "a", stepDone, json.RawMessage(`1`), nil, 1, time.Now(), int64(1)); err != nil {
 		t.Fatal(err)
 	}
 	retried := []*batchItem[*finishWrite]{item("r-dup", 1, "a"), item("r-ok", 1, "a")}

@@ -50,37 +50,30 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 		}
 	}
 
-	q := sysdb.New(schema)
+	q := sysdb.New(schema, true)
 	wq := sysdb.NewWaitQueries(schema, q.Channel)
 	sq := sysdb.NewStreamQueries(schema, q.Channel)
 	ids := make([]string, batch)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("r%d", i+1)
 	}
-	fill := func(v any) []any {
-		s := make([]any, batch)
-		for i := range s {
-			s[i] = v
-		}
-		return s
-	}
 	now := time.Now()
-	out := []byte(`1`)
+	out := json.RawMessage(`1`)
 	cases := []struct {
 		name string
 		sql  string
 		args []any
 	}{
 		{"InsertStep", q.InsertStep, []any{"r7", 1, "s", "done", out, nil, 1, now, 2}},
-		{"InsertSteps", q.InsertSteps, []any{ids, fill(1), fill("s"), fill("done"), fill(out), fill(nil), fill(1), fill(now), fill(int64(2))}},
+		{"InsertSteps", q.InsertSteps, []any{ids, fillN(batch, int32(1)), fillN(batch, "s"), fillN(batch, "done"), fillN(batch, out), fillN[json.RawMessage](batch, nil), fillN(batch, int32(1)), fillN(batch, now), fillN(batch, int64(2))}},
 		{"InsertStepTx", q.InsertStepTx, []any{"r7", 1, "s", "done", out, nil, 1, now, 2}},
 		{"CompleteIntent", q.CompleteIntent, []any{"r7", 1, "done", out, nil, 1, 2}},
 		{"FinishOne", q.FinishOne, []any{"r7", 2, "success", out, nil}},
-		{"FinishWorkflows", q.FinishWorkflows, []any{ids, fill(int64(2)), fill("success"), fill(out), fill(nil)}},
+		{"FinishWorkflows", q.FinishWorkflows, []any{ids, fillN(batch, int64(2)), fillN(batch, "success"), fillN(batch, out), fillN[json.RawMessage](batch, nil)}},
 		{"WakeParent", q.WakeParent, []any{"r7", "p7"}},
 		{"DeadLetter", q.DeadLetter, []any{"r7", 2, out}},
 		{"Park", wq.Park, []any{"r7", 2, now.Add(time.Hour), "t"}},
-		{"Append", sq.Append, []any{ids, fill("k"), fill(int64(0)), fill(out), fill(false), fill(nil), fill(int64(2)), false}},
+		{"Append", sq.Append, []any{ids, fillN(batch, "k"), fillN(batch, int64(0)), fillN(batch, out), fillN(batch, false), fillN[*int64](batch, nil), fillN(batch, int64(2)), false}},
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		for _, c := range cases {
@@ -93,6 +86,16 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fillN returns n copies of v: typed, so that pgx encodes them in every
+// exec mode.
+func fillN[T any](n int, v T) []T {
+	s := make([]T, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
 }
 
 // migratedSchema returns a context bounded for the test, the test pool and
@@ -194,7 +197,7 @@ func TestSweepReadsOnlyLiveRuns(t *testing.T) {
 			('other-version', 'w', 'pending', 'v2', 0, NULL, NULL, NULL)`,
 		`ANALYZE `+wf,
 	)
-	q := sysdb.New(schema)
+	q := sysdb.New(schema, true)
 	claimArgs := func(expired bool) []any { return []any{"me", "v", []string{"w"}, 100, expired} }
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		for _, c := range []struct {

@@ -217,7 +217,7 @@ func exerciseEngine(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schem
 		if mutate != nil {
 			mutate(c)
 		}
-		return c
+		return forPooler(c)
 	}
 	var order *durable.Workflow[lpOrder, int]
 	var child *durable.Workflow[int, int]

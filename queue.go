@@ -347,7 +347,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 	var ignored *string
 	sp := w.e.traceEnqueue(ctx, w.def.name, id, q.name)
 	defer func() { sp.end(err) }()
-	err = db.QueryRow(ctx, w.e.qq.Enqueue, id, w.def.name, w.e.cfg.AppVersion, input, q.name, o.Priority,
+	err = db.QueryRow(ctx, w.e.qq.Enqueue, id, w.def.name, w.e.cfg.AppVersion, json.RawMessage(input), q.name, o.Priority,
 		nullable(o.PartitionKey), nullable(o.DedupID), notBefore, deadline, notify, nullString(sp.traceparent())).Scan(&queueFound, &inserted, &ignored)
 	if err != nil {
 		return nil, fmt.Errorf("durable: enqueue workflow %q on queue %q: %w", w.def.name, q.name, err)
@@ -520,7 +520,7 @@ func (e *Engine) dispatchLoop(q *Queue) func(ctx context.Context) {
 // the loop, and whether more work may be ready right away.
 func (e *Engine) dispatch(ctx context.Context, q *Queue, batch int) (time.Duration, bool) {
 	defer e.launches.enter()()
-	poll := e.cfg.PollInterval
+	poll := e.pollInterval()
 	q.mu.Lock()
 	running := q.running
 	q.mu.Unlock()
@@ -682,7 +682,7 @@ func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string
 	var ignored *string
 	sp := e.traceEnqueue(ctx, def.name, id, q.name)
 	defer func() { sp.end(err) }()
-	err = e.pool.QueryRow(ctx, e.qq.Enqueue, id, def.name, e.cfg.AppVersion, input, q.name, 0,
+	err = e.pool.QueryRow(ctx, e.qq.Enqueue, id, def.name, e.cfg.AppVersion, json.RawMessage(input), q.name, 0,
 		nil, nil, nil, nil, false, nullString(sp.traceparent())).Scan(&queueFound, &inserted, &ignored)
 	if err != nil {
 		return false, fmt.Errorf("durable: enqueue workflow %q id %q on queue %q: %w", def.name, id, q.name, err)

@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -190,7 +191,7 @@ func (e *Engine) claimOrphans(ctx context.Context, limit int) (int, error) {
 func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
 	dle := &DeadLetterError{WorkflowID: c.id, Attempts: c.attempts - 1, Limit: limit}
 	errb := encodeError(dle)
-	rows, err := e.pool.Query(ctx, e.q.DeadLetter, c.id, c.epoch, errb)
+	rows, err := e.pool.Query(ctx, e.q.DeadLetter, c.id, c.epoch, json.RawMessage(errb))
 	if err == nil {
 		rows.Close()
 		err = rows.Err()
@@ -250,7 +251,7 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 // lease expired, and unowned runs committed by StartTx. It wakes on
 // notifications and polls every LeaseTTL/3 as a safety net.
 func (e *Engine) sweepLoop(ctx context.Context) {
-	period := min(e.cfg.LeaseTTL/3, e.cfg.PollInterval)
+	period := min(e.cfg.LeaseTTL/3, e.pollInterval())
 	t := time.NewTimer(period)
 	defer t.Stop()
 	lastCleanup, lastStrayCheck := time.Now(), time.Now()

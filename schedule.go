@@ -506,7 +506,7 @@ func (e *Engine) schedules() *scheduler {
 	if e.sched == nil {
 		e.sched = &scheduler{
 			e:        e,
-			q:        sysdb.NewScheduleQueries(e.cfg.Schema, e.q.Channel),
+			q:        sysdb.NewScheduleQueries(e.cfg.Schema, e.q.NotifyTo),
 			kick:     make(chan struct{}, 1),
 			declared: map[string]*schedDef{},
 			reported: map[string]bool{},
@@ -583,7 +583,7 @@ var errScheduleChanged = errors.New("schedule changed concurrently")
 // returns how long to sleep.
 func (s *scheduler) pass(ctx context.Context) time.Duration {
 	e := s.e
-	wait := e.cfg.PollInterval
+	wait := e.pollInterval()
 	if err := s.upsertDeclared(ctx); err != nil {
 		if ctx.Err() == nil {
 			e.log.Warn("durable: store declared schedules", "err", err)

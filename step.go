@@ -516,7 +516,7 @@ func txAttempt[R any](r *run, sp *tspan, pos int, name string, n int, started ti
 		return out, nil, false, err
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, output, nil, n, started, r.epoch)
+	batch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, json.RawMessage(output), nil, n, started, r.epoch)
 	batch.Queue("COMMIT")
 	br := c.Conn().SendBatch(ctx, batch)
 	_, insErr := br.Exec()
@@ -623,7 +623,7 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 	}
 	var n int64
 	err = r.retryDB("complete intent", func(ctx context.Context) error {
-		tag, err := r.e.pool.Exec(ctx, r.e.q.CompleteIntent, r.id, pos, status, output, errb, attempts, r.epoch)
+		tag, err := r.e.pool.Exec(ctx, r.e.q.CompleteIntent, r.id, pos, status, json.RawMessage(output), json.RawMessage(errb), attempts, r.epoch)
 		n = tag.RowsAffected()
 		return err
 	})

@@ -166,7 +166,7 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 				unsubscribe()
 				continue
 			}
-			t := time.NewTimer(e.cfg.PollInterval)
+			t := time.NewTimer(e.pollInterval())
 			select {
 			case <-ew.ch:
 			case <-fw.ch:
@@ -362,7 +362,7 @@ type streamKey struct {
 func newStreamWriter(e *Engine) *streamWriter {
 	return &streamWriter{
 		pool:    e.pool,
-		sq:      sysdb.NewStreamQueries(e.cfg.Schema, e.q.Channel),
+		sq:      sysdb.NewStreamQueries(e.cfg.Schema, e.q.NotifyTo),
 		hub:     e.hub,
 		log:     e.log,
 		hardCtx: e.hardCtx,
@@ -671,7 +671,7 @@ func (w *streamWriter) write(batch []*streamRow) {
 	n := len(rows)
 	ids, keys := make([]string, n), make([]string, n)
 	offs, epochs := make([]int64, n), make([]int64, n)
-	values := make([][]byte, n)
+	values := make([]json.RawMessage, n)
 	closed := make([]bool, n)
 	wseqs := make([]*int64, n)
 	for i, row := range rows {

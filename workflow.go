@@ -301,7 +301,7 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	}
 	sp := w.e.traceStart(ctx, "durable.start", w.def.name, id)
 	defer func() { sp.end(err) }()
-	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, input, nil, "n:"+id, deadline,
+	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, json.RawMessage(input), nil, "n:"+id, deadline,
 		nullString(sp.traceparent()))
 	inserted := false
 	if err == nil {
@@ -428,9 +428,10 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			e.hub.unsubscribe(h.id, w)
 			return zero, err
 		}
-		if !info.status.Finished() && !info.notify {
-			// Ask whoever runs it to notify on finish; no row means it
-			// finished in between.
+		if !info.status.Finished() && !info.notify && !e.cfg.PollOnly {
+			// Ask whoever runs it to notify on finish (not when polling
+			// only: nobody would send it); no row means it finished in
+			// between.
 			tag, err := e.pool.Exec(ctx, e.q.WatchWorkflow, h.id)
 			if err != nil {
 				e.hub.unsubscribe(h.id, w)
@@ -445,7 +446,7 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			e.hub.unsubscribe(h.id, w)
 			return decodeOutcome[R](h.id, &outcome{status: info.status, output: info.output, err: info.err})
 		}
-		t := time.NewTimer(e.cfg.PollInterval)
+		t := time.NewTimer(e.pollInterval())
 		woken := false
 		select {
 		case <-w.ch:
@@ -603,7 +604,7 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 				r.e.hub.unsubscribe(h.id, w)
 				return zero, r.parkOnChild(h.id)
 			}
-			err = r.waitFor(w.ch, min(remaining, r.e.cfg.PollInterval))
+			err = r.waitFor(w.ch, min(remaining, r.e.pollInterval()))
 			r.e.hub.unsubscribe(h.id, w)
 			if err != nil {
 				return zero, err

@@ -49,7 +49,7 @@ func (b *bench) createCkptFloor(ctx context.Context, schema string) error {
 
 // ckptFloor returns floor C's op: the fenced form, or the plain one.
 func (b *bench) ckptFloor(fenced bool) opFunc {
-	insertStep := sysdb.New(ckptSchema).InsertStep
+	insertStep := sysdb.New(ckptSchema, true).InsertStep
 	pos := 0
 	return func(ctx context.Context) error {
 		pos++

@@ -70,7 +70,7 @@ func init() {
 			Name:      "notify/queue-tx",
 			Mechanism: "the 'q:' notification an EnqueueTx sends on commit (Enqueue statement)",
 			Edits: []Edit{{File: "internal/sysdb/queue_queries.go",
-				Find:    "THEN pg_notify('` + channel + `', 'q:' || $5::text) END FROM ins",
+				Find:    "THEN ` + n(`'q:' || $5::text`) + ` END FROM ins",
 				Replace: "THEN $5::text END FROM ins"}},
 			Pkg: ".", Tests: "TestQueueWakeUpAcrossProcesses",
 		},
@@ -86,15 +86,15 @@ func init() {
 			Name:      "notify/message-parked",
 			Mechanism: "the 'n:' notification of Send to a parked receiver",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
-				Find:    "WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END) FROM w)::text",
-				Replace: "WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE NULL END) FROM w)::text"}},
+				Find:    "WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + ` FROM w)::text",
+				Replace: "WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE NULL END`) + ` FROM w)::text"}},
 			Pkg: ".", Tests: "TestMessageWakeUpAcrossProcesses/parked",
 		},
 		Mutant{
 			Name:      "notify/event",
 			Mechanism: "the 'e:' notification of SetEvent",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
-				Find:    "SELECT pg_notify('` + channel + `', 'e:' || workflow_id)::text FROM ev",
+				Find:    "SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev",
 				Replace: "SELECT workflow_id::text FROM ev"}},
 			Pkg: ".", Tests: "TestWaitersInOtherProcessesAreNotified",
 		},
@@ -128,9 +128,9 @@ func init() {
 		Mutant{
 			Name:      "deadletter/limit",
 			Mechanism: "a claimed run over its recovery limit is dead-lettered, not run (startClaimed)",
-			Edits: []Edit{{File: "recovery.go",
-				Find:    "if c.attempts > def.maxRecovery {",
-				Replace: "if c.attempts > def.maxRecovery+1000 {"}},
+			Edits: []Edit{{File: "resume.go",
+				Find:    "case c.attempts > def.maxRecovery:",
+				Replace: "case c.attempts > def.maxRecovery+1000:"}},
 			Pkg: ".", Tests: "TestDeadLetterAfterRepeatedCrashes",
 		},
 		Mutant{
@@ -188,9 +188,9 @@ func init() {
 			Name:      "txstep/same-transaction",
 			Mechanism: "a transaction step's checkpoint is written inside its transaction (here: after the COMMIT)",
 			Edits: []Edit{{File: "step.go",
-				Find: "\tbatch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, output, nil, n, started, r.epoch)\n\tbatch.Queue(\"COMMIT\")\n" +
+				Find: "\tbatch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, json.RawMessage(output), nil, n, started, r.epoch)\n\tbatch.Queue(\"COMMIT\")\n" +
 					"\tbr := c.Conn().SendBatch(ctx, batch)\n\t_, insErr := br.Exec()\n\t_, commitErr := br.Exec()\n",
-				Replace: "\tbatch.Queue(\"COMMIT\")\n\tbatch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, output, nil, n, started, r.epoch)\n" +
+				Replace: "\tbatch.Queue(\"COMMIT\")\n\tbatch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, json.RawMessage(output), nil, n, started, r.epoch)\n" +
 					"\tbr := c.Conn().SendBatch(ctx, batch)\n\t_, commitErr := br.Exec()\n\t_, insErr := br.Exec()\n"}},
 			Pkg: ".", Tests: "TestFencingRejectsPausedOwner/tx",
 		},

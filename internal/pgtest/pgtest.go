@@ -46,7 +46,17 @@ func Main(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	defer stopPooler()
 	if os.Getenv(EnvURL) != "" {
+		if Pooled() { // child processes inherit the filtered URL
+			url, stop, err := filterCancels(os.Getenv(EnvURL))
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+				return 1
+			}
+			defer stop()
+			os.Setenv(EnvURL, url)
+		}
 		return m.Run()
 	}
 	script, err := scriptPath()
@@ -141,7 +151,7 @@ func isFile(p string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// runScript runs scripts/pg and returns its stdout (trimmed). Its stderr is
+// runScript runs scripts/pg (or scripts/pgbouncer) and returns its stdout (trimmed). Its stderr is
 // only reported on failure.
 func runScript(script string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -152,7 +162,7 @@ func runScript(script string, args ...string) (string, error) {
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("scripts/pg %s: %v\n%s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("scripts/%s %s: %v\n%s", filepath.Base(script), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return strings.TrimSpace(stdout.String()), nil
 }
@@ -192,7 +202,9 @@ func Schema(tb testing.TB) string {
 		tb.Fatalf("pgtest: creating schema %s: %v", name, err)
 	}
 	tb.Cleanup(func() {
-		if err := execOnce(url, "SET lock_timeout = '30s'", "DROP SCHEMA IF EXISTS "+ident+" CASCADE"); err != nil {
+		// SET LOCAL, not SET: through a transaction-mode pooler a session
+		// setting would stay on a server connection other clients get.
+		if err := execTx(url, "SET LOCAL lock_timeout = '30s'", "DROP SCHEMA IF EXISTS "+ident+" CASCADE"); err != nil {
 			tb.Errorf("pgtest: dropping schema %s: %v", name, err)
 		}
 	})
@@ -214,6 +226,25 @@ func execOnce(url string, stmts ...string) error {
 		}
 	}
 	return nil
+}
+
+// execTx runs statements in one transaction on a short-lived connection.
+func execTx(url string, stmts ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Restart stops the server (mode fast, or immediate: a crash without a

@@ -126,3 +126,43 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("after Start: %v", err)
 	}
 }
+
+// TestCancelFilter: connections through the filter work, and the cancel
+// request pgx sends when a context ends mid-query never reaches the server:
+// the query runs on.
+func TestCancelFilter(t *testing.T) {
+	url, f, err := newCancelFilter(URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.stop()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	qctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := conn.Exec(qctx, "SELECT pg_sleep(3)"); err == nil {
+		t.Fatal("the query outlived its context")
+	}
+	// pgx sends a cancel request as it closes the connection: the filter
+	// drops it, so the query still runs.
+	for deadline := time.Now().Add(30 * time.Second); f.dropped.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no cancel request was dropped")
+		}
+	}
+	var running bool
+	if err := Pool(t).QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1 AND query = 'SELECT pg_sleep(3)' AND state = 'active')", pid).Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	if !running {
+		t.Fatal("the query was cancelled: the cancel request went through")
+	}
+}

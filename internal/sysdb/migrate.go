@@ -79,53 +79,79 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // LockKey is the advisory lock key that serialises migrations of one schema.
 func LockKey(schema string) string { return "durable.migrate:" + schema }
 
+// lockStmt takes the migration lock of a schema for the rest of the
+// transaction. A transaction lock, not a session lock: through a pooler in
+// transaction mode, consecutive statements of one client may run on
+// different server connections, so a session lock could be released on
+// another connection than the one holding it (and stay held there, for
+// whoever gets that connection next), or be granted again to another
+// client that lands on the holder's connection.
+const lockStmt = "SELECT pg_advisory_xact_lock(hashtext($1))"
+
 // Migrate applies every migration newer than the schema's version, each in
-// its own transaction, under a session advisory lock so concurrent boots wait
-// for each other instead of racing. It returns the versions it applied.
+// its own transaction that first takes the schema's migration lock (see
+// lockStmt) and checks again that the migration is still missing, so
+// concurrent boots wait for each other instead of racing, and the one that
+// waited skips what the other applied. It returns the versions it applied.
 func Migrate(ctx context.Context, conn *pgx.Conn, migs []Migration, schema string) ([]int, error) {
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", LockKey(schema)); err != nil {
-		return nil, fmt.Errorf("take migration lock: %w", err)
-	}
-	defer func() {
-		// A fresh context: the lock must be released even if ctx ended.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", LockKey(schema))
-	}()
-	// Nothing to apply means no DDL at all, so a role with only DML grants
-	// on a schema a DBA migrated still launches.
+	// Nothing to apply means no DDL and no lock at all, so a role with only
+	// DML grants on a schema a DBA migrated still launches.
 	missing, err := Missing(ctx, conn, migs, schema)
 	if err != nil || len(missing) == 0 {
 		return nil, err
 	}
-	// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
-	// the schema exists; a role that owns only its schema has none.
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("look up schema: %w", err)
-	}
-	if !exists {
-		if _, err := conn.Exec(ctx, Render("CREATE SCHEMA IF NOT EXISTS {{schema}}", schema)); err != nil {
-			return nil, fmt.Errorf("create schema: %w", err)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockStmt, LockKey(schema)); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
 		}
+		// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even
+		// when the schema exists; a role that owns only its schema has none.
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+			return fmt.Errorf("look up schema: %w", err)
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, Render("CREATE SCHEMA IF NOT EXISTS {{schema}}", schema)); err != nil {
+				return fmt.Errorf("create schema: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, Render(versionTable, schema)); err != nil {
+			return fmt.Errorf("create version table: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if _, err := conn.Exec(ctx, Render(versionTable, schema)); err != nil {
-		return nil, fmt.Errorf("create version table: %w", err)
-	}
+	isApplied := Render("SELECT EXISTS (SELECT FROM {{schema}}.schema_migrations WHERE version = $1)", schema)
+	record := Render("INSERT INTO {{schema}}.schema_migrations (version, name) VALUES ($1, $2)", schema)
 	var applied []int
 	for _, m := range migs {
 		if !slices.Contains(missing, m.Version) {
 			continue // applied; a missing lower version is still applied
 		}
+		did := false
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, lockStmt, LockKey(schema)); err != nil {
+				return fmt.Errorf("take migration lock: %w", err)
+			}
+			var done bool
+			if err := tx.QueryRow(ctx, isApplied, m.Version).Scan(&done); err != nil || done {
+				return err // done: applied by another process meanwhile
+			}
 			if _, err := tx.Exec(ctx, Render(m.SQL, schema)); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, Render("INSERT INTO {{schema}}.schema_migrations (version, name) VALUES ($1, $2)", schema), m.Version, m.Name)
+			_, err := tx.Exec(ctx, record, m.Version, m.Name)
+			did = err == nil
 			return err
 		})
 		if err != nil {
 			return applied, fmt.Errorf("apply migration %03d %s: %w", m.Version, m.Name, err)
 		}
-		applied = append(applied, m.Version)
+		if did {
+			applied = append(applied, m.Version)
+		}
 	}
 	return applied, nil
 }

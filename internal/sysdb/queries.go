@@ -21,6 +21,19 @@ func Render(sql, schema string) string {
 	return strings.ReplaceAll(sql, Marker, pgx.Identifier{schema}.Sanitize())
 }
 
+// notifier returns the renderer of notifications on channel: n(payload),
+// payload being an SQL text expression, is pg_notify(channel, payload).
+// With channel "" (Config.PollOnly: nobody listens) it is a void value
+// instead, of the same type as pg_notify's, so a statement keeps its shape
+// and result columns while its commit sends nothing and skips the
+// server-wide lock a notification takes.
+func notifier(channel string) func(payload string) string {
+	if channel == "" {
+		return func(string) string { return "''::void" }
+	}
+	return func(payload string) string { return "pg_notify('" + channel + "', " + payload + ")" }
+}
+
 // maxChannelLen is the longest LISTEN/NOTIFY channel name Postgres takes
 // (NAMEDATALEN - 1 bytes): pg_notify refuses a longer one.
 const maxChannelLen = 63
@@ -40,8 +53,9 @@ func ChannelName(schema string) string {
 
 // Queries is the set of statements for one schema.
 type Queries struct {
-	Schema  string
-	Channel string // LISTEN/NOTIFY channel for this schema
+	Schema   string
+	Channel  string // LISTEN/NOTIFY channel for this schema
+	NotifyTo string // Channel, or "" when the statements send no notifications
 
 	InsertWorkflow      string
 	WorkflowByID        string
@@ -80,13 +94,22 @@ type Queries struct {
 	ListenStmt          string
 }
 
-// New renders all statements for schema.
-func New(schema string) *Queries {
+// New renders all statements for schema. With notify false
+// (Config.PollOnly) they send no notifications (see notifier).
+func New(schema string, notify bool) *Queries {
 	r := func(s string) string { return Render(s, schema) }
-	channel := ChannelName(schema)
+	channel, sendTo := ChannelName(schema), ""
+	// watched: a waiter in another process asked for the notification of
+	// the finish (see WatchWorkflow).
+	watched := "false AS notify"
+	if notify {
+		sendTo, watched = channel, "notify"
+	}
+	n := notifier(sendTo)
 	return &Queries{
-		Schema:  schema,
-		Channel: channel,
+		Schema:   schema,
+		Channel:  channel,
+		NotifyTo: sendTo,
 
 		// $1 id, $2 name, $3 app_version, $4 executor_id (NULL: unowned),
 		// $5 epoch, $6 input, $7 parent_id, $8 notify payload (NULL: none),
@@ -98,7 +121,7 @@ func New(schema string) *Queries {
 	VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $9, $10)
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id)
-SELECT CASE WHEN $8::text IS NULL THEN '' ELSE pg_notify('` + channel + `', $8::text)::text END FROM ins`),
+SELECT CASE WHEN $8::text IS NULL THEN '' ELSE ` + n(`$8::text`) + `::text END FROM ins`),
 
 		// InsertWorkflow for one run owned by this executor: the plainest
 		// statement, as it is half of a short run's cost.
@@ -120,7 +143,7 @@ ON CONFLICT (id) DO NOTHING`),
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
 		FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
-RETURNING notify, parent_id`),
+RETURNING ` + watched + `, parent_id`),
 
 		// FinishOne that also records the run's last step checkpoints
 		// (deferred to the finish, see pending.go in the engine), only when
@@ -130,7 +153,7 @@ RETURNING notify, parent_id`),
 		FinishOneSteps: r(`WITH upd AS (
 	UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
 	WHERE id = $1 AND epoch = $2 AND status = 'pending'
-	RETURNING notify, parent_id),
+	RETURNING ` + watched + `, parent_id),
 ins AS (
 	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
 	SELECT $1, s.* FROM unnest($6::int[], $7::text[], $8::text[], $9::json[], $10::json[], $11::int[], $12::timestamptz[])
@@ -143,9 +166,9 @@ SELECT notify, parent_id FROM upd`),
 	UPDATE {{schema}}.workflows SET wake_at = now()
 	WHERE id = $2 AND status = 'pending' AND executor_id IS NULL AND wait_topic = 'child:' || $1::text
 	RETURNING id)
-SELECT pg_notify('` + channel + `', 'n:' || id)::text FROM u`),
+SELECT ` + n(`'n:' || id`) + `::text FROM u`),
 
-		NotifyDone: "SELECT pg_notify('" + channel + "', 'd:' || $1::text)",
+		NotifyDone: "SELECT " + n("'d:' || $1::text"),
 
 		// InsertWorkflow (owned by this executor) for many runs at once.
 		// $1 ids, $2 names, $3 app_version, $4 executor_id, $5 inputs,
@@ -230,7 +253,7 @@ RETURNING workflow_id, pos`),
 		// FinishOne for many runs at once (group commit), waking parked
 		// parents and notifying in the same statement. See finishMany.
 		// $1 ids, $2 epochs, $3 statuses, $4 outputs, $5 errors.
-		FinishWorkflows: r(finishMany(channel, false)),
+		FinishWorkflows: r(finishMany(n, false)),
 
 		// FinishWorkflows that also records the runs' last step checkpoints
 		// (deferred to the finish, see pending.go in the engine) for the runs
@@ -238,7 +261,7 @@ RETURNING workflow_id, pos`),
 		// $1-$5 as FinishWorkflows; $6 the steps' workflow_ids, $7 positions,
 		// $8 names, $9 statuses, $10 outputs, $11 errors, $12 attempts,
 		// $13 started_at.
-		FinishStepsMany: r(finishMany(channel, true)),
+		FinishStepsMany: r(finishMany(n, true)),
 
 		// InsertStep for a transaction step: instead of touching no row it
 		// raises SQLSTATE DU001, which aborts the transaction (see
@@ -414,7 +437,7 @@ AND NOT EXISTS (SELECT 1 FROM {{schema}}.workflows w WHERE w.status = 'pending' 
 	UPDATE {{schema}}.workflows SET status = 'dead', error = $3, updated_at = now()
 	WHERE id = $1 AND epoch = $2 AND status = 'pending'
 	RETURNING id, notify)
-SELECT CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END FROM u`),
+SELECT CASE WHEN notify THEN ` + n(`'d:' || id`) + ` END FROM u`),
 
 		// Pending, unparked runs owned by this executor that it can run
 		// (adoptStrays keeps those not executing). $1 executor_id,
@@ -447,7 +470,7 @@ RETURNING queue_name`),
 // is read whole per batch); the join with mine is at worst a rescan of the
 // batch per row, bounded by its size. Step rows are inserted only for the
 // runs the statement finishes.
-func finishMany(channel string, withSteps bool) string {
+func finishMany(n func(payload string) string, withSteps bool) string {
 	steps := ""
 	if withSteps {
 		steps = `
@@ -475,7 +498,7 @@ parents AS (
 	UPDATE {{schema}}.workflows p SET wake_at = now()
 	FROM parked WHERE p.id = parked.id
 	RETURNING p.id)
-SELECT id, (CASE WHEN notify THEN pg_notify('` + channel + `', 'd:' || id) END)::text FROM upd
+SELECT id, (CASE WHEN notify THEN ` + n(`'d:' || id`) + ` END)::text FROM upd
 UNION ALL
-SELECT '', pg_notify('` + channel + `', 'n:' || id)::text FROM parents`
+SELECT '', ` + n(`'n:' || id`) + `::text FROM parents`
 }

@@ -35,8 +35,9 @@ func running(name string) string {
 }
 
 // NewQueueQueries renders the queue statements for schema; channel is the
-// schema's notification channel.
+// schema's notification channel ("": none sent, see notifier).
 func NewQueueQueries(schema, channel string) *QueueQueries {
+	n := notifier(channel)
 	r := func(s string) string { return Render(s, schema) }
 	return &QueueQueries{
 		Names: r(`SELECT name FROM {{schema}}.queues ORDER BY name`),
@@ -62,11 +63,11 @@ FROM {{schema}}.queues WHERE name = $1`),
 	UPDATE {{schema}}.queues SET global_concurrency = $2, worker_concurrency = $3, partition_concurrency = $4,
 		rate_limit = $5, rate_period_ms = $6, release_parked = $7, updated_at = now()
 	WHERE name = $1 RETURNING name)
-SELECT pg_notify('` + channel + `', 'q:' || name) FROM u`),
+SELECT ` + n(`'q:' || name`) + ` FROM u`),
 
 		SetPaused: r(`WITH u AS (
 	UPDATE {{schema}}.queues SET paused = $2, updated_at = now() WHERE name = $1 RETURNING name)
-SELECT pg_notify('` + channel + `', 'q:' || name) FROM u`),
+SELECT ` + n(`'q:' || name`) + ` FROM u`),
 
 		// One statement: it checks the queue exists, inserts the run unless
 		// its ID or its dedup ID is taken, and wakes the dispatchers on commit.
@@ -81,7 +82,7 @@ ins AS (
 	ON CONFLICT DO NOTHING
 	RETURNING id)
 SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
-	(SELECT CASE WHEN $11::bool AND count(*) > 0 THEN pg_notify('` + channel + `', 'q:' || $5::text) END FROM ins)::text`),
+	(SELECT CASE WHEN $11::bool AND count(*) > 0 THEN ` + n(`'q:' || $5::text`) + ` END FROM ins)::text`),
 
 		// The dispatch transaction of one queue starts here. The row lock
 		// on the queue serialises dispatchers of this queue across all
@@ -171,7 +172,7 @@ c AS (
 	AND ((o.executor_id = $1 AND $2::bool) OR (o.executor_id <> $1 AND $3::bool AND NOT EXISTS (
 		SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())))
 	RETURNING o.queue_name)
-SELECT queue_name, count(*) FILTER (WHERE requeued), pg_notify('` + channel + `', 'q:' || queue_name)::text
+SELECT queue_name, count(*) FILTER (WHERE requeued), ` + n(`'q:' || queue_name`) + `::text
 FROM (SELECT queue_name, true AS requeued FROM r UNION ALL SELECT queue_name, false FROM c) x GROUP BY queue_name`),
 
 		// Release gives back the slot of a cancelled run whose code has
@@ -180,7 +181,7 @@ FROM (SELECT queue_name, true AS requeued FROM r UNION ALL SELECT queue_name, fa
 	UPDATE {{schema}}.workflows SET executor_id = NULL
 	WHERE id = $1 AND epoch = $2 AND ` + stopping + `
 	RETURNING queue_name)
-SELECT pg_notify('` + channel + `', 'q:' || queue_name)::text FROM u`),
+SELECT ` + n(`'q:' || queue_name`) + `::text FROM u`),
 
 		// Cancelled runs holding a slot for this executor (adoptStrays
 		// releases those not executing). $1 executor_id.

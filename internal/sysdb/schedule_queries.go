@@ -19,8 +19,9 @@ const scheduleColumns = `name, workflow_name, spec, location, catch_up, paused, 
 	last_tick, last_run_id, next_tick, version, created_at, updated_at, triggers`
 
 // NewScheduleQueries renders the schedule statements for schema; channel
-// is the schema's notification channel.
+// is the schema's notification channel ("": none sent, see notifier).
 func NewScheduleQueries(schema, channel string) *ScheduleQueries {
+	n := notifier(channel)
 	r := func(s string) string { return Render(s, schema) }
 	return &ScheduleQueries{
 		// A schedule declared by code at Launch. A new row starts counting
@@ -82,7 +83,7 @@ WHERE name = $1 AND version = $2`),
 		RequestTrigger: r(`WITH u AS (
 	UPDATE {{schema}}.schedules SET triggers = CASE WHEN $2 = ANY(triggers) THEN triggers ELSE array_append(triggers, $2) END
 	WHERE name = $1 RETURNING name)
-SELECT pg_notify('` + channel + `', 'k:' || name)::text FROM u`),
+SELECT ` + n(`'k:' || name`) + `::text FROM u`),
 
 		// $1 name, $2 tick started.
 		TriggerDone: r(`UPDATE {{schema}}.schedules SET triggers = array_remove(triggers, $2) WHERE name = $1`),

@@ -17,8 +17,9 @@ type StreamQueries struct {
 }
 
 // NewStreamQueries renders the stream statements for schema; channel is the
-// schema's notification channel.
+// schema's notification channel ("": none sent, see notifier).
 func NewStreamQueries(schema, channel string) *StreamQueries {
+	n := notifier(channel)
 	r := func(s string) string { return Render(s, schema) }
 	return &StreamQueries{
 		// Appends a batch of entries of any number of runs in one statement.
@@ -47,7 +48,7 @@ ins AS (
 	SELECT u.workflow_id, u.key, u.off, u.value, u.closed, u.wseq
 	FROM u JOIN ok ON ok.id = u.workflow_id AND ok.epoch = u.epoch
 	ON CONFLICT (workflow_id, key, off) DO NOTHING)
-SELECT id, epoch, (CASE WHEN $8::bool AND notify THEN pg_notify('` + channel + `', 's:' || id) END)::text FROM ok`),
+SELECT id, epoch, (CASE WHEN $8::bool AND notify THEN ` + n(`'s:' || id`) + ` END)::text FROM ok`),
 
 		// Where a run's writer resumes a stream: the last entry (offset and
 		// whether it is the close marker) and the highest sequence number

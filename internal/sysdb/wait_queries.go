@@ -21,8 +21,10 @@ type WaitQueries struct {
 	ClearWaitTopic string
 }
 
-// NewWaitQueries renders the wait statements for schema.
+// NewWaitQueries renders the wait statements for schema; channel is the
+// schema's notification channel ("": none sent, see notifier).
 func NewWaitQueries(schema, channel string) *WaitQueries {
+	n := notifier(channel)
 	r := func(s string) string { return Render(s, schema) }
 	return &WaitQueries{
 		// Park hands the run back as rows: no owner, a wake-up time. The
@@ -43,7 +45,7 @@ WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'`),
 		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END
 	WHERE id = $1 AND executor_id IS NULL AND wake_at IS NOT NULL AND status IN ('pending', 'enqueued')
 	RETURNING id, status, queue_name)
-SELECT pg_notify('` + channel + `', CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END) FROM u`),
+SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + ` FROM u`),
 
 		// $1 workflow_id, $2 topic.
 		HasMessage: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.messages WHERE workflow_id = $1 AND topic = $2 AND consumed_at IS NULL)`),
@@ -68,8 +70,8 @@ ins AS (
 	ON CONFLICT (workflow_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 	RETURNING id)
 SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM ins),
-	(SELECT pg_notify('` + channel + `', CASE WHEN NOT parked THEN 'm:' || id
-		WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END) FROM w)::text`),
+	(SELECT ` + n(`CASE WHEN NOT parked THEN 'm:' || id
+		WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + ` FROM w)::text`),
 
 		// Receive consumes the oldest unconsumed message of the topic and
 		// records it as the step's output in one statement: the message is
@@ -106,7 +108,7 @@ ev AS (
 	SELECT workflow_id, $5, $6 FROM ins
 	ON CONFLICT (workflow_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
 	RETURNING workflow_id)
-SELECT pg_notify('` + channel + `', 'e:' || workflow_id)::text FROM ev`),
+SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev`),
 
 		// $1 workflow_id, $2 key. Returns the workflow's status too.
 		GetEvent: r(`SELECT w.status, e.value::text, e.workflow_id IS NOT NULL
@@ -127,7 +129,7 @@ u AS (
 	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, wait_topic = NULL, updated_at = now()
 	FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')
 	RETURNING w.id, w.epoch)
-SELECT id, pg_notify('` + channel + `', 'c:' || epoch || ':' || id)::text, pg_notify('` + channel + `', 'd:' || id)::text FROM u`),
+SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, ` + n(`'d:' || id`) + `::text FROM u`),
 
 		// Resume a cancelled, dead-lettered or failed run from its last
 		// checkpoint: unowned and pending again (queued runs go back to
@@ -139,14 +141,14 @@ SELECT id, pg_notify('` + channel + `', 'c:' || epoch || ':' || id)::text, pg_no
 		wake_at = NULL, wait_topic = NULL, updated_at = now()
 	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error') AND NOT (` + stopping + `)
 	RETURNING id, queue_name)
-SELECT pg_notify('` + channel + `', CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END)::text FROM u`),
+SELECT ` + n(`CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END`) + `::text FROM u`),
 
 		// Fork copies run $1 as a new unowned run $2 ... $3 app_version, $4 trace_context.
 		ForkRun: r(`WITH ins AS (
 	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, trace_context)
 	SELECT $2, name, 'pending', $3, NULL, 0, input, NULL, $4 FROM {{schema}}.workflows WHERE id = $1
 	RETURNING id)
-SELECT pg_notify('` + channel + `', 'n:' || id)::text FROM ins`),
+SELECT ` + n(`'n:' || id`) + `::text FROM ins`),
 
 		// ...with its recorded steps before position $3.
 		ForkSteps: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at, finished_at)

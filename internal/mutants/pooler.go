@@ -1,0 +1,60 @@
+package main
+
+// The mutants of running behind a connection pooler (PgBouncer in
+// transaction mode): migrations, payloads in every exec mode,
+// notifications.
+
+func init() {
+	register(
+		Mutant{
+			Name:      "pooler/migration-xact-lock",
+			Mechanism: "migrations take a transaction-scoped advisory lock (a session lock leaks on a pooled connection)",
+			Edits: []Edit{{File: "internal/sysdb/migrate.go",
+				Find:    `const lockStmt = "SELECT pg_advisory_xact_lock(hashtext($1))"`,
+				Replace: `const lockStmt = "SELECT pg_advisory_lock(hashtext($1))"`}},
+			Pkg: ".", Tests: "TestConcurrentMigrationsThroughPooler",
+		},
+		Mutant{
+			Name:      "migrate/recheck-under-lock",
+			Mechanism: "a migration checks again, under the lock, that it is still missing",
+			Edits: []Edit{{File: "internal/sysdb/migrate.go",
+				Find:    "Scan(&done); err != nil || done {",
+				Replace: "Scan(&done); err != nil {"}},
+			Pkg: ".", Tests: "TestConcurrentMigrations$",
+		},
+		Mutant{
+			Name:      "pooler/json-payloads",
+			Mechanism: "payloads go to json columns as json.RawMessage, which every pgx exec mode sends as json",
+			Edits: []Edit{{File: "commit.go",
+				Find:    "inputs := make([]json.RawMessage, n)",
+				Replace: "inputs := make([][]byte, n)"}, {File: "messages.go",
+				Find:    "json.RawMessage(payload), key)",
+				Replace: "payload, key)"}},
+			Pkg: ".", Tests: "TestExecModes",
+		},
+		Mutant{
+			Name:      "pooler/poll-only-silent",
+			Mechanism: "with PollOnly no statement sends a notification",
+			Edits: []Edit{{File: "dbos.go",
+				Find:    "q := sysdb.New(c.Schema, !c.PollOnly)",
+				Replace: "q := sysdb.New(c.Schema, true)"}},
+			Pkg: ".", Tests: "TestPollOnlySendsNoNotifications",
+		},
+		Mutant{
+			Name:      "pooler/listen-check",
+			Mechanism: "Launch finds a LISTEN that delivers nothing and polls instead",
+			Edits: []Edit{{File: "dbos.go",
+				Find:    "\t\treturn errDeafListen",
+				Replace: "\t\treturn nil"}},
+			Pkg: ".", Tests: "TestLaunchChecksListen",
+		},
+		Mutant{
+			Name:      "pooler/listen-check-renews-lease",
+			Mechanism: "after a LISTEN check that timed out, Launch renews its lease before it claims runs",
+			Edits: []Edit{{File: "dbos.go",
+				Find:    "if _, err := e.lease.pool.Exec(ctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds()); err != nil {",
+				Replace: "if _, err := e.lease.pool.Exec(ctx, \"SELECT 1\"); err != nil {"}},
+			Pkg: ".", Tests: "TestLaunchChecksListen",
+		},
+	)
+}
