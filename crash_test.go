@@ -169,7 +169,7 @@ func TestTakeoverAfterExecutorDies(t *testing.T) {
 		var n int
 		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE status = 'success'")).Scan(&n)
 		return n == runs
-	}, 30*time.Second, 5*time.Millisecond, "the killed executor's runs taken over once its lease expired")
+	}, 15*time.Second, 5*time.Millisecond, "the killed executor's runs taken over once its lease expired")
 	took := time.Since(killedAt)
 	t.Logf("all %d runs of the killed executor finished %v after the kill (lease 1s)", runs, took.Round(time.Millisecond))
 	// Generous: the lease (1 s), a survivor's wait before judging leases
@@ -246,13 +246,19 @@ func fencingCase(t *testing.T, kind string) {
 		b.WaitLine(t, waitFor) // B took the run over and is where A was
 	}
 	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGCONT))
-	require.Eventually(t, func() bool {
-		return strings.Count(a.Stderr.String(), refused) >= runs
-	}, 30*time.Second, 10*time.Millisecond, "the woken old owner must be fenced on every run")
-	var written int
-	require.NoError(t, pool.QueryRow(ctx, q(`SELECT (SELECT count(*) FROM @steps WHERE pos = 0 AND $1)
-		+ (SELECT count(*) FROM @workflows WHERE status <> 'pending')`), kind != "finish").Scan(&written))
-	require.Zero(t, written, "A was fenced while B was still where A had been (B waits 6 s there)")
+	// Until B goes on (it waits 6 s), nothing may be written where A was:
+	// a write there can only be A's.
+	writtenByA := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, q(`SELECT (SELECT count(*) FROM @steps WHERE pos = 0 AND $1)
+			+ (SELECT count(*) FROM @workflows WHERE status <> 'pending')`), kind != "finish").Scan(&n))
+		return n
+	}
+	for deadline := time.Now().Add(30 * time.Second); strings.Count(a.Stderr.String(), refused) < runs; time.Sleep(10 * time.Millisecond) {
+		require.Zero(t, writtenByA(), "the woken old owner's writes must be refused; A's stderr:\n%s", a.Stderr.String())
+		require.False(t, time.Now().After(deadline), "the woken old owner must be fenced on every run")
+	}
+	require.Zero(t, writtenByA(), "A was fenced while B was still where A had been (B waits 6 s there)")
 
 	bOut := fmt.Sprintf("returned by %d", b.Cmd.Process.Pid)
 	require.Eventually(t, func() bool {
