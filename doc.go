@@ -45,6 +45,27 @@
 // Config.RecoveryConcurrency recovered runs execute at once in an
 // executor, and their recorded steps are loaded a few MiB at a time.
 //
+// # What a caller has seen stays true
+//
+// An outcome, once a caller can see it ([Handle.Result], a status,
+// [Engine.ListWorkflows], the CLI, the dashboard, a parent awaiting its
+// child, a [GetEvent] reader), is never changed by a later crash of the
+// process or of Postgres. Every write that makes an outcome visible waits
+// for its WAL flush before anyone is told, the finish included: Postgres
+// shows a synchronous commit to other sessions only once it is flushed,
+// and Result returns only after the finish statement's commit. The
+// alternative designs were weighed and left: an asynchronous finish is
+// re-created by replay only while the run's code, version and limits still
+// allow it (a deadline that passed in between, a recovery limit, a deploy
+// of another AppVersion would each change the outcome), and a Result that
+// waits for a later flush still leaves other readers seeing the unflushed
+// row. The cost is one WAL flush per run, shared by the runs finishing
+// together (group commit): FINISHCOST
+//
+// A run that [Engine.Shutdown] stops at a step boundary is handed back
+// without counting as a recovery attempt: only runs whose process died
+// under them count toward Config.MaxRecoveryAttempts.
+//
 // # Database outages
 //
 // When Postgres goes away (restart, failover, a cut network), runs in

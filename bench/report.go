@@ -118,6 +118,7 @@ func derive(v map[string]float64, conc []int) {
 		v["flush_us"] = a - as
 		div("ratio_floor_insert_async", as, a)
 		div("ratio_flush", v["flush_us"], a)
+		div("ratio_finish_flush_of_wf0", v["flush_us"], v["wf0_us"])
 	}
 	div("ratio_floor_select", v["floor_select_us"], a)
 	div("ratio_floor_ckpt", v["floor_ckpt_us"], a)
@@ -338,6 +339,7 @@ func (r *Result) Markdown() string {
 	lat("floor C: a step checkpoint's INSERT by hand, fenced as the engine's (copies of its tables)", "floor_ckpt_us", "ratio_floor_ckpt", "floor A", "")
 	lat("floor C without the fence (the same row, INSERT ... VALUES)", "floor_ckpt_plain_us", "ratio_floor_ckpt_plain", "floor A", "")
 	lat("workflow, 0 steps (Start + Result)", "wf0_us", "ratio_wf0", "floor A", "ratio_wf0")
+	lat("of which the finish's WAL flush: Result returns once the finish is on disk (one commit flush wait)", "flush_us", "ratio_finish_flush_of_wf0", "0-step workflow", "")
 	lat("workflow, 1 step", "wf1_us", "ratio_wf1", "floor A", "")
 	lat("option: workflow, 1 step, DeferStepCheckpoints (the checkpoint rides the finish)", "wf1_defer_us", "ratio_wf1_defer", "floor A", "")
 	if v, ok := m["ratio_wf1_defer_vs_wf1"]; ok { // not in runs saved before the option

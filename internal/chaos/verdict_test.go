@@ -277,6 +277,7 @@ func (c *controller) verdict() *verdict {
 		at    int64
 		delta int
 		pid   int
+		wf    string
 	}
 	var evs []ev
 	open := map[string]intervalRec{}
@@ -293,7 +294,7 @@ func (c *controller) verdict() *verdict {
 			continue
 		}
 		delete(open, k)
-		evs = append(evs, ev{b.At, 1, b.PID}, ev{x.At, -1, b.PID})
+		evs = append(evs, ev{b.At, 1, b.PID, b.WF}, ev{x.At, -1, b.PID, b.WF})
 	}
 	for _, b := range open {
 		killed, ok := c.killedAt[b.PID]
@@ -301,7 +302,7 @@ func (c *controller) verdict() *verdict {
 			v.overLimit = append(v.overLimit, fmt.Sprintf("%s: interval in pid %d never ended and the process was not killed", b.WF, b.PID))
 			continue
 		}
-		evs = append(evs, ev{b.At, 1, b.PID}, ev{killed.UnixNano(), -1, b.PID})
+		evs = append(evs, ev{b.At, 1, b.PID, b.WF}, ev{killed.UnixNano(), -1, b.PID, b.WF})
 	}
 	sort.Slice(evs, func(i, j int) bool {
 		if evs[i].at != evs[j].at {
@@ -309,17 +310,37 @@ func (c *controller) verdict() *verdict {
 		}
 		return evs[i].delta < evs[j].delta // an end before a begin at the same instant
 	})
+	// The runs holding a slot at each moment, named in a breach.
+	inAll, inPID := map[string]int{}, map[int]map[string]int{}
+	names := func(m map[string]int) string {
+		var ids []string
+		for id := range m {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		return strings.Join(ids, " ")
+	}
+	count := func(m map[string]int, wf string, delta int) {
+		if m[wf] += delta; m[wf] == 0 {
+			delete(m, wf)
+		}
+	}
 	global, worker := 0, map[int]int{}
 	for _, e := range evs {
 		global += e.delta
 		worker[e.pid] += e.delta
+		if inPID[e.pid] == nil {
+			inPID[e.pid] = map[string]int{}
+		}
+		count(inAll, fmt.Sprintf("%s@%d", e.wf, e.pid), e.delta)
+		count(inPID[e.pid], e.wf, e.delta)
 		v.maxGlobal = max(v.maxGlobal, global)
 		v.maxWorker = max(v.maxWorker, worker[e.pid])
 		if e.delta > 0 && global > globalConc {
-			v.overLimit = append(v.overLimit, fmt.Sprintf("%d queued runs at %s (global limit %d)", global, time.Unix(0, e.at).Format(time.RFC3339Nano), globalConc))
+			v.overLimit = append(v.overLimit, fmt.Sprintf("%d queued runs at %s (global limit %d): %s", global, time.Unix(0, e.at).Format(time.RFC3339Nano), globalConc, names(inAll)))
 		}
 		if e.delta > 0 && worker[e.pid] > workerConc {
-			v.overLimit = append(v.overLimit, fmt.Sprintf("%d queued runs in pid %d at %s (worker limit %d)", worker[e.pid], e.pid, time.Unix(0, e.at).Format(time.RFC3339Nano), workerConc))
+			v.overLimit = append(v.overLimit, fmt.Sprintf("%d queued runs in pid %d at %s (worker limit %d): %s", worker[e.pid], e.pid, time.Unix(0, e.at).Format(time.RFC3339Nano), workerConc, names(inPID[e.pid])))
 		}
 	}
 	return v
