@@ -133,7 +133,7 @@ type Config struct {
 	ParkThreshold time.Duration
 
 	// DisableGroupCommit writes every checkpoint with its own statement and
-	// commit instead of coalescing concurrent ones (see DESIGN.md). It is
+	// commit instead of coalescing concurrent ones (group commit). It is
 	// there to measure the difference. Defaults to false.
 	DisableGroupCommit bool
 

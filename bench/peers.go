@@ -22,7 +22,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-const dbosAppVersion = "bench-v1" // pinned, as in perf-baseline.md
+const dbosAppVersion = "bench-v1" // pinned, as in the earlier study of DBOS on this machine type
 
 // peers holds the peer systems of a run.
 type peers struct {

@@ -80,7 +80,7 @@ type Target struct {
 }
 
 // Peer holds reference figures for DBOS Go that were NOT measured in this
-// run (see /work/shared/research/perf-baseline.md).
+// run: an earlier study of DBOS Go on this machine type.
 type Peer struct {
 	Note                  string  `json:"note"`
 	DBOSStepOverheadRatio float64 `json:"dbos_step_overhead_x_floor"`
@@ -94,7 +94,7 @@ type Peer struct {
 
 func peerReference() Peer {
 	return Peer{
-		Note: "DBOS Go v1.8.0, measured separately on this machine type (shared research, perf-baseline.md); " +
+		Note: "DBOS Go v1.8.0, from an earlier study on this machine type; " +
 			"NOT measured in this run",
 		DBOSStepOverheadRatio: 4.5,
 		DBOSStmtsPerStep:      8,
@@ -184,7 +184,7 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// Targets of DESIGN.md's cost model and of the queue issues.
+// Targets of the design's cost model and of the queue issues.
 const (
 	targetStepRatio   = 1.3
 	targetWF0Ratio    = 2.5
@@ -392,7 +392,7 @@ func (r *Result) Markdown() string {
 	r.queueMarkdown(&sb, row, res)
 	r.peersMarkdown(&sb, row, res)
 
-	fmt.Fprintf(&sb, "\nReference, NOT measured in this run: DBOS Go (measured separately on this machine type, see shared research): "+
+	fmt.Fprintf(&sb, "\nReference, NOT measured in this run: DBOS Go (from an earlier study on this machine type): "+
 		"%.1fx floor per step, %.0f statements per step, 0-step workflow %.0fx; drain of 5,000 pre-enqueued 1-step workflows on a dedicated "+
 		"process %.0f wf/s.\n",
 		r.Peer.DBOSStepOverheadRatio, r.Peer.DBOSStmtsPerStep, r.Peer.DBOSWF0Ratio, r.Peer.DBOSDrainPerS)
