@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -63,7 +64,7 @@ func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
 	e.bg.stop("sweeper") // the test sweeps by hand
 
 	// A run and a queued run of an executor that is gone (no lease).
-	_, err = pool.Exec(ctx, e.q.InsertOwned, "orphan", "w", "test", "gone", []byte("1"), nil, nil, nil)
+	_, err = pool.Exec(ctx, e.q.InsertOwned, "orphan", "w", "test", "gone", json.RawMessage("1"), nil, nil, nil)
 	require.NoError(t, err)
 	require.NoError(t, q.Pause(ctx))
 	_, err = wf.Enqueue(ctx, q, 2, &EnqueueOpts{ID: "queued-orphan"})

@@ -228,12 +228,15 @@ func register(e *durable.Engine, l *ledgerClient, modelURL string) (*workload, e
 			if err := l.exec(ctx, false); err != nil {
 				return "", err
 			}
+			// Ignores its context, as code calling a slow API may: a
+			// cancelled run keeps its slot until this returns. The begin
+			// is posted without the context too: a cancel that cut the
+			// post after the ledger recorded it would leave an interval
+			// that never ends (counted as running until the process died).
 			id, began := wctx.WorkflowID(), time.Now().UnixNano()
-			if _, err := l.post(ctx, "/interval", nil, intervalRec{WF: id, Begin: true, At: began, PID: l.pid, Began: began}); err != nil {
+			if _, err := l.post(context.WithoutCancel(ctx), "/interval", nil, intervalRec{WF: id, Begin: true, At: began, PID: l.pid, Began: began}); err != nil {
 				return "", err
 			}
-			// Ignores its context, as code calling a slow API may: a
-			// cancelled run keeps its slot until this returns.
 			time.Sleep(time.Duration(in.HoldMS) * time.Millisecond)
 			_, err := l.post(context.WithoutCancel(ctx), "/interval", nil, intervalRec{WF: id, At: time.Now().UnixNano(), PID: l.pid, Began: began})
 			return "held " + strconv.Itoa(in.HoldMS), err
