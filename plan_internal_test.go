@@ -73,6 +73,7 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 		{"WakeParent", q.WakeParent, []any{"r7", "p7"}},
 		{"DeadLetter", q.DeadLetter, []any{"r7", 2, out}},
 		{"Park", wq.Park, []any{"r7", 2, now.Add(time.Hour), "t"}},
+		{"HandBack", wq.HandBack, []any{"r7", 2}},
 		{"Append", sq.Append, []any{ids, fillN(batch, "k"), fillN(batch, int64(0)), fillN(batch, out), fillN(batch, false), fillN[*int64](batch, nil), fillN(batch, int64(2)), false}},
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {

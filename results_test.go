@@ -160,9 +160,20 @@ func seenOutcomeRound(t *testing.T, c *pgtest.Cluster, variant string, runs int)
 // a Shutdown that stops it at a step boundary and a Launch of a new
 // executor. Its recovery limit (1) counts runs whose process died under
 // them, so it must never be dead-lettered for these stops, and its count
-// stays at zero. A SIGKILL still counts (TestDeadLetterAfterRepeatedCrashes).
+// stays at zero. A queued run goes back to its queue at each stop and is
+// claimed again through the queue's limits. A SIGKILL still counts
+// (TestDeadLetterAfterRepeatedCrashes).
 func TestGracefulStopsDoNotCount(t *testing.T) {
 	t.Parallel()
+	for _, queued := range []bool{false, true} {
+		t.Run(fmt.Sprintf("queued=%v", queued), func(t *testing.T) {
+			t.Parallel()
+			gracefulStops(t, queued)
+		})
+	}
+}
+
+func gracefulStops(t *testing.T, queued bool) {
 	b := setup(t)
 	ctx := ctxT(t)
 	const deploys, steps = 4, 6
@@ -170,8 +181,8 @@ func TestGracefulStopsDoNotCount(t *testing.T) {
 	executions := map[int]int{}
 	reached := make(chan int, steps)
 	release := make(chan struct{}, steps)
-	register := func(e *durable.Engine) *durable.Workflow[int, int] {
-		return durable.Register(e, "long", func(wctx durable.Context, _ int) (int, error) {
+	register := func(e *durable.Engine) (*durable.Workflow[int, int], *durable.Queue) {
+		wf := durable.Register(e, "long", func(wctx durable.Context, _ int) (int, error) {
 			sum := 0
 			for i := range steps {
 				v, err := durable.Step(wctx, fmt.Sprintf("s%d", i), func(ctx context.Context) (int, error) {
@@ -189,6 +200,12 @@ func TestGracefulStopsDoNotCount(t *testing.T) {
 			}
 			return sum, nil
 		}, &durable.WorkflowOpts{MaxRecoveryAttempts: 1})
+		return wf, durable.RegisterQueue(e, "deploys", &durable.QueueOpts{WorkerConcurrency: 1})
+	}
+	state := func() (status string, owned, parked bool) {
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT status, executor_id IS NOT NULL, wake_at IS NOT NULL FROM "+
+			b.schema+".workflows WHERE id = 'long-run'").Scan(&status, &owned, &parked))
+		return status, owned, parked
 	}
 
 	type result struct {
@@ -198,11 +215,17 @@ func TestGracefulStopsDoNotCount(t *testing.T) {
 	ended := make(chan result, 1)
 	for d := range deploys + 1 {
 		var wf *durable.Workflow[int, int]
+		var q *durable.Queue
 		e := b.engine(t, func(c *durable.Config) { c.ExecutorID = fmt.Sprintf("deploy-%d", d) },
-			func(e *durable.Engine) { wf = register(e) })
+			func(e *durable.Engine) { wf, q = register(e) })
 		if d == 0 {
+			var h *durable.Handle[int]
 			var err error
-			h, err := wf.Start(ctx, 0, &durable.StartOpts{ID: "long-run"})
+			if queued {
+				h, err = wf.Enqueue(ctx, q, 0, &durable.EnqueueOpts{ID: "long-run"})
+			} else {
+				h, err = wf.Start(ctx, 0, &durable.StartOpts{ID: "long-run"})
+			}
 			require.NoError(t, err)
 			go func() {
 				v, err := h.Result(ctx)
@@ -221,6 +244,14 @@ func TestGracefulStopsDoNotCount(t *testing.T) {
 			go func() { stopped <- e.Shutdown(ctx) }()
 			release <- struct{}{} // step i ends; the run stops before step i+1
 			require.NoError(t, <-stopped)
+			status, owned, parked := state()
+			require.False(t, owned, "deploy %d: the stopped run is handed back", d)
+			require.True(t, parked, "deploy %d: the stopped run is due at once", d)
+			if queued {
+				require.Equal(t, "enqueued", status, "deploy %d: the stopped run is back in its queue", d)
+			} else {
+				require.Equal(t, "pending", status, "deploy %d", d)
+			}
 		case r := <-ended:
 			t.Fatalf("deploy %d: the run ended early: %v; logs:\n%s", d, r.err, b.logs.String())
 		case <-ctx.Done():

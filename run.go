@@ -459,7 +459,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	}
 	if err != nil && (errors.Is(err, ErrShutdown) || e.hardCtx.Err() != nil) {
 		// The code gave up because the engine is stopping (or passed on the
-		// shutdown error of a step): the run stays pending for the next owner.
+		// shutdown error of a step): the run is handed back to the next owner.
 		e.handBack(r)
 		r.traceStopped(err)
 		e.hub.wake(r.id, nil)
@@ -517,9 +517,10 @@ func (e *Engine) finish(r *run, o *outcome, steps []*stepWrite) {
 }
 
 // handBack parks a run that Shutdown stopped at a step boundary, due at
-// once: without an owner, any executor of its version resumes it, and no
-// recovery attempt is counted (that count is for runs whose process died
-// under them, see Config.MaxRecoveryAttempts). A run cut short by a hard
+// once: without an owner, any executor of its version resumes it (a queued
+// run through its queue's limits), and no recovery attempt is counted
+// (that count is for runs whose process died under them, see
+// Config.MaxRecoveryAttempts). A run cut short by a hard
 // stop (Shutdown's ctx ended and its step's context was cancelled) stays
 // owned here and counts, as after a crash; so does one whose hand-back
 // fails (the database is away): it is not retried, so as not to hold
@@ -528,7 +529,7 @@ func (e *Engine) handBack(r *run) {
 	if e.hardCtx.Err() != nil {
 		return
 	}
-	if _, err := e.pool.Exec(e.hardCtx, e.wq.Park, r.id, r.epoch, nil, nil); err != nil {
+	if _, err := e.pool.Exec(e.hardCtx, e.wq.HandBack, r.id, r.epoch); err != nil {
 		r.log().Warn("durable: hand back a run stopped by shutdown; its next resume counts as a recovery", "err", err)
 	}
 }

@@ -4,6 +4,7 @@ package sysdb
 // run control.
 type WaitQueries struct {
 	Park           string
+	HandBack       string
 	Unpark         string
 	HasMessage     string
 	NextWake       string
@@ -29,16 +30,29 @@ func NewWaitQueries(schema, channel string) *WaitQueries {
 	return &WaitQueries{
 		// Park hands the run back as rows: no owner, a wake-up time. The
 		// epoch check keeps a fenced executor from parking a run it lost.
-		// $1 id, $2 epoch, $3 wake_at (NULL: now, a run stopped by
-		// Shutdown), $4 wait_topic.
+		// $1 id, $2 epoch, $3 wake_at, $4 wait_topic.
 		// A run of a queue that releases parked slots goes back to its
 		// queue, delayed until its wake-up time.
-		Park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = coalesce($3, now()), wait_topic = $4, updated_at = now(),
+		Park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = $4, updated_at = now(),
 	status = CASE WHEN rq.name IS NULL THEN w.status ELSE 'enqueued' END,
-	not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE coalesce($3, now()) END
+	not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE $3 END
 FROM (SELECT $1::text AS id) x
 LEFT JOIN {{schema}}.queues rq ON rq.release_parked AND rq.name = (SELECT queue_name FROM {{schema}}.workflows WHERE id = $1)
 WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'`),
+
+		// HandBack parks a run that Shutdown stopped at a step boundary,
+		// due at once, and says so to the executors that may take it: a
+		// queued run goes back to its queue (its slot is taken again
+		// through the limits), any other is claimed by a sweep. A parked
+		// run's claim counts no recovery attempt. Fenced like Park.
+		// $1 id, $2 epoch.
+		HandBack: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET executor_id = NULL, wake_at = now(), wait_topic = NULL, updated_at = now(),
+		status = CASE WHEN queue_name IS NULL THEN status ELSE 'enqueued' END,
+		not_before = CASE WHEN queue_name IS NULL THEN not_before ELSE now() END
+	WHERE id = $1 AND epoch = $2 AND status = 'pending'
+	RETURNING id, queue_name)
+SELECT ` + n(`CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END`) + `::text FROM u`),
 
 		Unpark: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET wake_at = CASE WHEN status = 'pending' THEN now() ELSE wake_at END,
