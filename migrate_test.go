@@ -25,24 +25,30 @@ func TestConcurrentMigrations(t *testing.T) {
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
 	ctx := ctxT(t)
+	migrateConcurrently(ctx, t, pool, schema)
+	var v int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT max(version) FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&v))
+	require.Equal(t, durable.SchemaVersion(), v)
+}
+
+// migrateConcurrently runs six Migrate calls of schema at once through pool
+// and checks each migration (schema.sql and the numbered files) was
+// applied once.
+func migrateConcurrently(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, 6)
 	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = durable.Migrate(ctx, pool, schema)
-		}()
+		wg.Go(func() { errs[i] = durable.Migrate(ctx, pool, schema) })
 	}
 	wg.Wait()
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
-	var n, v int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*), max(version) FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n, &v))
-	require.Equal(t, durable.SchemaVersion(), v)
 	files, err := filepath.Glob("migrations/*.sql")
 	require.NoError(t, err)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n))
 	require.Equal(t, 1+len(files), n, "each migration (schema.sql and the numbered files) applied once")
 }
 
@@ -57,26 +63,9 @@ func TestConcurrentMigrationsThroughPooler(t *testing.T) {
 	pool := poolerPool(t, pgx.QueryExecModeExec, nil)
 	direct := pgtest.DirectPool(t)
 	ctx := ctxT(t)
-	files, err := filepath.Glob("migrations/*.sql")
-	require.NoError(t, err)
 	for range 3 {
 		schema := pgtest.Schema(t)
-		var wg sync.WaitGroup
-		errs := make([]error, 6)
-		for i := range errs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = durable.Migrate(ctx, pool, schema)
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			require.NoError(t, err)
-		}
-		var n int
-		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n))
-		require.Equal(t, 1+len(files), n, "each migration applied once")
+		migrateConcurrently(ctx, t, pool, schema)
 		var held int
 		require.NoError(t, direct.QueryRow(ctx, `SELECT count(*) FROM pg_locks l, (SELECT hashtext($1)::bigint AS k) h
 			WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.objid = (h.k & 4294967295)::oid AND l.classid = ((h.k >> 32) & 4294967295)::oid`,
