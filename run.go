@@ -154,13 +154,19 @@ func (r *run) cutShort(pos int, name string, err error) error {
 	if err == nil || r.ctx.Err() == nil {
 		return err
 	}
+	return r.haltEnded(fmt.Sprintf("step %d %q interrupted", pos, name))
+}
+
+// haltEnded halts the run whose context ended and returns why: cancelled,
+// past its deadline, or the engine stopping (what says what was cut).
+func (r *run) haltEnded(what string) error {
 	if err := r.cancelled(); err != nil {
 		return err
 	}
 	if r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		return r.halt(r.deadlineError())
 	}
-	return r.halt(fmt.Errorf("workflow %q step %d %q interrupted: %w", r.id, pos, name, ErrShutdown))
+	return r.halt(fmt.Errorf("durable: workflow %q: %s: %w", r.id, what, ErrShutdown))
 }
 
 // sleep waits d unless the engine begins to stop.

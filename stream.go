@@ -402,13 +402,7 @@ func (r *run) flushStreams(ctx context.Context) error {
 // cause is, and the run goes on.
 func (r *run) waitEnded(ctx context.Context, what string) error {
 	if r.ctx.Err() != nil {
-		if err := r.cancelled(); err != nil {
-			return err
-		}
-		if r.e.hardCtx.Err() == nil && r.pastDeadline() {
-			return r.halt(r.deadlineError())
-		}
-		return r.halt(fmt.Errorf("durable: workflow %q: %s: %w", r.id, what, ErrShutdown))
+		return r.haltEnded(what)
 	}
 	return fmt.Errorf("durable: workflow %q: %s: %w", r.id, what, context.Cause(ctx))
 }
