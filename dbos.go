@@ -623,7 +623,7 @@ var errDeafListen = errors.New("durable: LISTEN delivers nothing")
 // delivers anything: rather than waiting on notifications that never come,
 // the engine then polls instead (pollInstead).
 func (e *Engine) checkListen(ctx context.Context) error {
-	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", e.q.Channel, "p:"+e.incarnation); err != nil {
+	if _, err := e.pool.Exec(ctx, e.q.Notify, "p:"+e.incarnation); err != nil {
 		return fmt.Errorf("durable: launch: listen self-check: %w", err)
 	}
 	t := time.NewTimer(listenProbeTimeout)

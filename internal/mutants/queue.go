@@ -62,8 +62,8 @@ func init() {
 			Name:      "notify/queue",
 			Mechanism: "the 'q:' notification after an Enqueue (sendQueueNotify)",
 			Edits: []Edit{{File: "queue.go",
-				Find:    `e.pool.Exec(e.hardCtx, "SELECT pg_notify($1, $2)", e.q.Channel, "q:"+name)`,
-				Replace: `e.pool.Exec(e.hardCtx, "SELECT $1::text, $2::text", e.q.Channel, "q:"+name)`}},
+				Find:    `e.pool.Exec(e.hardCtx, e.q.Notify, "q:"+name)`,
+				Replace: `e.pool.Exec(e.hardCtx, "SELECT $1::text", "q:"+name)`}},
 			Pkg: ".", Tests: "TestQueueWakeUpAcrossProcesses",
 		},
 		Mutant{

@@ -67,6 +67,7 @@ type Queries struct {
 	FinishOne           string
 	FinishOneSteps      string
 	NotifyDone          string
+	Notify              string
 	WakeParent          string
 	InsertWorkflows     string
 	FinishWorkflows     string
@@ -169,6 +170,10 @@ SELECT notify, parent_id FROM upd`),
 SELECT ` + n(`'n:' || id`) + `::text FROM u`),
 
 		NotifyDone: "SELECT " + n("'d:' || $1::text"),
+
+		// Notify sends payload $1 on the schema's channel (nothing with
+		// Config.PollOnly).
+		Notify: "SELECT " + n("$1::text"),
 
 		// InsertWorkflow (owned by this executor) for many runs at once.
 		// $1 ids, $2 names, $3 app_version, $4 executor_id, $5 inputs,
