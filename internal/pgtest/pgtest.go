@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -213,23 +214,15 @@ func Schema(tb testing.TB) string {
 
 // execOnce runs statements on a short-lived connection.
 func execOnce(url string, stmts ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	for _, s := range stmts {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			return err
-		}
-	}
-	return nil
+	return onConn(url, false, stmts)
 }
 
 // execTx runs statements in one transaction on a short-lived connection.
 func execTx(url string, stmts ...string) error {
+	return onConn(url, true, stmts)
+}
+
+func onConn(url string, inTx bool, stmts []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
@@ -237,14 +230,20 @@ func execTx(url string, stmts ...string) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	run := func(db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}) error {
 		for _, s := range stmts {
-			if _, err := tx.Exec(ctx, s); err != nil {
+			if _, err := db.Exec(ctx, s); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
+	}
+	if !inTx {
+		return run(conn)
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return run(tx) })
 }
 
 // Restart stops the server (mode fast, or immediate: a crash without a
