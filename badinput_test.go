@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/hooks"
 )
 
 // hardStop shuts e down at once, as a crash would leave its runs: pending
@@ -464,7 +465,7 @@ func TestDatabaseErrorFailsRunVisibly(t *testing.T) {
 	b := setup(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	var wf *durable.Workflow[int, int]
-	b.engine(t, func(c *durable.Config) { c.DisableGroupCommit = true }, func(e *durable.Engine) {
+	b.engine(t, func(c *durable.Config) { hooks.Set(c, hooks.Knobs{NoGroupCommit: true}) }, func(e *durable.Engine) {
 		wf = durable.Register(e, "doomed-write", func(wctx durable.Context, in int) (int, error) {
 			return durable.Step(wctx, "s", func(ctx context.Context) (int, error) {
 				close(entered)

@@ -205,7 +205,7 @@ func (e *Engine) initBatchers() {
 // writeStep records a step checkpoint; ok is false when the fenced insert
 // touched no row.
 func (e *Engine) writeStep(ctx context.Context, w *stepWrite) (bool, error) {
-	if e.cfg.DisableGroupCommit {
+	if e.knobs.NoGroupCommit {
 		return e.insertStep(ctx, w)
 	}
 	return e.stepBatch.do(w)
@@ -256,7 +256,7 @@ func (e *Engine) flushSteps(items []*batchItem[*stepWrite]) {
 // writeFinish records a run's outcome; ok is false when the fenced update
 // touched no row.
 func (e *Engine) writeFinish(ctx context.Context, w *finishWrite) (bool, error) {
-	if e.cfg.DisableGroupCommit {
+	if e.knobs.NoGroupCommit {
 		return e.finishOne(ctx, w)
 	}
 	return e.finishBatch.do(w)
@@ -354,7 +354,7 @@ func (e *Engine) flushFinishes(items []*batchItem[*finishWrite]) {
 // writeStart inserts a run owned by this executor; ok is false when the ID
 // already exists.
 func (e *Engine) writeStart(ctx context.Context, w *startWrite) (bool, error) {
-	if e.cfg.DisableGroupCommit {
+	if e.knobs.NoGroupCommit {
 		return e.startOne(ctx, w)
 	}
 	return e.startBatch.do(w)

@@ -53,7 +53,7 @@ func TestStepBatchWithARecordedRow(t *testing.T) {
 	if want := fmt.Sprint([]string{`run-0="new"`, `run-1="old"`, `run-2="new"`}); fmt.Sprint(got) != want {
 		t.Errorf("steps %v, want %v", got, want)
 	}
-	// The single-row statement (a lone write, or DisableGroupCommit) says
+	// The single-row statement (a lone write, or group commit off) says
 	// the same of a recorded row.
 	one := []*batchItem[*stepWrite]{items[1]}
 	e.flushSteps(one)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/hooks"
 )
 
 // TestGroupCommitManyConcurrentRuns runs many runs at once, so checkpoints
@@ -21,7 +22,7 @@ func TestGroupCommitManyConcurrentRuns(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			var wf *durable.Workflow[int, string]
-			e := b.engine(t, func(c *durable.Config) { c.DisableGroupCommit = disable }, func(e *durable.Engine) {
+			e := b.engine(t, func(c *durable.Config) { hooks.Set(c, hooks.Knobs{NoGroupCommit: disable}) }, func(e *durable.Engine) {
 				wf = durable.Register(e, "five", func(wctx durable.Context, in int) (string, error) {
 					out := ""
 					for i := 0; i < 5; i++ {

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/sysdb"
 )
@@ -132,11 +133,6 @@ type Config struct {
 	// arrives. Shorter waits wait in memory. Defaults to ParkThresholdDefault.
 	ParkThreshold time.Duration
 
-	// DisableGroupCommit writes every checkpoint with its own statement and
-	// commit instead of coalescing concurrent ones (group commit). It is
-	// there to measure the difference. Defaults to false.
-	DisableGroupCommit bool
-
 	// DeferStepCheckpoints lets a plain step ([Step], [Go]) return before
 	// its checkpoint is committed. The checkpoint is then written before
 	// the run's next durable call (any step, Sleep, Recv, Send, SetEvent,
@@ -168,22 +164,12 @@ type Config struct {
 	// RetentionInterval is the period of the retention pass.
 	// Defaults to RetentionIntervalDefault (1h).
 	RetentionInterval time.Duration
-
-	// Test holds knobs for tests. Leave it zero in production.
-	Test TestConfig
 }
 
-// TestConfig holds test-only knobs of [Config].
-type TestConfig struct {
-	// Now replaces time.Now for the engine's schedules, so tests can move
-	// time without waiting. Defaults to time.Now.
-	Now func() time.Time
-}
-
-// now is the engine's clock (Config.Test.Now or time.Now).
+// now is the engine's clock (hooks.Knobs.Now or time.Now).
 func (e *Engine) now() time.Time {
-	if e.cfg.Test.Now != nil {
-		return e.cfg.Test.Now()
+	if e.knobs.Now != nil {
+		return e.knobs.Now()
 	}
 	return time.Now()
 }
@@ -310,6 +296,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 type Engine struct {
 	pool        *pgxpool.Pool
 	cfg         Config
+	knobs       hooks.Knobs // test and measurement knobs
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
 	wq          *sysdb.WaitQueries
@@ -372,6 +359,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: New needs a *pgxpool.Pool", ErrInvalidArgument)
 	}
+	knobs := hooks.Take(cfg)
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -381,6 +369,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	e := &Engine{
 		pool:           pool,
 		cfg:            c,
+		knobs:          knobs,
 		q:              q,
 		qq:             sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
 		wq:             sysdb.NewWaitQueries(c.Schema, q.NotifyTo),

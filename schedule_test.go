@@ -17,9 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/hooks"
 )
 
-// fakeClock is the engine clock of the schedule tests (Config.Test.Now):
+// fakeClock is the engine clock of the schedule tests (hooks.Knobs.Now):
 // tests move time instead of waiting for it.
 type fakeClock struct {
 	mu sync.Mutex
@@ -44,7 +45,7 @@ func (c *fakeClock) Set(t time.Time) {
 // move of the clock is seen within milliseconds.
 func withClock(clock *fakeClock, more ...func(*durable.Config)) func(*durable.Config) {
 	return func(c *durable.Config) {
-		c.Test.Now = clock.Now
+		hooks.Set(c, hooks.Knobs{Now: clock.Now})
 		c.PollInterval = 20 * time.Millisecond
 		for _, m := range more {
 			m(c)

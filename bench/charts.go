@@ -92,7 +92,7 @@ func (r *Result) writeCharts(dir string) error {
 	tp := []series{{"durable (group commit)", get("tput_wf1_c%d_per_s")}}
 	cols = []color.Color{chartColors[0]}
 	if r.Params.GroupCommitCmp {
-		tp = append(tp, series{"durable, DisableGroupCommit", get("tput_nogc_c%d_per_s")})
+		tp = append(tp, series{"durable, group commit off", get("tput_nogc_c%d_per_s")})
 		cols = append(cols, chartColors[1])
 	}
 	if r.Params.DBOS {

@@ -39,7 +39,7 @@ func main() {
 	flag.IntVar(&o.RecoveryN, "recovery-n", o.RecoveryN, "runs recovered after a SIGKILL, once per run (0: skip)")
 	flag.BoolVar(&o.DBOS, "dbos", o.DBOS, "also measure DBOS Transact Go (own database <db>_dbos, <db>_dbosq)")
 	flag.BoolVar(&o.River, "river", o.River, "also measure River's drain and insert-to-start latency (own database <db>_river)")
-	flag.BoolVar(&o.GroupCommitCmp, "gc-cmp", o.GroupCommitCmp, "also measure durable with DisableGroupCommit at the throughput levels >= 32")
+	flag.BoolVar(&o.GroupCommitCmp, "gc-cmp", o.GroupCommitCmp, "also measure durable with group commit off at the throughput levels >= 32")
 	flag.IntVar(&o.PeerN, "peer-n", o.PeerN, "DBOS ops per sequential scenario and round (10 steps: peer-n/5)")
 	flag.IntVar(&o.PeerTput, "peer-tput", o.PeerTput, "DBOS ops per throughput level and round (at most -tput)")
 	flag.IntVar(&o.PeerDrainN, "peer-drain-n", o.PeerDrainN, "workflows per DBOS drain (in the drain rounds)")

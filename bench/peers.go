@@ -1,7 +1,7 @@
 package main
 
 // Peers measured in the same run: DBOS Transact for Go v1.8.0, River v0.51.2
-// (riverpgxv5), and this library with DisableGroupCommit (the group-commit
+// (riverpgxv5), and this library with group commit off (the group-commit
 // comparison). Each peer gets its own database on the same server.
 
 import (
@@ -15,6 +15,7 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/hooks"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -91,7 +92,9 @@ func (b *bench) openPeers(ctx context.Context) error {
 		if p.nogcPl, err = b.newPool(ctx, o.MaxConns, true); err != nil {
 			return err
 		}
-		p.nogcEng, err = durable.New(p.nogcPl, &durable.Config{Schema: "bench_nogc", AppVersion: "bench", Logger: discard, DisableGroupCommit: true})
+		nogc := &durable.Config{Schema: "bench_nogc", AppVersion: "bench", Logger: discard}
+		hooks.Set(nogc, hooks.Knobs{NoGroupCommit: true})
+		p.nogcEng, err = durable.New(p.nogcPl, nogc)
 		if err != nil {
 			return err
 		}

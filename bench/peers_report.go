@@ -140,9 +140,9 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 			g := m[fmt.Sprintf("ratio_gc_vs_nogc_c%d", c)]
 			win := "group commit wins"
 			if g < 1 {
-				win = "DisableGroupCommit wins"
+				win = "group commit off wins"
 			}
-			row(fmt.Sprintf("durable with DisableGroupCommit, 1-step workflows, %d goroutines", c),
+			row(fmt.Sprintf("durable with group commit off, 1-step workflows, %d goroutines", c),
 				fmt.Sprintf("%.0f wf/s (mean lat %s)", m[k+"_per_s"], fmtUS(m[k+"_lat_us"])),
 				x(fmt.Sprintf("ratio_tput_nogc_c%d", c), "INSERT/s")+fmt.Sprintf("; group commit / without: %.2fx (%s)", g, win), "", "")
 		}
@@ -210,7 +210,7 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		if g, ok := m[fmt.Sprintf("ratio_gc_vs_nogc_c%d", c)]; ok {
 			w := "group commit (the default) wins"
 			if g < 1 {
-				w = "DisableGroupCommit wins"
+				w = "group commit off wins"
 			}
 			fmt.Fprintf(sb, "\nGroup commit at %d goroutines: %.0f wf/s with, %.0f wf/s without (%.2fx): %s.", c,
 				m[fmt.Sprintf("tput_wf1_c%d_per_s", c)], m[fmt.Sprintf("tput_nogc_c%d_per_s", c)], g, w)

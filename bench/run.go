@@ -37,7 +37,7 @@ type Options struct {
 	// Peers in the same run (peers.go).
 	DBOS           bool // DBOS Transact Go: sequential, throughput and drain
 	River          bool // River: drain (defaults and tuned) and insert-to-start latency
-	GroupCommitCmp bool // durable with DisableGroupCommit at the throughput levels >= 32
+	GroupCommitCmp bool // durable with group commit off at the throughput levels >= 32
 	PeerN          int  // DBOS ops per sequential scenario and round (10 steps: PeerN/5)
 	PeerTput       int  // DBOS ops per throughput level and round (at most TputTotal)
 	PeerDrainN     int  // workflows per DBOS drain
