@@ -60,9 +60,7 @@
 // of another AppVersion would each change the outcome), and a Result that
 // waits for a later flush still leaves other readers seeing the unflushed
 // row. The cost is one WAL flush per run, shared by the runs finishing
-// together (group commit), and nothing per step: measured in bench/, the
-// flush is 0.67x a raw INSERT's commit on the project's machine, and a
-// 0-step workflow takes 2.9x that commit where it took 2.1x before.
+// together (group commit), and nothing per step.
 //
 // A run that [Engine.Shutdown] stops at a step boundary is handed back
 // without counting as a recovery attempt: only runs whose process died
