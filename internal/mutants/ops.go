@@ -4,6 +4,7 @@ package main
 
 func init() {
 	const control, list = "internal/sysdb/control_queries.go", "internal/sysdb/list_queries.go"
+	const inspect = "internal/sysdb/inspect_queries.go"
 	register(
 		Mutant{
 			Name:      "cancel/unfinished-only",
@@ -140,6 +141,22 @@ func init() {
 				Find:    "f.IDPrefix != \"\") && f.Limit < minStatusPlanRows)",
 				Replace: "f.IDPrefix != \"\") && false)"}},
 			Pkg: "internal/sysdb", Tests: "TestListByRareStatusReadsOnlyThoseRuns",
+		},
+		Mutant{
+			Name:      "inspect/window-last",
+			Mechanism: "a step window from a negative position holds the run's last steps",
+			Edits: []Edit{{File: inspect,
+				Find:    "AND $2::int < 0 ORDER BY pos DESC LIMIT $3)",
+				Replace: "AND $2::int < 0 ORDER BY pos LIMIT $3)"}},
+			Pkg: "internal/sysdb", Tests: "TestInspectSteps",
+		},
+		Mutant{
+			Name:      "inspect/window-no-run",
+			Mechanism: "a step window tells a run without steps from no run (ErrWorkflowNotFound)",
+			Edits: []Edit{{File: inspect,
+				Find:    "CROSS JOIN (SELECT FROM {{schema}}.workflows WHERE id = $1) run\n",
+				Replace: ""}},
+			Pkg: "internal/sysdb", Tests: "TestInspectSteps",
 		},
 	)
 }
