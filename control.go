@@ -2,13 +2,14 @@ package durable
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // CancelOpts are options of [Engine.Cancel].
@@ -29,21 +30,8 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error 
 	}
 	children := opts != nil && opts.Children
 	errb := encodeError(fmt.Errorf("durable: workflow %q was cancelled: %w", id, ErrCancelled))
-	rows, err := e.pool.Query(ctx, e.wq.Cancel, id, children, json.RawMessage(errb))
+	cancelled, err := e.cq.Cancel(ctx, e.pool, sysdb.CancelParams{ID: id, Children: children, Error: errb})
 	if err != nil {
-		return fmt.Errorf("durable: cancel %q: %w", id, err)
-	}
-	var cancelled []string
-	for rows.Next() {
-		var cid string
-		var a, b *string
-		if err := rows.Scan(&cid, &a, &b); err != nil {
-			rows.Close()
-			return fmt.Errorf("durable: cancel %q: %w", id, err)
-		}
-		cancelled = append(cancelled, cid)
-	}
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("durable: cancel %q: %w", id, err)
 	}
 	for _, cid := range cancelled {
@@ -97,17 +85,12 @@ var errStopping = errors.New("durable: run still stopping")
 func (e *Engine) resume(ctx context.Context, id string, opts *ResumeOpts) error {
 	resumed := false
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, e.wq.Resume, id)
-		if err != nil {
-			return err
-		}
-		resumed = rows.Next()
-		rows.Close()
-		if err := rows.Err(); err != nil || !resumed {
+		var err error
+		if resumed, err = e.cq.Resume(ctx, tx, id); err != nil || !resumed {
 			return err
 		}
 		if opts != nil && opts.RetryFailedStep {
-			_, err = tx.Exec(ctx, e.wq.DropFailedStep, id)
+			_, err = e.cq.DropFailedStep(ctx, tx, id)
 		}
 		return err
 	})
@@ -196,22 +179,18 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 	sp := e.traceFork(ctx, name, newID, id, fromStep)
 	defer func() { sp.end(err) }()
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		var n int
-		if err := tx.QueryRow(ctx, e.wq.CountSteps, id).Scan(&n); err != nil {
+		n, err := e.cq.CountSteps(ctx, tx, id)
+		if err != nil {
 			return err
 		}
 		if fromStep < 0 || fromStep > n {
 			return fmt.Errorf("%w: fork of %q from step %d: the run has %d recorded steps (0..%d)", ErrInvalidArgument, id, fromStep, n, n)
 		}
-		rows, err := tx.Query(ctx, e.wq.ForkRun, id, newID, version, nullString(sp.traceparent()))
+		err = e.cq.ForkRun(ctx, tx, sysdb.ForkRunParams{SourceID: id, ID: newID, AppVersion: version, TraceContext: sp.traceparent()})
 		if err != nil {
 			return err
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, e.wq.ForkSteps, id, newID, fromStep)
+		_, err = e.cq.ForkSteps(ctx, tx, sysdb.ForkStepsParams{SourceID: id, ID: newID, Before: fromStep})
 		return err
 	})
 	if err != nil {

@@ -301,6 +301,8 @@ type Engine struct {
 	qq          *sysdb.QueueQueries
 	wq          *sysdb.WaitQueries
 	rq          *sysdb.RetentionQueries
+	cq          *sysdb.ControlQueries
+	iq          *sysdb.InspectQueries
 	log         *slog.Logger
 	tracer      trace.Tracer // nil: tracing off
 	incarnation string
@@ -374,6 +376,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		qq:             sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
 		wq:             sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		rq:             sysdb.NewRetentionQueries(c.Schema),
+		cq:             sysdb.NewControlQueries(c.Schema, q.NotifyTo),
+		iq:             sysdb.NewInspectQueries(c.Schema),
 		log:            c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation:    randomHex(8),
 		defs:           map[string]*wfDef{},

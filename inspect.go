@@ -28,20 +28,11 @@ func (e *Engine) ListSteps(ctx context.Context, id string) ([]StepRecord, error)
 	if _, err := e.readRun(ctx, e.pool, id); err != nil {
 		return nil, err
 	}
-	rows, err := e.pool.Query(ctx, e.q.ListSteps, id)
+	steps, err := e.iq.ListSteps(ctx, e.pool, id)
 	if err != nil {
 		return nil, fmt.Errorf("durable: list steps of %q: %w", id, err)
 	}
-	defer rows.Close()
-	var out []StepRecord
-	for rows.Next() {
-		var s stepRow
-		if err := rows.Scan(&s.pos, &s.name, &s.status, &s.attempts, &s.started, &s.finished, &s.output, &s.errb); err != nil {
-			return nil, fmt.Errorf("durable: list steps of %q: %w", id, err)
-		}
-		out = append(out, s.record())
-	}
-	return out, rows.Err()
+	return stepRecords(steps), nil
 }
 
 // StepWindowMax bounds the steps one [Engine.ListStepWindow] returns.
@@ -62,55 +53,30 @@ func (e *Engine) ListStepWindow(ctx context.Context, id string, from, limit int)
 	if err := checkName("workflow ID", id); err != nil {
 		return nil, 0, err
 	}
-	rows, err := e.pool.Query(ctx, e.q.ListStepWindow, id, from, limit)
+	w, found, err := e.iq.ListStepWindow(ctx, e.pool, sysdb.ListStepWindowParams{WorkflowID: id, From: from, Limit: limit})
 	if err != nil {
-		return nil, 0, fmt.Errorf("durable: list steps of %q: %w", id, err)
-	}
-	defer rows.Close()
-	var out []StepRecord
-	total, found := 0, false
-	for rows.Next() {
-		found = true
-		var s stepRow
-		var pos, attempts *int
-		var name, status *string
-		var finished *time.Time
-		if err := rows.Scan(&total, &pos, &name, &status, &attempts, &s.started, &finished, &s.output, &s.errb); err != nil {
-			return nil, 0, fmt.Errorf("durable: list steps of %q: %w", id, err)
-		}
-		if pos == nil { // no step in the window
-			continue
-		}
-		s.pos, s.name, s.status, s.attempts, s.finished = *pos, *name, *status, *attempts, *finished
-		out = append(out, s.record())
-	}
-	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("durable: list steps of %q: %w", id, err)
 	}
 	if !found {
 		return nil, 0, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
 	}
-	return out, total, nil
+	return stepRecords(w.Steps), w.Total, nil
 }
 
-// stepRow is a row of the steps table as the listings read it.
-type stepRow struct {
-	pos, attempts int
-	name, status  string
-	started       *time.Time
-	finished      time.Time
-	output, errb  []byte
-}
-
-func (s *stepRow) record() StepRecord {
-	r := StepRecord{Pos: s.pos, Name: s.name, Status: s.status, Attempts: s.attempts, FinishedAt: s.finished, Output: s.output}
-	if s.started != nil {
-		r.StartedAt = *s.started
+// stepRecords converts recorded steps for the caller; nil for none.
+func stepRecords(steps []sysdb.StepRow) []StepRecord {
+	var out []StepRecord
+	for _, s := range steps {
+		r := StepRecord{Pos: s.Pos, Name: s.Name, Status: s.Status, Attempts: s.Attempts, FinishedAt: s.FinishedAt, Output: s.Output}
+		if s.StartedAt != nil {
+			r.StartedAt = *s.StartedAt
+		}
+		if s.Error != nil {
+			r.Err = decodeError(s.Error)
+		}
+		out = append(out, r)
 	}
-	if s.errb != nil {
-		r.Err = decodeError(s.errb)
-	}
-	return r
+	return out
 }
 
 // EventRecord is the latest value run published under a key with
@@ -127,32 +93,16 @@ func (e *Engine) ListEvents(ctx context.Context, id string) ([]EventRecord, erro
 	if err := checkName("workflow ID", id); err != nil {
 		return nil, err
 	}
-	rows, err := e.pool.Query(ctx, e.q.ListEvents, id)
+	rows, found, err := e.iq.ListEvents(ctx, e.pool, id)
 	if err != nil {
-		return nil, fmt.Errorf("durable: list events of %q: %w", id, err)
-	}
-	defer rows.Close()
-	var out []EventRecord
-	found := false
-	for rows.Next() {
-		found = true
-		var key *string
-		var updated *time.Time
-		var ev EventRecord
-		if err := rows.Scan(&key, &ev.Value, &updated); err != nil {
-			return nil, fmt.Errorf("durable: list events of %q: %w", id, err)
-		}
-		if key == nil { // the run has no event
-			continue
-		}
-		ev.Key, ev.UpdatedAt = *key, *updated
-		out = append(out, ev)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("durable: list events of %q: %w", id, err)
 	}
 	if !found {
 		return nil, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
+	}
+	var out []EventRecord
+	for _, ev := range rows {
+		out = append(out, EventRecord{Key: ev.Key, Value: ev.Value, UpdatedAt: ev.UpdatedAt})
 	}
 	return out, nil
 }
@@ -164,21 +114,12 @@ func (e *Engine) Inspect(ctx context.Context, id string) (WorkflowInfo, error) {
 	if err := checkName("workflow ID", id); err != nil {
 		return WorkflowInfo{}, err
 	}
-	sql, args := sysdb.ListWorkflows(e.cfg.Schema, sysdb.ListFilter{IDs: []string{id}, Limit: 1, Payloads: true})
-	rows, err := e.pool.Query(ctx, sql, args...)
+	runs, err := e.iq.List(ctx, e.pool, sysdb.ListFilter{IDs: []string{id}, Limit: 1, Payloads: true})
 	if err != nil {
 		return WorkflowInfo{}, fmt.Errorf("durable: inspect %q: %w", id, err)
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return WorkflowInfo{}, fmt.Errorf("durable: inspect %q: %w", id, err)
-		}
+	if len(runs) == 0 {
 		return WorkflowInfo{}, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
 	}
-	w, err := scanWorkflowInfo(rows)
-	if err != nil {
-		return WorkflowInfo{}, fmt.Errorf("durable: inspect %q: %w", id, err)
-	}
-	return w, nil
+	return workflowInfo(runs[0]), nil
 }

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -115,56 +113,34 @@ func (e *Engine) ListWorkflows(ctx context.Context, p *ListParams) (runs []Workf
 }
 
 // listRuns runs the listing query of f.
-func (e *Engine) listRuns(ctx context.Context, f sysdb.ListFilter) (runs []WorkflowInfo, err error) {
-	sql, args := sysdb.ListWorkflows(e.cfg.Schema, f)
-	rows, err := e.pool.Query(ctx, sql, args...)
+func (e *Engine) listRuns(ctx context.Context, f sysdb.ListFilter) ([]WorkflowInfo, error) {
+	rows, err := e.iq.List(ctx, e.pool, f)
 	if err != nil {
 		return nil, fmt.Errorf("durable: list workflows: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		w, err := scanWorkflowInfo(rows)
-		if err != nil {
-			return nil, fmt.Errorf("durable: list workflows: %w", err)
-		}
-		runs = append(runs, w)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("durable: list workflows: %w", err)
+	var runs []WorkflowInfo
+	for _, row := range rows {
+		runs = append(runs, workflowInfo(row))
 	}
 	return runs, nil
 }
 
-// scanWorkflowInfo reads one row of sysdb.ListWorkflows.
-func scanWorkflowInfo(rows pgx.Rows) (WorkflowInfo, error) {
-	var w WorkflowInfo
-	var status string
-	var executor, parent, queue, waitTopic, traceCtx *string
-	var deadline, started *time.Time
-	var errb, input, output []byte
-	if err := rows.Scan(&w.ID, &w.Name, &status, &w.AppVersion, &executor, &parent, &queue, &w.CreatedAt, &w.UpdatedAt,
-		&w.RecoveryAttempts, &deadline, &errb, &started, &input, &output, &waitTopic, &traceCtx); err != nil {
-		return w, err
-	}
-	if sc := parseTraceparent(traceCtx); sc.HasTraceID() {
+// workflowInfo describes a listed run for the caller.
+func workflowInfo(row sysdb.RunRow) WorkflowInfo {
+	w := WorkflowInfo{ID: row.ID, Name: row.Name, Status: Status(row.Status), AppVersion: row.AppVersion,
+		Executor: deref(row.ExecutorID), Parent: deref(row.ParentID), Queue: deref(row.QueueName),
+		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, RecoveryAttempts: row.RecoveryAttempts,
+		Error: decodeError(row.Error), Input: row.Input, Output: row.Output, WaitTopic: deref(row.WaitTopic)}
+	if sc := parseTraceparent(row.TraceContext); sc.HasTraceID() {
 		w.TraceID = sc.TraceID().String()
 	}
-	w.Status = Status(status)
-	w.Executor, w.Parent, w.Queue, w.WaitTopic = deref(executor), deref(parent), deref(queue), deref(waitTopic)
-	if started != nil {
-		w.StartedAt = *started
+	if row.StartedAt != nil {
+		w.StartedAt = *row.StartedAt
 	}
-	if deadline != nil {
-		w.Deadline = *deadline
+	if row.Deadline != nil {
+		w.Deadline = *row.Deadline
 	}
-	w.Error = decodeError(errb)
-	if input != nil {
-		w.Input = input
-	}
-	if output != nil {
-		w.Output = output
-	}
-	return w, nil
+	return w
 }
 
 func deref(s *string) string {

@@ -555,15 +555,15 @@ func callTx[R any](r *run, pos int, name string, ctx context.Context, tx pgx.Tx,
 }
 
 func recordedOutput(r *run, pos int) ([]byte, error) {
-	var rec stepRecord
-	var wf string
-	err := r.retryDB("read step", func(ctx context.Context) error {
-		return r.e.pool.QueryRow(ctx, r.e.q.StepRow, r.id, pos).Scan(&wf, &rec.pos, &rec.name, &rec.status, &rec.output, &rec.err, &rec.attempts)
+	var rec sysdb.StepRow
+	err := r.retryDB("read step", func(ctx context.Context) (err error) {
+		rec, err = r.e.iq.Step(ctx, r.e.pool, sysdb.StepParams{WorkflowID: r.id, Pos: pos})
+		return err
 	})
 	if err != nil {
 		return nil, r.halt(fmt.Errorf("durable: workflow %q: read step %d: %w", r.id, pos, err))
 	}
-	return rec.output, nil
+	return rec.Output, nil
 }
 
 // IntentStep runs an external effect whose provider cannot deduplicate. It

@@ -74,10 +74,6 @@ type Queries struct {
 	FinishStepsMany     string
 	InsertStepTx        string
 	CompleteIntent      string
-	StepRow             string
-	ListSteps           string
-	ListStepWindow      string
-	ListEvents          string
 	OwnershipCheck      string
 	RegisterExecutor    string
 	Heartbeat           string
@@ -285,33 +281,6 @@ SELECT CASE WHEN count(*) = 1 THEN 1 ELSE {{schema}}.checkpoint_refused() END FR
 		CompleteIntent: r(`UPDATE {{schema}}.steps s SET status = $3, output = $4, error = $5, attempts = $6, finished_at = now()
 FROM (SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $7 AND status = 'pending' FOR SHARE) w
 WHERE s.workflow_id = w.id AND s.pos = $2 AND s.status = 'intent'`),
-
-		ListSteps: r(`SELECT pos, name, status, attempts, started_at, finished_at, output, error
-FROM {{schema}}.steps WHERE workflow_id = $1 ORDER BY pos`),
-
-		// A window of ListSteps: from position $2, at most $3 steps; or, when
-		// $2 is negative, the last $3. Every row carries the count of all
-		// the run's steps; with none in the window, one row of NULLs does;
-		// with no run $1, no row (one round trip, no separate read of the
-		// run: the dashboard's live refresh calls it every second).
-		ListStepWindow: r(`SELECT c.n, s.pos, s.name, s.status, s.attempts, s.started_at, s.finished_at, s.output, s.error
-FROM (SELECT count(*) AS n FROM {{schema}}.steps WHERE workflow_id = $1) c
-CROSS JOIN (SELECT FROM {{schema}}.workflows WHERE id = $1) run
-LEFT JOIN LATERAL (
-	(SELECT * FROM {{schema}}.steps WHERE workflow_id = $1 AND $2::int >= 0 AND pos >= $2 ORDER BY pos LIMIT $3)
-	UNION ALL
-	(SELECT * FROM {{schema}}.steps WHERE workflow_id = $1 AND $2::int < 0 ORDER BY pos DESC LIMIT $3)
-) s ON true
-ORDER BY s.pos`),
-
-		// The events a run published, latest value per key: one row of NULLs
-		// for a run without events, no row for no run. $1 workflow_id.
-		ListEvents: r(`SELECT e.key, e.value, e.updated_at FROM {{schema}}.workflows w
-LEFT JOIN {{schema}}.events e ON e.workflow_id = w.id
-WHERE w.id = $1 ORDER BY e.key`),
-
-		StepRow: r(`SELECT workflow_id, pos, name, status, output, error, attempts
-FROM {{schema}}.steps WHERE workflow_id = $1 AND pos = $2`),
 
 		// $1 workflow_id, $2 pos.
 		OwnershipCheck: r(`SELECT w.status, w.epoch, s.status FROM {{schema}}.workflows w

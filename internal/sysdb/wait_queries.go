@@ -1,7 +1,6 @@
 package sysdb
 
-// WaitQueries are the statements of durable waits, messages, events and
-// run control.
+// WaitQueries are the statements of durable waits, messages and events.
 type WaitQueries struct {
 	Park           string
 	HandBack       string
@@ -12,12 +11,6 @@ type WaitQueries struct {
 	Receive        string
 	SetEvent       string
 	GetEvent       string
-	Cancel         string
-	Resume         string
-	ForkRun        string
-	ForkSteps      string
-	CountSteps     string
-	DropFailedStep string
 	SetWaitTopic   string
 	ClearWaitTopic string
 }
@@ -129,48 +122,6 @@ SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev`),
 FROM {{schema}}.workflows w LEFT JOIN {{schema}}.events e ON e.workflow_id = w.id AND e.key = $2
 WHERE w.id = $1`),
 
-		// Cancel a run and, with $2, its descendants. Both terms of the
-		// recursion name the same collation, whichever the ID column has
-		// (C since migration 015, the database's default in an older
-		// install); the default one then yields to the column's in the
-		// comparisons, which keeps them on its indexes.
-		// $1 id, $2 with children, $3 error.
-		Cancel: r(`WITH RECURSIVE tree(id) AS (
-	SELECT $1::text COLLATE "default"
-	UNION
-	SELECT c.id COLLATE "default" FROM {{schema}}.workflows c JOIN tree t ON c.parent_id = t.id WHERE $2::bool),
-u AS (
-	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, wait_topic = NULL, updated_at = now()
-	FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')
-	RETURNING w.id, w.epoch)
-SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, ` + n(`'d:' || id`) + `::text FROM u`),
-
-		// Resume a cancelled, dead-lettered or failed run from its last
-		// checkpoint: unowned and pending again (queued runs go back to
-		// their queue); not a cancelled queued run whose code is still
-		// stopping (it holds its slot: see stopping). $1 id.
-		Resume: r(`WITH u AS (
-	UPDATE {{schema}}.workflows SET status = CASE WHEN queue_name IS NULL THEN 'pending' ELSE 'enqueued' END,
-		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, error = NULL, output = NULL,
-		wake_at = NULL, wait_topic = NULL, updated_at = now()
-	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error') AND NOT (` + stopping + `)
-	RETURNING id, queue_name)
-SELECT ` + n(`CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END`) + `::text FROM u`),
-
-		// Fork copies run $1 as a new unowned run $2 ... $3 app_version, $4 trace_context.
-		ForkRun: r(`WITH ins AS (
-	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, trace_context)
-	SELECT $2, name, 'pending', $3, NULL, 0, input, NULL, $4 FROM {{schema}}.workflows WHERE id = $1
-	RETURNING id)
-SELECT ` + n(`'n:' || id`) + `::text FROM ins`),
-
-		// ...with its recorded steps before position $3.
-		ForkSteps: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at, finished_at)
-SELECT $2, pos, name, status, output, error, attempts, started_at, finished_at
-FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'`),
-
-		CountSteps: r(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`),
-
 		// SetWaitTopic records the topic a run waits on in memory (Recv
 		// found no message), so listings can show it; ClearWaitTopic
 		// removes it once the wait is over. Both are fenced by the epoch.
@@ -179,8 +130,5 @@ FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'
 WHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL`),
 		ClearWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = NULL
 WHERE id = $1 AND epoch = $2 AND wait_topic = $3 AND executor_id IS NOT NULL`),
-
-		DropFailedStep: r(`DELETE FROM {{schema}}.steps s WHERE s.workflow_id = $1 AND s.status = 'error'
-AND s.pos = (SELECT max(pos) FROM {{schema}}.steps WHERE workflow_id = $1)`),
 	}
 }

@@ -1,0 +1,163 @@
+package sysdb
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ControlQueries are the statements of run control by an operator:
+// cancel, resume and fork.
+type ControlQueries struct {
+	cancel         string
+	resume         string
+	dropFailedStep string
+	forkRun        string
+	forkSteps      string
+	countSteps     string
+}
+
+// NewControlQueries renders the control statements for schema; channel is
+// the schema's notification channel ("": none sent, see notifier).
+func NewControlQueries(schema, channel string) *ControlQueries {
+	n := notifier(channel)
+	r := func(s string) string { return Render(s, schema) }
+	return &ControlQueries{
+		// Cancels a run and, with $2, its descendants, telling the
+		// executor of each ('c:') and its waiters ('d:'). Both terms of the
+		// recursion name the same collation, whichever the ID column has
+		// (C in an install made since migration 015, the database's
+		// default in an older one); the default one then yields to the
+		// column's in the comparisons, which keeps them on its indexes.
+		// $1 id, $2 with children, $3 error.
+		cancel: r(`WITH RECURSIVE tree(id) AS (
+	SELECT $1::text COLLATE "default"
+	UNION
+	SELECT c.id COLLATE "default" FROM {{schema}}.workflows c JOIN tree t ON c.parent_id = t.id WHERE $2::bool),
+u AS (
+	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, wait_topic = NULL, updated_at = now()
+	FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')
+	RETURNING w.id, w.epoch)
+SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, ` + n(`'d:' || id`) + `::text FROM u`),
+
+		// Resumes a cancelled, dead-lettered or failed run from its last
+		// checkpoint: unowned and pending again (queued runs go back to
+		// their queue); not a cancelled queued run whose code is still
+		// stopping (it holds its slot: see stopping). $1 id.
+		resume: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET status = CASE WHEN queue_name IS NULL THEN 'pending' ELSE 'enqueued' END,
+		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, error = NULL, output = NULL,
+		wake_at = NULL, wait_topic = NULL, updated_at = now()
+	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error') AND NOT (` + stopping + `)
+	RETURNING id, queue_name)
+SELECT ` + n(`CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END`) + `::text FROM u`),
+
+		// Deletes the last recorded step of run $1 when it recorded a
+		// failure.
+		dropFailedStep: r(`DELETE FROM {{schema}}.steps s WHERE s.workflow_id = $1 AND s.status = 'error'
+AND s.pos = (SELECT max(pos) FROM {{schema}}.steps WHERE workflow_id = $1)`),
+
+		// Copies run $1 as a new unowned run $2, without parent.
+		// $3 app_version, $4 trace_context.
+		forkRun: r(`WITH ins AS (
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, trace_context)
+	SELECT $2, name, 'pending', $3, NULL, 0, input, NULL, $4 FROM {{schema}}.workflows WHERE id = $1
+	RETURNING id)
+SELECT ` + n(`'n:' || id`) + `::text FROM ins`),
+
+		// Copies the steps run $1 recorded before position $3 to run $2,
+		// except intents whose outcome is not recorded: the fork runs those
+		// steps as new.
+		forkSteps: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at, finished_at)
+SELECT $2, pos, name, status, output, error, attempts, started_at, finished_at
+FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'`),
+
+		countSteps: r(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`),
+	}
+}
+
+// CancelParams names the runs to cancel.
+type CancelParams struct {
+	ID       string
+	Children bool            // also the run's descendants, recursively
+	Error    json.RawMessage // the error recorded as their outcome
+}
+
+// Cancel cancels the runs p names that are still pending or queued, and
+// returns their IDs. A finished run is left as it is.
+func (q *ControlQueries) Cancel(ctx context.Context, db DBTX, p CancelParams) ([]string, error) {
+	rows, err := db.Query(ctx, q.cancel, p.ID, p.Children, p.Error)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+		var id string
+		var cancelNote, doneNote *string
+		err := row.Scan(&id, &cancelNote, &doneNote)
+		return id, err
+	})
+}
+
+// Resume makes run id, if cancelled, dead or failed (and not stopping),
+// pending again at a new epoch, and reports whether it did.
+func (q *ControlQueries) Resume(ctx context.Context, db DBTX, id string) (bool, error) {
+	rows, err := db.Query(ctx, q.resume, id)
+	if err != nil {
+		return false, err
+	}
+	resumed := rows.Next()
+	rows.Close()
+	return resumed, rows.Err()
+}
+
+// DropFailedStep deletes the last step run id recorded if it recorded a
+// failure, and reports whether it did.
+func (q *ControlQueries) DropFailedStep(ctx context.Context, db DBTX, id string) (bool, error) {
+	tag, err := db.Exec(ctx, q.dropFailedStep, id)
+	return tag.RowsAffected() == 1, err
+}
+
+// ForkRunParams names a run to copy and its copy.
+type ForkRunParams struct {
+	SourceID     string
+	ID           string // the new run
+	AppVersion   string
+	TraceContext string // W3C traceparent; "": none
+}
+
+// ForkRun inserts run p.ID, pending and unowned, with the name and input
+// of run p.SourceID. An existing p.ID fails it with a unique violation.
+func (q *ControlQueries) ForkRun(ctx context.Context, db DBTX, p ForkRunParams) error {
+	var traceCtx *string
+	if p.TraceContext != "" {
+		traceCtx = &p.TraceContext
+	}
+	rows, err := db.Query(ctx, q.forkRun, p.SourceID, p.ID, p.AppVersion, traceCtx)
+	if err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+// ForkStepsParams names the steps to copy into a fork.
+type ForkStepsParams struct {
+	SourceID string
+	ID       string // the fork
+	Before   int    // steps at positions before this one
+}
+
+// ForkSteps copies the steps p selects (intents left out) and returns how
+// many.
+func (q *ControlQueries) ForkSteps(ctx context.Context, db DBTX, p ForkStepsParams) (int64, error) {
+	tag, err := db.Exec(ctx, q.forkSteps, p.SourceID, p.ID, p.Before)
+	return tag.RowsAffected(), err
+}
+
+// CountSteps returns how many steps run id recorded.
+func (q *ControlQueries) CountSteps(ctx context.Context, db DBTX, id string) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, q.countSteps, id).Scan(&n)
+	return n, err
+}
