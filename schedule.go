@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/robfig/cron/v3"
 
 	"github.com/durable-go/durable/internal/sysdb"
@@ -237,17 +236,9 @@ func (e *Engine) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
 	out := make([]ScheduleInfo, len(rows))
 	for i, r := range rows {
 		out[i] = ScheduleInfo{
-			Name: r.name, Workflow: r.workflow, Spec: r.spec, Location: r.location, CatchUp: r.catchUp,
-			Paused: r.paused, Declared: s.def(r.name) != nil, Triggers: r.triggers, CreatedAt: r.createdAt, UpdatedAt: r.updatedAt,
-		}
-		if r.lastTick != nil {
-			out[i].LastTick = *r.lastTick
-		}
-		if r.lastRunID != nil {
-			out[i].LastRunID = *r.lastRunID
-		}
-		if r.nextTick != nil {
-			out[i].NextTick = *r.nextTick
+			Name: r.Name, Workflow: r.Workflow, Spec: r.Spec, Location: r.Location, CatchUp: r.CatchUp,
+			Paused: r.Paused, LastTick: r.LastTick, LastRunID: r.LastRunID, NextTick: r.NextTick,
+			Declared: s.def(r.Name) != nil, Triggers: r.Triggers, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 		}
 	}
 	return out, nil
@@ -258,11 +249,11 @@ func (e *Engine) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
 // pause committed may still run.
 func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
 	s := e.schedules()
-	return s.update(ctx, name, "pause", func(r *schedRow) (bool, error) {
-		if r.paused {
+	return s.update(ctx, name, "pause", func(r *sysdb.ScheduleRow) (bool, error) {
+		if r.Paused {
 			return false, nil
 		}
-		r.paused, r.nextTick = true, nil
+		r.Paused, r.NextTick = true, time.Time{}
 		return true, nil
 	})
 }
@@ -271,16 +262,16 @@ func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
 // was paused are not run: counting restarts at the resume.
 func (e *Engine) ResumeSchedule(ctx context.Context, name string) error {
 	s := e.schedules()
-	return s.update(ctx, name, "resume", func(r *schedRow) (bool, error) {
-		if !r.paused {
+	return s.update(ctx, name, "resume", func(r *sysdb.ScheduleRow) (bool, error) {
+		if !r.Paused {
 			return false, nil
 		}
-		ts, err := s.tickSpec(r.spec, r.location)
+		ts, err := s.tickSpec(r.Spec, r.Location)
 		if err != nil {
 			return false, err
 		}
-		r.paused, r.cursor = false, e.cursorNow()
-		r.nextTick = timePtr(ts.next(r.cursor))
+		r.Paused, r.Cursor = false, e.cursorNow()
+		r.NextTick = ts.next(r.Cursor)
 		return true, nil
 	})
 }
@@ -299,11 +290,11 @@ func (e *Engine) SetScheduleSpec(ctx context.Context, name, spec string, loc *ti
 			return fmt.Errorf("%w: schedule %q: %v", ErrInvalidArgument, name, err)
 		}
 	}
-	return s.update(ctx, name, "set spec", func(r *schedRow) (bool, error) {
+	return s.update(ctx, name, "set spec", func(r *sysdb.ScheduleRow) (bool, error) {
 		l := loc
 		if l == nil && !hasZonePrefix(spec) {
 			var err error
-			if l, err = s.location(r.location); err != nil {
+			if l, err = s.location(r.Location); err != nil {
 				return false, err
 			}
 		}
@@ -311,10 +302,10 @@ func (e *Engine) SetScheduleSpec(ctx context.Context, name, spec string, loc *ti
 		if err != nil {
 			return false, fmt.Errorf("%w: schedule %q: %v", ErrInvalidArgument, name, err)
 		}
-		r.spec, r.location, r.cursor = spec, ts.loc.String(), e.cursorNow()
-		r.nextTick = nil
-		if !r.paused {
-			r.nextTick = timePtr(ts.next(r.cursor))
+		r.Spec, r.Location, r.Cursor = spec, ts.loc.String(), e.cursorNow()
+		r.NextTick = time.Time{}
+		if !r.Paused {
+			r.NextTick = ts.next(r.Cursor)
 		}
 		return true, nil
 	})
@@ -329,11 +320,11 @@ func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
 		return err
 	}
 	s := e.schedules()
-	tag, err := e.pool.Exec(ctx, s.q.Delete, name)
+	found, err := s.q.Delete(ctx, e.pool, name)
 	if err != nil {
 		return fmt.Errorf("durable: delete schedule %q: %w", name, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !found {
 		return fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
 	}
 	s.wake()
@@ -385,13 +376,8 @@ func manualID(name string, tick time.Time) string {
 // schedule name to start.
 func (s *scheduler) requestTrigger(ctx context.Context, name string, tick time.Time) (string, error) {
 	tick = tick.UTC().Truncate(time.Microsecond) // as stored
-	rows, err := s.e.pool.Query(ctx, s.q.RequestTrigger, name, tick)
+	found, err := s.q.RequestTrigger(ctx, s.e.pool, sysdb.ScheduleTriggerParams{Name: name, Tick: tick})
 	if err != nil {
-		return "", fmt.Errorf("durable: trigger schedule %q: %w", name, err)
-	}
-	found := rows.Next()
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return "", fmt.Errorf("durable: trigger schedule %q: %w", name, err)
 	}
 	if !found {
@@ -403,26 +389,26 @@ func (s *scheduler) requestTrigger(ctx context.Context, name string, tick time.T
 // fireTriggers starts the manual ticks stored for schedule row, declared
 // here as d, and removes them. Two executors may both start one: its
 // workflow ID makes that one run.
-func (s *scheduler) fireTriggers(ctx context.Context, d *schedDef, row *schedRow) {
-	if len(row.triggers) == 0 {
+func (s *scheduler) fireTriggers(ctx context.Context, d *schedDef, row *sysdb.ScheduleRow) {
+	if len(row.Triggers) == 0 {
 		return
 	}
-	ts, err := s.tickSpec(row.spec, row.location)
+	ts, err := s.tickSpec(row.Spec, row.Location)
 	if err != nil {
 		return // reported by the caller's pass
 	}
-	for _, tick := range row.triggers {
+	for _, tick := range row.Triggers {
 		if s.e.canStart() != nil {
 			return
 		}
-		if _, err := s.start(ctx, d, manualID(row.name, tick), tick, ts.loc); err != nil {
+		if _, err := s.start(ctx, d, manualID(row.Name, tick), tick, ts.loc); err != nil {
 			if ctx.Err() == nil {
-				s.e.log.Warn("durable: manual schedule tick not started; retrying", "schedule", row.name, "tick", tick, "err", err)
+				s.e.log.Warn("durable: manual schedule tick not started; retrying", "schedule", row.Name, "tick", tick, "err", err)
 			}
 			continue
 		}
-		if _, err := s.e.pool.Exec(ctx, s.q.TriggerDone, row.name, tick); err != nil && ctx.Err() == nil {
-			s.e.log.Warn("durable: clear manual schedule tick", "schedule", row.name, "tick", tick, "err", err)
+		if err := s.q.TriggerDone(ctx, s.e.pool, sysdb.ScheduleTriggerParams{Name: row.Name, Tick: tick}); err != nil && ctx.Err() == nil {
+			s.e.log.Warn("durable: clear manual schedule tick", "schedule", row.Name, "tick", tick, "err", err)
 		}
 	}
 }
@@ -454,7 +440,7 @@ func (e *Engine) BackfillSchedule(ctx context.Context, name string, from, to tim
 	if err != nil {
 		return nil, err
 	}
-	ticks, err := ts.between(row.cursor, from, to, BackfillMaxTicks)
+	ticks, err := ts.between(row.Cursor, from, to, BackfillMaxTicks)
 	if err != nil {
 		return nil, fmt.Errorf("%w: backfill of schedule %q: %v", ErrInvalidArgument, name, err)
 	}
@@ -598,28 +584,29 @@ func (s *scheduler) pass(ctx context.Context) time.Duration {
 		return wait
 	}
 	stored := make(map[string]bool, len(rows))
-	for _, row := range rows {
-		stored[row.name] = true
-		d := s.def(row.name)
+	for i := range rows {
+		row := &rows[i]
+		stored[row.Name] = true
+		d := s.def(row.Name)
 		if d == nil {
 			s.reportUndeclared(row)
 			continue
 		}
-		if row.workflow != d.def.name {
-			s.reportOnce(row.name, "workflow", func() {
+		if row.Workflow != d.def.name {
+			s.reportOnce(row.Name, "workflow", func() {
 				e.log.Error("durable: schedule runs another workflow in the database than in this binary (a deploy in progress?); this executor does not fire it",
-					"schedule", row.name, "workflow", row.workflow, "declared_workflow", d.def.name)
+					"schedule", row.Name, "workflow", row.Workflow, "declared_workflow", d.def.name)
 			})
 			continue
 		}
 		s.fireTriggers(ctx, d, row)
-		if row.paused {
+		if row.Paused {
 			continue
 		}
-		ts, err := s.tickSpec(row.spec, row.location)
+		ts, err := s.tickSpec(row.Spec, row.Location)
 		if err != nil {
-			s.reportOnce(row.name, "spec:"+row.spec+"\x00"+row.location, func() {
-				e.log.Error("durable: schedule has an invalid stored spec; fix it with SetScheduleSpec", "schedule", row.name, "err", err)
+			s.reportOnce(row.Name, "spec:"+row.Spec+"\x00"+row.Location, func() {
+				e.log.Error("durable: schedule has an invalid stored spec; fix it with SetScheduleSpec", "schedule", row.Name, "err", err)
 			})
 			continue
 		}
@@ -629,7 +616,7 @@ func (s *scheduler) pass(ctx context.Context) time.Duration {
 			wait = 0
 		case err != nil:
 			if ctx.Err() == nil && !errors.Is(err, ErrShutdown) {
-				e.log.Warn("durable: schedule tick not started; retrying", "schedule", row.name, "err", err)
+				e.log.Warn("durable: schedule tick not started; retrying", "schedule", row.Name, "err", err)
 			}
 		case !next.IsZero():
 			wait = min(wait, next.Sub(e.now()))
@@ -670,16 +657,16 @@ func (s *scheduler) reportOnce(name, kind string, log func()) {
 	}
 }
 
-func (s *scheduler) reportUndeclared(row *schedRow) {
+func (s *scheduler) reportUndeclared(row *sysdb.ScheduleRow) {
 	e := s.e
-	s.reportOnce(row.name, "undeclared", func() {
-		if _, ok := e.defs[row.workflow]; !ok {
+	s.reportOnce(row.Name, "undeclared", func() {
+		if _, ok := e.defs[row.Workflow]; !ok {
 			e.log.Error("durable: schedule stored by another binary runs a workflow not registered here; this executor does not fire it",
-				"schedule", row.name, "workflow", row.workflow, "err", ErrNotRegistered)
+				"schedule", row.Name, "workflow", row.Workflow, "err", ErrNotRegistered)
 			return
 		}
 		e.log.Error("durable: schedule stored by another binary is not declared here; this executor does not fire it",
-			"schedule", row.name, "workflow", row.workflow)
+			"schedule", row.Name, "workflow", row.Workflow)
 	})
 }
 
@@ -702,8 +689,8 @@ func (s *scheduler) upsertDeclared(ctx context.Context) error {
 		if err != nil {
 			return err // checked at declaration; unreachable
 		}
-		if _, err := s.e.pool.Exec(ctx, s.q.Upsert, d.name, d.def.name, d.spec, d.location, d.catchUp,
-			cursor, timePtr(ts.next(cursor))); err != nil {
+		if err := s.q.Upsert(ctx, s.e.pool, sysdb.ScheduleUpsertParams{Name: d.name, Workflow: d.def.name, Spec: d.spec,
+			Location: d.location, CatchUp: d.catchUp, Cursor: cursor, NextTick: ts.next(cursor)}); err != nil {
 			return fmt.Errorf("schedule %q: %w", d.name, err)
 		}
 	}
@@ -715,19 +702,19 @@ func (s *scheduler) upsertDeclared(ctx context.Context) error {
 
 // fire starts the due ticks of one schedule and moves its cursor past
 // each. It returns the next tick to wait for (zero: none).
-func (s *scheduler) fire(ctx context.Context, d *schedDef, row *schedRow, ts *tickSpec) (time.Time, error) {
+func (s *scheduler) fire(ctx context.Context, d *schedDef, row *sysdb.ScheduleRow, ts *tickSpec) (time.Time, error) {
 	e := s.e
-	ticks, skipped := ts.due(row.cursor, e.now(), row.catchUp+1)
-	version := row.version
+	ticks, skipped := ts.due(row.Cursor, e.now(), row.CatchUp+1)
+	version := row.Version
 	if len(ticks) > 0 {
 		// The row was read at the start of the pass, maybe before a change
 		// that committed before the clock reached these ticks: read it again
 		// (after the clock), so no run starts under a spec already replaced.
-		fresh, err := s.get(ctx, row.name)
+		fresh, err := s.get(ctx, row.Name)
 		if err != nil {
 			return time.Time{}, err
 		}
-		if fresh.version != version {
+		if fresh.Version != version {
 			return time.Time{}, errScheduleChanged
 		}
 	}
@@ -735,28 +722,26 @@ func (s *scheduler) fire(ctx context.Context, d *schedDef, row *schedRow, ts *ti
 		if err := e.canStart(); err != nil {
 			return time.Time{}, err
 		}
-		runID, err := s.start(ctx, d, tickID(row.name, tick), tick, ts.loc)
+		runID, err := s.start(ctx, d, tickID(row.Name, tick), tick, ts.loc)
 		if err != nil {
 			return time.Time{}, err
 		}
-		var runArg any
-		if runID != "" {
-			runArg = runID
-		}
-		err = e.pool.QueryRow(ctx, s.q.Advance, row.name, version, tick, timePtr(ts.next(tick)), runArg).Scan(&version)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return time.Time{}, errScheduleChanged
-		}
+		var ok bool
+		version, ok, err = s.q.Advance(ctx, e.pool, sysdb.ScheduleAdvanceParams{Name: row.Name, Version: version, Tick: tick,
+			NextTick: ts.next(tick), RunID: runID})
 		if err != nil {
-			return time.Time{}, fmt.Errorf("advance schedule %q past %v: %w", row.name, tick, err)
+			return time.Time{}, fmt.Errorf("advance schedule %q past %v: %w", row.Name, tick, err)
+		}
+		if !ok {
+			return time.Time{}, errScheduleChanged
 		}
 		if i == 0 && skipped {
 			// Logged by the executor whose compare-and-set won, only.
 			e.log.Warn("durable: schedule skipped missed ticks (ScheduleOpts.CatchUp)",
-				"schedule", row.name, "after", row.cursor, "resumed_at", tick, "catch_up", row.catchUp)
+				"schedule", row.Name, "after", row.Cursor, "resumed_at", tick, "catch_up", row.CatchUp)
 		}
 	}
-	cursor := row.cursor
+	cursor := row.Cursor
 	if len(ticks) > 0 {
 		cursor = ticks[len(ticks)-1]
 	}
@@ -795,19 +780,19 @@ func (s *scheduler) start(ctx context.Context, d *schedDef, id string, tick time
 
 // resolve reads schedule name for a manual start: it must be stored,
 // declared here, and run the declared workflow.
-func (s *scheduler) resolve(ctx context.Context, name string) (*schedDef, *schedRow, *tickSpec, error) {
+func (s *scheduler) resolve(ctx context.Context, name string) (*schedDef, *sysdb.ScheduleRow, *tickSpec, error) {
 	row, err := s.get(ctx, name)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	d := s.def(name)
 	if d == nil {
-		return nil, nil, nil, fmt.Errorf("%w: schedule %q (workflow %q) is not declared in this binary", ErrNotRegistered, name, row.workflow)
+		return nil, nil, nil, fmt.Errorf("%w: schedule %q (workflow %q) is not declared in this binary", ErrNotRegistered, name, row.Workflow)
 	}
-	if row.workflow != d.def.name {
-		return nil, nil, nil, fmt.Errorf("%w: schedule %q runs workflow %q in the database but %q in this binary", ErrNotRegistered, name, row.workflow, d.def.name)
+	if row.Workflow != d.def.name {
+		return nil, nil, nil, fmt.Errorf("%w: schedule %q runs workflow %q in the database but %q in this binary", ErrNotRegistered, name, row.Workflow, d.def.name)
 	}
-	ts, err := s.tickSpec(row.spec, row.location)
+	ts, err := s.tickSpec(row.Spec, row.Location)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -816,7 +801,7 @@ func (s *scheduler) resolve(ctx context.Context, name string) (*schedDef, *sched
 
 // update applies change to the stored row of schedule name with a
 // compare-and-set, reading again if the row changed meanwhile.
-func (s *scheduler) update(ctx context.Context, name, what string, change func(r *schedRow) (bool, error)) error {
+func (s *scheduler) update(ctx context.Context, name, what string, change func(r *sysdb.ScheduleRow) (bool, error)) error {
 	for {
 		row, err := s.get(ctx, name)
 		if err != nil {
@@ -826,11 +811,12 @@ func (s *scheduler) update(ctx context.Context, name, what string, change func(r
 		if err != nil || !changed {
 			return err
 		}
-		tag, err := s.e.pool.Exec(ctx, s.q.Update, row.name, row.version, row.spec, row.location, row.paused, row.cursor, row.nextTick)
+		ok, err := s.q.Update(ctx, s.e.pool, sysdb.ScheduleUpdateParams{Name: row.Name, Version: row.Version, Spec: row.Spec,
+			Location: row.Location, Paused: row.Paused, Cursor: row.Cursor, NextTick: row.NextTick})
 		if err != nil {
 			return fmt.Errorf("durable: %s schedule %q: %w", what, name, err)
 		}
-		if tag.RowsAffected() == 1 {
+		if ok {
 			s.wake()
 			return nil
 		}
@@ -840,66 +826,22 @@ func (s *scheduler) update(ctx context.Context, name, what string, change func(r
 	}
 }
 
-// schedRow is a stored schedule.
-type schedRow struct {
-	name, workflow, spec, location string
-	catchUp                        int
-	paused                         bool
-	cursor                         time.Time
-	lastTick, nextTick             *time.Time
-	lastRunID                      *string
-	version                        int64
-	createdAt, updatedAt           time.Time
-	triggers                       []time.Time // manual ticks asked for elsewhere
+func (s *scheduler) list(ctx context.Context) ([]sysdb.ScheduleRow, error) {
+	return s.q.List(ctx, s.e.pool)
 }
 
-func scanSchedRow(row pgx.Row) (*schedRow, error) {
-	var r schedRow
-	if err := row.Scan(&r.name, &r.workflow, &r.spec, &r.location, &r.catchUp, &r.paused, &r.cursor,
-		&r.lastTick, &r.lastRunID, &r.nextTick, &r.version, &r.createdAt, &r.updatedAt, &r.triggers); err != nil {
-		return nil, err
-	}
-	r.cursor = r.cursor.UTC()
-	for i := range r.triggers {
-		r.triggers[i] = r.triggers[i].UTC()
-	}
-	for _, t := range []*time.Time{r.lastTick, r.nextTick, &r.createdAt, &r.updatedAt} {
-		if t != nil {
-			*t = t.UTC()
-		}
-	}
-	return &r, nil
-}
-
-func (s *scheduler) list(ctx context.Context) ([]*schedRow, error) {
-	rows, err := s.e.pool.Query(ctx, s.q.List)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*schedRow
-	for rows.Next() {
-		r, err := scanSchedRow(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
-func (s *scheduler) get(ctx context.Context, name string) (*schedRow, error) {
+func (s *scheduler) get(ctx context.Context, name string) (*sysdb.ScheduleRow, error) {
 	if err := checkName("schedule name", name); err != nil {
 		return nil, err
 	}
-	r, err := scanSchedRow(s.e.pool.QueryRow(ctx, s.q.Get, name))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
-	}
+	r, found, err := s.q.Get(ctx, s.e.pool, name)
 	if err != nil {
 		return nil, fmt.Errorf("durable: read schedule %q: %w", name, err)
 	}
-	return r, nil
+	if !found {
+		return nil, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
+	}
+	return &r, nil
 }
 
 // cursorNow is the engine clock in whole seconds, the start of a count of
@@ -1131,11 +1073,4 @@ func parseTickID(id string) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
