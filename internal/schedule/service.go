@@ -26,6 +26,7 @@ const LaunchTimeoutDefault = 10 * time.Second
 
 // Config is what the service needs from the engine.
 type Config struct {
+	// Queries are the schedule statements, run on DB.
 	Queries *sysdb.ScheduleQueries
 	DB      sysdb.DBTX
 	// Clock tells the time of the ticks. Defaults to clock.Real.
@@ -86,12 +87,12 @@ type Service struct {
 	clock   clock.Clock
 	kick    chan struct{} // wakes the loop after a change made here
 	specs   specCache
+	reports reports
 	signals signals
 
 	mu       sync.Mutex
 	declared map[string]*Def
-	upserted bool            // the declared schedules are stored
-	reported map[string]bool // problems already logged, by schedule and kind
+	upserted bool // the declared schedules are stored
 }
 
 // New returns a service with no schedule declared.
@@ -107,7 +108,6 @@ func New(cfg Config) *Service {
 		clock:    clock.Or(cfg.Clock),
 		kick:     make(chan struct{}, 1),
 		declared: map[string]*Def{},
-		reported: map[string]bool{},
 	}
 }
 
@@ -134,7 +134,7 @@ func (s *Service) Start(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.LaunchTimeout)
 	wait := s.pass(pctx)
 	cancel()
-	if s.count() == 0 {
+	if len(s.names()) == 0 {
 		return nil
 	}
 	return s.StartLoop(ctx, func(ctx context.Context) { s.loop(ctx, wait) })
@@ -153,12 +153,6 @@ func (s *Service) now() time.Time { return s.clock.Now() }
 
 // cursorNow is the clock in whole seconds, the start of a count of ticks.
 func (s *Service) cursorNow() time.Time { return s.now().UTC().Truncate(time.Second) }
-
-func (s *Service) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.declared)
-}
 
 func (s *Service) def(name string) *Def {
 	s.mu.Lock()
@@ -224,7 +218,7 @@ func (s *Service) pass(ctx context.Context) (wait time.Duration) {
 			continue
 		}
 		if row.Workflow != d.Workflow {
-			s.reportOnce(row.Name, "workflow", func() {
+			s.reports.once(row.Name, "workflow", func() {
 				log.Error("durable: schedule runs another workflow in the database than in this binary (a deploy in progress?); this executor does not fire it",
 					"schedule", row.Name, "workflow", row.Workflow, "declared_workflow", d.Workflow)
 			})
@@ -236,7 +230,7 @@ func (s *Service) pass(ctx context.Context) (wait time.Duration) {
 		}
 		ts, err := s.specs.spec(row.Spec, row.Location)
 		if err != nil {
-			s.reportOnce(row.Name, "spec:"+row.Spec+"\x00"+row.Location, func() {
+			s.reports.once(row.Name, "spec:"+row.Spec+"\x00"+row.Location, func() {
 				log.Error("durable: schedule has an invalid stored spec; fix it with SetScheduleSpec", "schedule", row.Name, "err", err)
 			})
 			continue
@@ -255,7 +249,7 @@ func (s *Service) pass(ctx context.Context) (wait time.Duration) {
 	}
 	for _, name := range s.names() {
 		if !stored[name] {
-			s.reportOnce(name, "deleted", func() {
+			s.reports.once(name, "deleted", func() {
 				log.Warn("durable: schedule declared in this binary was deleted from the database; it is stored again at the next Launch",
 					"schedule", name)
 			})
@@ -264,21 +258,30 @@ func (s *Service) pass(ctx context.Context) (wait time.Duration) {
 	return max(wait, 0)
 }
 
-// reportOnce runs log the first time problem kind of schedule name is met
-// in this process.
-func (s *Service) reportOnce(name, kind string, log func()) {
+// reports remembers the problems of schedules already logged, so each is
+// logged once per process.
+type reports struct {
+	mu   sync.Mutex
+	seen map[string]bool // by schedule and kind
+}
+
+// once runs log the first time problem kind of schedule name is met.
+func (r *reports) once(name, kind string, log func()) {
 	key := name + "\x00" + kind
-	s.mu.Lock()
-	seen := s.reported[key]
-	s.reported[key] = true
-	s.mu.Unlock()
+	r.mu.Lock()
+	if r.seen == nil {
+		r.seen = map[string]bool{}
+	}
+	seen := r.seen[key]
+	r.seen[key] = true
+	r.mu.Unlock()
 	if !seen {
 		log()
 	}
 }
 
 func (s *Service) reportUndeclared(row *sysdb.ScheduleRow) {
-	s.reportOnce(row.Name, "undeclared", func() {
+	s.reports.once(row.Name, "undeclared", func() {
 		if !s.cfg.Registered(row.Workflow) {
 			s.cfg.Log.Error("durable: schedule stored by another binary runs a workflow not registered here; this executor does not fire it",
 				"schedule", row.Name, "workflow", row.Workflow, "err", errs.NotRegistered)
