@@ -24,6 +24,7 @@ import (
 
 	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/notify"
+	"github.com/durable-go/durable/internal/schedule"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -341,7 +342,8 @@ type Engine struct {
 	notifyInflight map[string]bool // queue -> a notification is being sent
 	notifyPending  map[string]bool // queue -> another one is wanted after it
 
-	sched   *scheduler    // cron schedules (schedule.go)
+	sched *schedule.Service // cron schedules (schedule.go, internal/schedule)
+
 	streamw *streamWriter // stream entries (stream.go)
 	bg      *services
 }
@@ -397,6 +399,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	e.stepDelay = stepFlushDelay
 	e.workers = newWorkerPool()
 	e.streamw = newStreamWriter(e)
+	e.sched = e.newScheduler()
 	return e, nil
 }
 
@@ -751,7 +754,7 @@ func (e *Engine) onNotify(payload string) {
 			}
 		}
 	case 'k': // a manual tick of a schedule was asked for
-		e.schedules().wake()
+		e.sched.Wake()
 	case 'q': // work for a queue
 		if q := e.queues[payload[2:]]; q != nil {
 			q.wake()

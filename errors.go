@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/durable-go/durable/internal/errs"
 )
 
 // Sentinel errors. Match them with [errors.Is]; most are also matched by the
@@ -16,17 +18,17 @@ var (
 	// ErrWorkflowConflict: the workflow ID is taken by a run of another
 	// workflow, or by a run of the same workflow with another input
 	// (then [ErrInputMismatch] matches too).
-	ErrWorkflowConflict = errors.New("durable: workflow ID already used by another workflow")
+	ErrWorkflowConflict = errs.WorkflowConflict
 	// ErrInputMismatch: a start reused the workflow ID of a run whose
 	// recorded input differs from the one given. See [StartOpts].ID.
 	ErrInputMismatch = errors.New("durable: workflow ID already used with a different input")
 	// ErrNotRegistered: no workflow is registered under that name in this binary.
-	ErrNotRegistered = errors.New("durable: workflow not registered")
+	ErrNotRegistered = errs.NotRegistered
 	// ErrNotLaunched: the engine must be launched before workflows start.
 	ErrNotLaunched = errors.New("durable: engine not launched")
 	// ErrShutdown: the engine is shutting down; the run stays pending and is
 	// resumed by the next executor.
-	ErrShutdown = errors.New("durable: engine shutting down")
+	ErrShutdown = errs.Shutdown
 	// ErrPermanent marks an error that must not be retried. See [Permanent].
 	ErrPermanent = errors.New("durable: permanent failure")
 	// ErrCancelled: the workflow was cancelled.
@@ -46,7 +48,7 @@ var (
 	// the dead-letter status.
 	ErrDeadLetter = errors.New("durable: workflow dead-lettered")
 	// ErrInvalidArgument: a call got a bad argument; the message says which.
-	ErrInvalidArgument = errors.New("durable: invalid argument")
+	ErrInvalidArgument = errs.InvalidArgument
 	// ErrRunAgain is returned by an [IntentStep] resolver to run the effect again.
 	ErrRunAgain = errors.New("durable: run the effect again")
 	// ErrSchemaOutdated: the database schema is older than this library and

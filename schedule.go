@@ -2,17 +2,14 @@ package durable
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/robfig/cron/v3"
-
+	"github.com/durable-go/durable/internal/clock"
+	"github.com/durable-go/durable/internal/errs"
+	"github.com/durable-go/durable/internal/schedule"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -29,24 +26,7 @@ const (
 )
 
 // ErrScheduleNotFound: no schedule with that name is stored.
-var ErrScheduleNotFound = errors.New("durable: schedule not found")
-
-// scheduleLaunchTimeout bounds the work Launch does for schedules (writing
-// the declared ones, starting the ticks due at boot). Past it, the schedule
-// loop takes over.
-const scheduleLaunchTimeout = 10 * time.Second
-
-// schedIDPrefix starts the workflow ID of every scheduled run; a manual
-// run's ID has manualSuffix after the schedule name.
-const (
-	schedIDPrefix = "sched:"
-	manualSuffix  = ":manual"
-)
-
-// cronParser reads schedule specs: standard five-field cron, an optional
-// leading seconds field, descriptors (@hourly, @every 90s) and a
-// TZ=/CRON_TZ= prefix.
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+var ErrScheduleNotFound = errs.ScheduleNotFound
 
 // ScheduleOpts are options of a schedule declared with [Schedule].
 type ScheduleOpts[P any] struct {
@@ -133,9 +113,9 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 	if len(name) > ScheduleNameMax {
 		return fmt.Errorf("%w: schedule name is %d bytes, over the limit of %d", ErrInvalidArgument, len(name), ScheduleNameMax)
 	}
-	if strings.HasSuffix(name, manualSuffix) {
+	if strings.HasSuffix(name, schedule.ManualSuffix) {
 		// Its ticks' IDs would be those of manual runs of another schedule.
-		return fmt.Errorf("%w: schedule name %q must not end in %q", ErrInvalidArgument, name, manualSuffix)
+		return fmt.Errorf("%w: schedule name %q must not end in %q", ErrInvalidArgument, name, schedule.ManualSuffix)
 	}
 	var o ScheduleOpts[P]
 	if opts != nil {
@@ -152,7 +132,7 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 	case o.InputFunc != nil && !reflect.ValueOf(&o.Input).Elem().IsZero():
 		return bad("set ScheduleOpts.Input or ScheduleOpts.InputFunc, not both")
 	}
-	ts, err := parseSpec(spec, o.Location)
+	ts, err := schedule.ParseSpec(spec, o.Location)
 	if err != nil {
 		return bad("%v", err)
 	}
@@ -175,20 +155,19 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 		}
 		input = func(time.Time) ([]byte, error) { return b, nil }
 	}
-	d := &schedDef{name: name, def: w.def, spec: spec, location: ts.loc.String(), catchUp: o.CatchUp, input: input, queue: o.Queue}
+	d := &schedule.Def{Name: name, Workflow: w.def.name, Spec: spec, Location: ts.Location().String(), CatchUp: o.CatchUp, Input: input}
+	if o.Queue != nil {
+		d.Queue = o.Queue.name
+	}
 
-	s := e.schedules()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.state != stateNew {
 		return bad("declare schedules before Launch")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, dup := s.declared[name]; dup {
+	if !e.sched.Declare(d) {
 		return bad("a schedule with this name is already declared")
 	}
-	s.declared[name] = d
 	return nil
 }
 
@@ -197,7 +176,7 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 // it) and true; for any other run it returns false. It is read from the
 // workflow ID, so it is the same on every replay.
 func ScheduledTime(wctx Context) (time.Time, bool) {
-	return parseTickID(wctx.WorkflowID())
+	return schedule.ParseTickID(wctx.WorkflowID())
 }
 
 // ScheduleInfo is a stored schedule, as listed by [Engine.ListSchedules].
@@ -229,25 +208,16 @@ type ScheduleInfo struct {
 // ListSchedules returns the stored schedules, by name. It sees the
 // schedules of every binary sharing the database.
 func (e *Engine) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
-	s := e.schedules()
-	rows, err := s.list(ctx)
+	rows, err := e.sched.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("durable: list schedules: %w", err)
 	}
 	out := make([]ScheduleInfo, len(rows))
 	for i, r := range rows {
 		out[i] = ScheduleInfo{
-			Name: r.name, Workflow: r.workflow, Spec: r.spec, Location: r.location, CatchUp: r.catchUp,
-			Paused: r.paused, Declared: s.def(r.name) != nil, Triggers: r.triggers, CreatedAt: r.createdAt, UpdatedAt: r.updatedAt,
-		}
-		if r.lastTick != nil {
-			out[i].LastTick = *r.lastTick
-		}
-		if r.lastRunID != nil {
-			out[i].LastRunID = *r.lastRunID
-		}
-		if r.nextTick != nil {
-			out[i].NextTick = *r.nextTick
+			Name: r.Name, Workflow: r.Workflow, Spec: r.Spec, Location: r.Location, CatchUp: r.CatchUp,
+			Paused: r.Paused, LastTick: r.LastTick, LastRunID: r.LastRunID, NextTick: r.NextTick,
+			Declared: e.sched.Declared(r.Name), Triggers: r.Triggers, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 		}
 	}
 	return out, nil
@@ -257,32 +227,19 @@ func (e *Engine) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
 // [Engine.ResumeSchedule]. A tick that was already being started when the
 // pause committed may still run.
 func (e *Engine) PauseSchedule(ctx context.Context, name string) error {
-	s := e.schedules()
-	return s.update(ctx, name, "pause", func(r *schedRow) (bool, error) {
-		if r.paused {
-			return false, nil
-		}
-		r.paused, r.nextTick = true, nil
-		return true, nil
-	})
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
+	return e.sched.Pause(ctx, name)
 }
 
 // ResumeSchedule resumes a paused schedule. The ticks that passed while it
 // was paused are not run: counting restarts at the resume.
 func (e *Engine) ResumeSchedule(ctx context.Context, name string) error {
-	s := e.schedules()
-	return s.update(ctx, name, "resume", func(r *schedRow) (bool, error) {
-		if !r.paused {
-			return false, nil
-		}
-		ts, err := s.tickSpec(r.spec, r.location)
-		if err != nil {
-			return false, err
-		}
-		r.paused, r.cursor = false, e.cursorNow()
-		r.nextTick = timePtr(ts.next(r.cursor))
-		return true, nil
-	})
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
+	return e.sched.Resume(ctx, name)
 }
 
 // SetScheduleSpec changes the spec of schedule name, for every executor
@@ -293,31 +250,15 @@ func (e *Engine) ResumeSchedule(ctx context.Context, name string) error {
 // counted from now on. A bad spec or zone fails with [ErrInvalidArgument]
 // and changes nothing.
 func (e *Engine) SetScheduleSpec(ctx context.Context, name, spec string, loc *time.Location) error {
-	s := e.schedules()
 	if loc != nil {
-		if _, err := parseSpec(spec, loc); err != nil {
+		if _, err := schedule.ParseSpec(spec, loc); err != nil {
 			return fmt.Errorf("%w: schedule %q: %v", ErrInvalidArgument, name, err)
 		}
 	}
-	return s.update(ctx, name, "set spec", func(r *schedRow) (bool, error) {
-		l := loc
-		if l == nil && !hasZonePrefix(spec) {
-			var err error
-			if l, err = s.location(r.location); err != nil {
-				return false, err
-			}
-		}
-		ts, err := parseSpec(spec, l)
-		if err != nil {
-			return false, fmt.Errorf("%w: schedule %q: %v", ErrInvalidArgument, name, err)
-		}
-		r.spec, r.location, r.cursor = spec, ts.loc.String(), e.cursorNow()
-		r.nextTick = nil
-		if !r.paused {
-			r.nextTick = timePtr(ts.next(r.cursor))
-		}
-		return true, nil
-	})
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
+	return e.sched.SetSpec(ctx, name, spec, loc)
 }
 
 // DeleteSchedule deletes schedule name: no executor fires it any more.
@@ -328,16 +269,7 @@ func (e *Engine) DeleteSchedule(ctx context.Context, name string) error {
 	if err := checkName("schedule name", name); err != nil {
 		return err
 	}
-	s := e.schedules()
-	tag, err := e.pool.Exec(ctx, s.q.Delete, name)
-	if err != nil {
-		return fmt.Errorf("durable: delete schedule %q: %w", name, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
-	}
-	s.wake()
-	return nil
+	return e.sched.Delete(ctx, name)
 }
 
 // TriggerSchedule starts a run of schedule name now, by hand, paused or
@@ -355,76 +287,7 @@ func (e *Engine) TriggerSchedule(ctx context.Context, name string, tick time.Tim
 	if err := checkName("schedule name", name); err != nil {
 		return "", err
 	}
-	s := e.schedules()
-	if tick.IsZero() {
-		tick = e.now()
-	}
-	if s.def(name) == nil || e.canStart() != nil {
-		return s.requestTrigger(ctx, name, tick)
-	}
-	d, _, ts, err := s.resolve(ctx, name)
-	if err != nil {
-		return "", err
-	}
-	id := manualID(name, tick)
-	input, err := d.input(tick.In(ts.loc))
-	if err != nil {
-		return "", err
-	}
-	if _, err := e.startDef(ctx, d.def, id, input); err != nil {
-		return "", err
-	}
-	return id, nil
-}
-
-func manualID(name string, tick time.Time) string {
-	return schedIDPrefix + name + manualSuffix + ":" + tick.UTC().Format(time.RFC3339Nano)
-}
-
-// requestTrigger stores a manual tick for an executor that declares
-// schedule name to start.
-func (s *scheduler) requestTrigger(ctx context.Context, name string, tick time.Time) (string, error) {
-	tick = tick.UTC().Truncate(time.Microsecond) // as stored
-	rows, err := s.e.pool.Query(ctx, s.q.RequestTrigger, name, tick)
-	if err != nil {
-		return "", fmt.Errorf("durable: trigger schedule %q: %w", name, err)
-	}
-	found := rows.Next()
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("durable: trigger schedule %q: %w", name, err)
-	}
-	if !found {
-		return "", fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
-	}
-	return manualID(name, tick), nil
-}
-
-// fireTriggers starts the manual ticks stored for schedule row, declared
-// here as d, and removes them. Two executors may both start one: its
-// workflow ID makes that one run.
-func (s *scheduler) fireTriggers(ctx context.Context, d *schedDef, row *schedRow) {
-	if len(row.triggers) == 0 {
-		return
-	}
-	ts, err := s.tickSpec(row.spec, row.location)
-	if err != nil {
-		return // reported by the caller's pass
-	}
-	for _, tick := range row.triggers {
-		if s.e.canStart() != nil {
-			return
-		}
-		if _, err := s.start(ctx, d, manualID(row.name, tick), tick, ts.loc); err != nil {
-			if ctx.Err() == nil {
-				s.e.log.Warn("durable: manual schedule tick not started; retrying", "schedule", row.name, "tick", tick, "err", err)
-			}
-			continue
-		}
-		if _, err := s.e.pool.Exec(ctx, s.q.TriggerDone, row.name, tick); err != nil && ctx.Err() == nil {
-			s.e.log.Warn("durable: clear manual schedule tick", "schedule", row.name, "tick", tick, "err", err)
-		}
-	}
+	return e.sched.Trigger(ctx, name, tick)
 }
 
 // ScheduledRun is a tick started by [Engine.BackfillSchedule].
@@ -449,693 +312,62 @@ func (e *Engine) BackfillSchedule(ctx context.Context, name string, from, to tim
 	if !from.Before(to) {
 		return nil, fmt.Errorf("%w: backfill of schedule %q: from %v is not before to %v", ErrInvalidArgument, name, from, to)
 	}
-	s := e.schedules()
-	d, row, ts, err := s.resolve(ctx, name)
-	if err != nil {
+	if err := checkName("schedule name", name); err != nil {
 		return nil, err
 	}
-	ticks, err := ts.between(row.cursor, from, to, BackfillMaxTicks)
-	if err != nil {
-		return nil, fmt.Errorf("%w: backfill of schedule %q: %v", ErrInvalidArgument, name, err)
+	runs, err := e.sched.Backfill(ctx, name, from, to, BackfillMaxTicks)
+	if runs == nil {
+		return nil, err
 	}
-	out := make([]ScheduledRun, 0, len(ticks))
-	for _, tick := range ticks {
-		id := tickID(name, tick)
-		input, err := d.input(tick.In(ts.loc))
-		if err != nil {
-			return out, err
-		}
-		created, err := e.startDef(ctx, d.def, id, input)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, ScheduledRun{Tick: tick, WorkflowID: id, Started: created})
+	out := make([]ScheduledRun, len(runs))
+	for i, r := range runs {
+		out[i] = ScheduledRun{Tick: r.Tick, WorkflowID: r.WorkflowID, Started: r.Started}
 	}
-	return out, nil
+	return out, err
 }
 
-// schedDef is a schedule declared in this binary.
-type schedDef struct {
-	name     string
-	def      *wfDef
-	spec     string // as declared
-	location string // zone name the declared spec is read in
-	catchUp  int
-	input    func(tick time.Time) ([]byte, error)
-	queue    *Queue // nil: start in the firing executor
-}
+// nowFunc is a clock.Clock reading hooks.Knobs.Now.
+type nowFunc func() time.Time
 
-// scheduler fires the ticks of the schedules declared in this binary.
-type scheduler struct {
-	e    *Engine
-	q    *sysdb.ScheduleQueries
-	kick chan struct{} // wakes the loop after a change made here
+func (f nowFunc) Now() time.Time { return f() }
 
-	mu       sync.Mutex
-	declared map[string]*schedDef
-	upserted bool                 // the declared schedules are stored
-	reported map[string]bool      // problems already logged, by schedule and kind
-	specs    map[string]*tickSpec // parsed specs by spec and zone
-	locs     map[string]*time.Location
-}
-
-// schedules returns the engine's scheduler, made on first use.
-func (e *Engine) schedules() *scheduler {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.sched == nil {
-		e.sched = &scheduler{
-			e:        e,
-			q:        sysdb.NewScheduleQueries(e.cfg.Schema, e.q.NotifyTo),
-			kick:     make(chan struct{}, 1),
-			declared: map[string]*schedDef{},
-			reported: map[string]bool{},
-			specs:    map[string]*tickSpec{},
-			locs:     map[string]*time.Location{},
-		}
+// newScheduler makes the engine's schedule service (internal/schedule):
+// it starts runs through the engine and reads the engine's clock.
+func (e *Engine) newScheduler() *schedule.Service {
+	var clk clock.Clock = clock.Real{}
+	if e.knobs.Now != nil {
+		clk = nowFunc(e.knobs.Now)
 	}
-	return e.sched
+	return schedule.New(schedule.Config{
+		Queries:      sysdb.NewScheduleQueries(e.cfg.Schema, e.q.NotifyTo),
+		DB:           e.pool,
+		Clock:        clk,
+		Log:          e.log,
+		PollInterval: e.pollInterval,
+		CanStart:     e.canStart,
+		Start: func(ctx context.Context, workflow, id string, input []byte) (bool, error) {
+			return e.startDef(ctx, e.defs[workflow], id, input)
+		},
+		Enqueue: func(ctx context.Context, workflow, queue, id string, input []byte) (bool, error) {
+			return e.enqueueDef(ctx, e.defs[workflow], e.QueueRef(queue), id, input)
+		},
+		Registered: func(workflow string) bool {
+			_, ok := e.defs[workflow]
+			return ok
+		},
+	})
 }
 
 // startSchedules stores the declared schedules, starts the ticks due now
 // and, if this binary declares any schedule, starts the schedule loop. It
 // runs at the end of Launch.
 func (e *Engine) startSchedules() {
-	s := e.schedules()
-	ctx, cancel := context.WithTimeout(e.hardCtx, scheduleLaunchTimeout)
-	wait := s.pass(ctx)
-	cancel()
-	if s.count() == 0 {
-		return
+	if err := e.sched.Start(e.hardCtx); err != nil {
+		e.log.Warn("durable: start schedules", "err", err)
 	}
-	e.bg.start("schedules", func(ctx context.Context) { s.loop(ctx, wait) })
 }
 
 // stopSchedules stops the schedule loop.
 func (e *Engine) stopSchedules() {
-	if e.bg != nil {
-		e.bg.stop("schedules")
-	}
-}
-
-func (s *scheduler) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.declared)
-}
-
-func (s *scheduler) def(name string) *schedDef {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.declared[name]
-}
-
-func (s *scheduler) wake() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-// loop sleeps until the next tick due, a change made in this process, or
-// the poll interval (changes made by other executors), then fires what is
-// due.
-func (s *scheduler) loop(ctx context.Context, wait time.Duration) {
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		case <-s.kick:
-			t.Stop()
-		}
-		wait = s.pass(ctx)
-	}
-}
-
-// errScheduleChanged: the row changed since it was read (another executor
-// advanced it, or a change at run time); read it again.
-var errScheduleChanged = errors.New("schedule changed concurrently")
-
-// pass evaluates every stored schedule once, starts the ticks due, and
-// returns how long to sleep.
-func (s *scheduler) pass(ctx context.Context) time.Duration {
-	e := s.e
-	wait := e.pollInterval()
-	if err := s.upsertDeclared(ctx); err != nil {
-		if ctx.Err() == nil {
-			e.log.Warn("durable: store declared schedules", "err", err)
-		}
-		return wait
-	}
-	rows, err := s.list(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			e.log.Warn("durable: read schedules", "err", err)
-		}
-		return wait
-	}
-	stored := make(map[string]bool, len(rows))
-	for _, row := range rows {
-		stored[row.name] = true
-		d := s.def(row.name)
-		if d == nil {
-			s.reportUndeclared(row)
-			continue
-		}
-		if row.workflow != d.def.name {
-			s.reportOnce(row.name, "workflow", func() {
-				e.log.Error("durable: schedule runs another workflow in the database than in this binary (a deploy in progress?); this executor does not fire it",
-					"schedule", row.name, "workflow", row.workflow, "declared_workflow", d.def.name)
-			})
-			continue
-		}
-		s.fireTriggers(ctx, d, row)
-		if row.paused {
-			continue
-		}
-		ts, err := s.tickSpec(row.spec, row.location)
-		if err != nil {
-			s.reportOnce(row.name, "spec:"+row.spec+"\x00"+row.location, func() {
-				e.log.Error("durable: schedule has an invalid stored spec; fix it with SetScheduleSpec", "schedule", row.name, "err", err)
-			})
-			continue
-		}
-		next, err := s.fire(ctx, d, row, ts)
-		switch {
-		case errors.Is(err, errScheduleChanged):
-			wait = 0
-		case err != nil:
-			if ctx.Err() == nil && !errors.Is(err, ErrShutdown) {
-				e.log.Warn("durable: schedule tick not started; retrying", "schedule", row.name, "err", err)
-			}
-		case !next.IsZero():
-			wait = min(wait, next.Sub(e.now()))
-		}
-	}
-	for _, name := range s.names() {
-		if !stored[name] {
-			s.reportOnce(name, "deleted", func() {
-				e.log.Warn("durable: schedule declared in this binary was deleted from the database; it is stored again at the next Launch",
-					"schedule", name)
-			})
-		}
-	}
-	return max(wait, 0)
-}
-
-func (s *scheduler) names() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.declared))
-	for n := range s.declared {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// reportOnce runs log the first time problem kind of schedule name is met
-// in this process.
-func (s *scheduler) reportOnce(name, kind string, log func()) {
-	key := name + "\x00" + kind
-	s.mu.Lock()
-	seen := s.reported[key]
-	s.reported[key] = true
-	s.mu.Unlock()
-	if !seen {
-		log()
-	}
-}
-
-func (s *scheduler) reportUndeclared(row *schedRow) {
-	e := s.e
-	s.reportOnce(row.name, "undeclared", func() {
-		if _, ok := e.defs[row.workflow]; !ok {
-			e.log.Error("durable: schedule stored by another binary runs a workflow not registered here; this executor does not fire it",
-				"schedule", row.name, "workflow", row.workflow, "err", ErrNotRegistered)
-			return
-		}
-		e.log.Error("durable: schedule stored by another binary is not declared here; this executor does not fire it",
-			"schedule", row.name, "workflow", row.workflow)
-	})
-}
-
-// upsertDeclared stores the schedules declared in this binary, once.
-func (s *scheduler) upsertDeclared(ctx context.Context) error {
-	s.mu.Lock()
-	done := s.upserted
-	defs := make([]*schedDef, 0, len(s.declared))
-	for _, d := range s.declared {
-		defs = append(defs, d)
-	}
-	s.mu.Unlock()
-	if done {
-		return nil
-	}
-	sort.Slice(defs, func(i, j int) bool { return defs[i].name < defs[j].name })
-	cursor := s.e.cursorNow()
-	for _, d := range defs {
-		ts, err := s.tickSpec(d.spec, d.location)
-		if err != nil {
-			return err // checked at declaration; unreachable
-		}
-		if _, err := s.e.pool.Exec(ctx, s.q.Upsert, d.name, d.def.name, d.spec, d.location, d.catchUp,
-			cursor, timePtr(ts.next(cursor))); err != nil {
-			return fmt.Errorf("schedule %q: %w", d.name, err)
-		}
-	}
-	s.mu.Lock()
-	s.upserted = true
-	s.mu.Unlock()
-	return nil
-}
-
-// fire starts the due ticks of one schedule and moves its cursor past
-// each. It returns the next tick to wait for (zero: none).
-func (s *scheduler) fire(ctx context.Context, d *schedDef, row *schedRow, ts *tickSpec) (time.Time, error) {
-	e := s.e
-	ticks, skipped := ts.due(row.cursor, e.now(), row.catchUp+1)
-	version := row.version
-	if len(ticks) > 0 {
-		// The row was read at the start of the pass, maybe before a change
-		// that committed before the clock reached these ticks: read it again
-		// (after the clock), so no run starts under a spec already replaced.
-		fresh, err := s.get(ctx, row.name)
-		if err != nil {
-			return time.Time{}, err
-		}
-		if fresh.version != version {
-			return time.Time{}, errScheduleChanged
-		}
-	}
-	for i, tick := range ticks {
-		if err := e.canStart(); err != nil {
-			return time.Time{}, err
-		}
-		runID, err := s.start(ctx, d, tickID(row.name, tick), tick, ts.loc)
-		if err != nil {
-			return time.Time{}, err
-		}
-		var runArg any
-		if runID != "" {
-			runArg = runID
-		}
-		err = e.pool.QueryRow(ctx, s.q.Advance, row.name, version, tick, timePtr(ts.next(tick)), runArg).Scan(&version)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return time.Time{}, errScheduleChanged
-		}
-		if err != nil {
-			return time.Time{}, fmt.Errorf("advance schedule %q past %v: %w", row.name, tick, err)
-		}
-		if i == 0 && skipped {
-			// Logged by the executor whose compare-and-set won, only.
-			e.log.Warn("durable: schedule skipped missed ticks (ScheduleOpts.CatchUp)",
-				"schedule", row.name, "after", row.cursor, "resumed_at", tick, "catch_up", row.catchUp)
-		}
-	}
-	cursor := row.cursor
-	if len(ticks) > 0 {
-		cursor = ticks[len(ticks)-1]
-	}
-	return ts.next(cursor), nil
-}
-
-// start starts the run of one tick and returns its workflow ID, or "" when
-// the tick is given up (its input cannot be made, or its ID belongs to a
-// run of another workflow): both would fail the same way on every try.
-// An error is worth retrying.
-func (s *scheduler) start(ctx context.Context, d *schedDef, id string, tick time.Time, loc *time.Location) (string, error) {
-	e := s.e
-	input, err := d.input(tick.In(loc))
-	if err != nil {
-		e.log.Error("durable: schedule tick skipped: its input cannot be made", "schedule", d.name, "tick", tick, "err", err)
-		return "", nil
-	}
-	var created bool
-	if d.queue != nil {
-		created, err = e.enqueueDef(ctx, d.def, d.queue, id, input)
-	} else {
-		created, err = e.startDef(ctx, d.def, id, input)
-	}
-	if errors.Is(err, ErrWorkflowConflict) {
-		e.log.Error("durable: schedule tick skipped: its workflow ID is taken by a run of another workflow", "schedule", d.name, "workflow_id", id, "err", err)
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	if created {
-		e.log.Debug("durable: scheduled run started", "schedule", d.name, "workflow_id", id)
-	}
-	return id, nil
-}
-
-// resolve reads schedule name for a manual start: it must be stored,
-// declared here, and run the declared workflow.
-func (s *scheduler) resolve(ctx context.Context, name string) (*schedDef, *schedRow, *tickSpec, error) {
-	row, err := s.get(ctx, name)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	d := s.def(name)
-	if d == nil {
-		return nil, nil, nil, fmt.Errorf("%w: schedule %q (workflow %q) is not declared in this binary", ErrNotRegistered, name, row.workflow)
-	}
-	if row.workflow != d.def.name {
-		return nil, nil, nil, fmt.Errorf("%w: schedule %q runs workflow %q in the database but %q in this binary", ErrNotRegistered, name, row.workflow, d.def.name)
-	}
-	ts, err := s.tickSpec(row.spec, row.location)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return d, row, ts, nil
-}
-
-// update applies change to the stored row of schedule name with a
-// compare-and-set, reading again if the row changed meanwhile.
-func (s *scheduler) update(ctx context.Context, name, what string, change func(r *schedRow) (bool, error)) error {
-	for {
-		row, err := s.get(ctx, name)
-		if err != nil {
-			return err
-		}
-		changed, err := change(row)
-		if err != nil || !changed {
-			return err
-		}
-		tag, err := s.e.pool.Exec(ctx, s.q.Update, row.name, row.version, row.spec, row.location, row.paused, row.cursor, row.nextTick)
-		if err != nil {
-			return fmt.Errorf("durable: %s schedule %q: %w", what, name, err)
-		}
-		if tag.RowsAffected() == 1 {
-			s.wake()
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
-}
-
-// schedRow is a stored schedule.
-type schedRow struct {
-	name, workflow, spec, location string
-	catchUp                        int
-	paused                         bool
-	cursor                         time.Time
-	lastTick, nextTick             *time.Time
-	lastRunID                      *string
-	version                        int64
-	createdAt, updatedAt           time.Time
-	triggers                       []time.Time // manual ticks asked for elsewhere
-}
-
-func scanSchedRow(row pgx.Row) (*schedRow, error) {
-	var r schedRow
-	if err := row.Scan(&r.name, &r.workflow, &r.spec, &r.location, &r.catchUp, &r.paused, &r.cursor,
-		&r.lastTick, &r.lastRunID, &r.nextTick, &r.version, &r.createdAt, &r.updatedAt, &r.triggers); err != nil {
-		return nil, err
-	}
-	r.cursor = r.cursor.UTC()
-	for i := range r.triggers {
-		r.triggers[i] = r.triggers[i].UTC()
-	}
-	for _, t := range []*time.Time{r.lastTick, r.nextTick, &r.createdAt, &r.updatedAt} {
-		if t != nil {
-			*t = t.UTC()
-		}
-	}
-	return &r, nil
-}
-
-func (s *scheduler) list(ctx context.Context) ([]*schedRow, error) {
-	rows, err := s.e.pool.Query(ctx, s.q.List)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*schedRow
-	for rows.Next() {
-		r, err := scanSchedRow(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
-func (s *scheduler) get(ctx context.Context, name string) (*schedRow, error) {
-	if err := checkName("schedule name", name); err != nil {
-		return nil, err
-	}
-	r, err := scanSchedRow(s.e.pool.QueryRow(ctx, s.q.Get, name))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("durable: read schedule %q: %w", name, err)
-	}
-	return r, nil
-}
-
-// cursorNow is the engine clock in whole seconds, the start of a count of
-// ticks.
-func (e *Engine) cursorNow() time.Time { return e.now().UTC().Truncate(time.Second) }
-
-// tickSpec reads a stored spec in a stored zone, cached.
-func (s *scheduler) tickSpec(spec, location string) (*tickSpec, error) {
-	key := spec + "\x00" + location
-	s.mu.Lock()
-	ts := s.specs[key]
-	s.mu.Unlock()
-	if ts != nil {
-		return ts, nil
-	}
-	loc, err := s.location(location)
-	if err != nil {
-		return nil, err
-	}
-	if ts, err = parseSpec(spec, loc); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.specs[key] = ts
-	s.mu.Unlock()
-	return ts, nil
-}
-
-func (s *scheduler) location(name string) (*time.Location, error) {
-	s.mu.Lock()
-	loc := s.locs[name]
-	s.mu.Unlock()
-	if loc != nil {
-		return loc, nil
-	}
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		return nil, fmt.Errorf("time zone %q: %w", name, err)
-	}
-	s.mu.Lock()
-	s.locs[name] = loc
-	s.mu.Unlock()
-	return loc, nil
-}
-
-// tickSpec is a parsed spec: the ticks of a schedule.
-type tickSpec struct {
-	sched cron.Schedule
-	loc   *time.Location
-	// every is the period of an "@every" spec, whose ticks are counted
-	// from the schedule's cursor rather than aligned on the calendar.
-	every time.Duration
-}
-
-// parseSpec parses spec read in loc (UTC when nil); a time zone prefix of
-// the spec takes precedence, and must agree with loc when both are given.
-func parseSpec(spec string, loc *time.Location) (ts *tickSpec, err error) {
-	explicit := loc != nil
-	if loc == nil {
-		loc = time.UTC
-	}
-	if err := checkLocation(loc); err != nil {
-		return nil, fmt.Errorf("ScheduleOpts.Location: %w", err)
-	}
-	trimmed := strings.TrimSpace(spec)
-	prefixed := hasZonePrefix(trimmed)
-	if trimmed == "" {
-		return nil, errors.New("spec is empty")
-	}
-	if prefixed && !strings.Contains(trimmed, " ") {
-		return nil, fmt.Errorf("spec %q: a time zone prefix must be followed by a space and a schedule", spec)
-	}
-	defer func() {
-		// The parser is third-party code; a panic on a strange spec is a
-		// bad spec, not a crash.
-		if p := recover(); p != nil {
-			ts, err = nil, fmt.Errorf("spec %q: %v", spec, p)
-		}
-	}()
-	sched, err := cronParser.Parse(trimmed)
-	if err != nil {
-		return nil, fmt.Errorf("spec %q: %w", spec, err)
-	}
-	ts = &tickSpec{sched: sched, loc: loc}
-	switch c := sched.(type) {
-	case *cron.SpecSchedule:
-		if prefixed {
-			if err := checkLocation(c.Location); err != nil {
-				return nil, fmt.Errorf("spec %q: %w", spec, err)
-			}
-			if explicit && c.Location.String() != loc.String() {
-				return nil, fmt.Errorf("spec %q has time zone %q but ScheduleOpts.Location is %q: set the zone once", spec, c.Location, loc)
-			}
-			ts.loc = c.Location
-		} else {
-			c.Location = loc
-		}
-	case cron.ConstantDelaySchedule:
-		ts.every = c.Delay
-	default:
-		return nil, fmt.Errorf("spec %q: unsupported schedule type %T", spec, sched)
-	}
-	return ts, nil
-}
-
-func hasZonePrefix(spec string) bool {
-	spec = strings.TrimSpace(spec)
-	return strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=")
-}
-
-// checkLocation refuses zones that other executors could read differently.
-func checkLocation(loc *time.Location) error {
-	name := loc.String()
-	if loc == time.Local || name == "Local" {
-		return errors.New("time.Local differs between machines: name the zone (time.LoadLocation(\"Europe/Paris\"))")
-	}
-	if _, err := time.LoadLocation(name); err != nil {
-		return fmt.Errorf("time zone %q cannot be loaded by name on other executors: use time.LoadLocation with an IANA name: %w", name, err)
-	}
-	return nil
-}
-
-// next returns the first tick after t, in UTC; zero if there is none.
-func (ts *tickSpec) next(t time.Time) time.Time {
-	n := ts.sched.Next(t)
-	if n.IsZero() {
-		return n
-	}
-	return n.UTC()
-}
-
-// due returns the keep most recent ticks in (after, now], oldest first,
-// and whether earlier ticks in that range were left out. It costs about
-// keep steps, not one per tick of a long downtime.
-func (ts *tickSpec) due(after, now time.Time, keep int) (ticks []time.Time, skipped bool) {
-	if ts.every > 0 {
-		first := ts.next(after)
-		if first.After(now) {
-			return nil, false
-		}
-		n := int64(now.Sub(first)/ts.every) + 1
-		k := min(n, int64(keep))
-		for i := n - k; i < n; i++ {
-			ticks = append(ticks, first.Add(time.Duration(i)*ts.every))
-		}
-		return ticks, n > k
-	}
-	// Calendar ticks do not depend on where the search starts: search a
-	// window ending at now, growing until it holds keep ticks or reaches
-	// after.
-	for window := time.Minute; ; window *= 8 {
-		from := after
-		if now.Sub(after) > window && window < 100*365*24*time.Hour {
-			from = now.Add(-window)
-		}
-		var last []time.Time // the latest keep ticks found so far
-		count := 0
-		for t := ts.next(from); !t.IsZero() && !t.After(now); t = ts.next(t) {
-			count++
-			if len(last) == keep {
-				copy(last, last[1:])
-				last = last[:keep-1]
-			}
-			last = append(last, t)
-		}
-		if count >= keep || from.Equal(after) {
-			first := ts.next(after)
-			return last, count > keep || (!from.Equal(after) && !first.IsZero() && !first.After(from))
-		}
-	}
-}
-
-// between returns the ticks in [from, to), at most limit of them. The
-// ticks of an "@every" spec are those of the chain counted from cursor.
-func (ts *tickSpec) between(cursor, from, to time.Time, limit int) ([]time.Time, error) {
-	var out []time.Time
-	add := func(t time.Time) error {
-		if len(out) == limit {
-			return fmt.Errorf("the range holds more than %d ticks (BackfillMaxTicks): split it", limit)
-		}
-		out = append(out, t)
-		return nil
-	}
-	if ts.every > 0 {
-		base := ts.next(cursor)
-		k := ceilDiv(from.Sub(base), ts.every)
-		for t := base.Add(time.Duration(k) * ts.every); t.Before(to); t = t.Add(ts.every) {
-			if err := add(t); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	}
-	for t := ts.next(from.Add(-time.Nanosecond)); !t.IsZero() && t.Before(to); t = ts.next(t) {
-		if err := add(t); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// ceilDiv is the smallest k with k*d >= x, for d > 0.
-func ceilDiv(x, d time.Duration) int64 {
-	q := int64(x / d)
-	if x%d > 0 {
-		q++
-	}
-	return q
-}
-
-// tickID is the workflow ID of a schedule's tick.
-func tickID(name string, tick time.Time) string {
-	return schedIDPrefix + name + ":" + tick.UTC().Format(time.RFC3339Nano)
-}
-
-// parseTickID reads the tick back from a scheduled run's workflow ID: the
-// shortest suffix after a colon that is an RFC 3339 time.
-func parseTickID(id string) (time.Time, bool) {
-	rest, ok := strings.CutPrefix(id, schedIDPrefix)
-	if !ok {
-		return time.Time{}, false
-	}
-	for i := len(rest) - 1; i > 0; i-- {
-		if rest[i-1] != ':' {
-			continue
-		}
-		if t, err := time.Parse(time.RFC3339Nano, rest[i:]); err == nil {
-			return t.UTC(), true
-		}
-	}
-	return time.Time{}, false
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
+	_ = e.sched.Stop(context.Background())
 }

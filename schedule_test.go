@@ -17,35 +17,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/clock"
 	"github.com/durable-go/durable/internal/hooks"
 )
 
-// fakeClock is the engine clock of the schedule tests (hooks.Knobs.Now):
+// newClock is the engine clock of the schedule tests (hooks.Knobs.Now):
 // tests move time instead of waiting for it.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+func newClock(t time.Time) *clock.Fake { return clock.NewFake(t) }
 
-func newClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-// withClock makes an engine run on clock and re-read schedules often, so a
+// withClock makes an engine run on clk and re-read schedules often, so a
 // move of the clock is seen within milliseconds.
-func withClock(clock *fakeClock, more ...func(*durable.Config)) func(*durable.Config) {
+func withClock(clk *clock.Fake, more ...func(*durable.Config)) func(*durable.Config) {
 	return func(c *durable.Config) {
-		hooks.Set(c, hooks.Knobs{Now: clock.Now})
+		hooks.Set(c, hooks.Knobs{Now: clk.Now})
 		c.PollInterval = 20 * time.Millisecond
 		for _, m := range more {
 			m(c)

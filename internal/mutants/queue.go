@@ -102,9 +102,11 @@ func init() {
 		Mutant{
 			Name:      "schedule/tick-once",
 			Mechanism: "a tick's run has one workflow ID on every replica (tickID), so one insert wins",
-			Edits: []Edit{{File: "schedule.go",
-				Find:    "runID, err := s.start(ctx, d, tickID(row.name, tick), tick, ts.loc)",
-				Replace: "runID, err := s.start(ctx, d, tickID(row.name+\":\"+e.cfg.ExecutorID, tick), tick, ts.loc)"}},
+			Edits: []Edit{
+				{File: "internal/schedule/fire.go", Find: "\t\"fmt\"\n\t\"time\"\n", Replace: "\t\"fmt\"\n\t\"os\"\n\t\"time\"\n"},
+				{File: "internal/schedule/fire.go",
+					Find:    "id := tickID(row.Name, tick)",
+					Replace: "id := tickID(fmt.Sprintf(\"%s:%d:%p\", row.Name, os.Getpid(), s), tick)"}},
 			Pkg: ".", Tests: "TestScheduleExactlyOnceAcrossReplicas",
 		},
 

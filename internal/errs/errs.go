@@ -1,0 +1,19 @@
+// Package errs holds the sentinel errors that internal packages return or
+// recognise and the root package exports: the root's exported variable is
+// the same value (durable.ErrShutdown = errs.Shutdown), so errors.Is works
+// across the boundary.
+package errs
+
+import "errors"
+
+// The engine-wide errors the services need.
+var (
+	// WorkflowConflict is durable.ErrWorkflowConflict.
+	WorkflowConflict = errors.New("durable: workflow ID already used by another workflow")
+	// NotRegistered is durable.ErrNotRegistered.
+	NotRegistered = errors.New("durable: workflow not registered")
+	// Shutdown is durable.ErrShutdown.
+	Shutdown = errors.New("durable: engine shutting down")
+	// InvalidArgument is durable.ErrInvalidArgument.
+	InvalidArgument = errors.New("durable: invalid argument")
+)
