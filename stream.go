@@ -226,51 +226,35 @@ type streamPage[T any] struct {
 }
 
 func readStream[T any](ctx context.Context, pool *pgxpool.Pool, sq *sysdb.StreamQueries, workflowID, key string, from int64, limit int) (*streamPage[T], error) {
-	rows, err := pool.Query(ctx, sq.Read, workflowID, key, from, limit)
+	rows, err := sq.Read(ctx, pool, sysdb.ReadParams{WorkflowID: workflowID, Key: key, From: from, Limit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("durable: read stream %q of workflow %q: %w", key, workflowID, err)
 	}
-	defer rows.Close()
-	p := &streamPage[T]{next: from}
-	found, finished, tailClosed, closedSeen := false, false, false, false
-	for rows.Next() {
-		var status string
-		var tail *bool
-		var off *int64
-		var value []byte
-		var closed *bool
-		var at *time.Time
-		if err := rows.Scan(&status, &tail, &off, &value, &closed, &at); err != nil {
-			return nil, fmt.Errorf("durable: read stream %q of workflow %q: %w", key, workflowID, err)
-		}
-		found = true
-		finished = Status(status).Finished()
-		tailClosed = tail != nil && *tail
-		if off == nil {
-			continue
-		}
-		p.rows++
-		if closed != nil && *closed {
-			closedSeen = true
-			p.next = *off
-			continue
-		}
-		ent := StreamEntry[T]{Offset: *off}
-		if at != nil {
-			ent.CreatedAt = *at
-		}
-		if err := json.Unmarshal(value, &ent.Value); err != nil {
-			return nil, &DecodeError{WorkflowID: workflowID, What: fmt.Sprintf("stream %q entry %d", key, *off), Err: err}
-		}
-		p.entries = append(p.entries, ent)
-		p.next = *off + 1
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("durable: read stream %q of workflow %q: %w", key, workflowID, err)
-	}
-	if !found {
+	if len(rows) == 0 {
 		return nil, fmt.Errorf("%w: %q (reading stream %q)", ErrWorkflowNotFound, workflowID, key)
 	}
+	p := &streamPage[T]{next: from}
+	closedSeen := false
+	for _, row := range rows {
+		if row.Offset == nil {
+			continue
+		}
+		off := *row.Offset
+		p.rows++
+		if row.Closed {
+			closedSeen = true
+			p.next = off
+			continue
+		}
+		ent := StreamEntry[T]{Offset: off, CreatedAt: row.CreatedAt}
+		if err := json.Unmarshal(row.Value, &ent.Value); err != nil {
+			return nil, &DecodeError{WorkflowID: workflowID, What: fmt.Sprintf("stream %q entry %d", key, off), Err: err}
+		}
+		p.entries = append(p.entries, ent)
+		p.next = off + 1
+	}
+	last := rows[len(rows)-1]
+	finished, tailClosed := Status(last.Status).Finished(), last.TailClosed
 	p.done = closedSeen || ((tailClosed || finished) && p.rows < limit)
 	return p, nil
 }
@@ -502,12 +486,13 @@ func (w *streamWriter) loadKey(ctx context.Context, rs *runStreams, key string) 
 	rs.mu.Unlock()
 	defer close(ks.ready)
 
-	var last, maxWseq *int64
-	var closed *bool
+	var st sysdb.KeyStateRow
 	qctx, cancel := context.WithCancel(ctx)
 	defer context.AfterFunc(r.ctx, cancel)()
 	err, _ := retryTransient(qctx, func(ctx context.Context) error {
-		return w.pool.QueryRow(ctx, w.sq.KeyState, r.id, key).Scan(&last, &closed, &maxWseq)
+		var err error
+		st, err = w.sq.KeyState(ctx, w.pool, sysdb.KeyStateParams{WorkflowID: r.id, Key: key})
+		return err
 	}, func(attempt int, err error) {
 		if attempt == 1 || attempt%10 == 0 {
 			r.log().Warn("durable: database read failed, retrying", "op", "read stream state", "attempt", attempt, "err", err)
@@ -530,13 +515,13 @@ func (w *streamWriter) loadKey(ctx context.Context, rs *runStreams, key string) 
 		return nil, err
 	}
 	ks.replayed = -1
-	if last != nil {
-		ks.next = *last + 1
+	if st.LastOffset != nil {
+		ks.next = *st.LastOffset + 1
 	}
-	if maxWseq != nil {
-		ks.replayed = *maxWseq
+	if st.MaxWseq != nil {
+		ks.replayed = *st.MaxWseq
 	}
-	ks.closed = closed != nil && *closed
+	ks.closed = st.Closed
 	return ks, nil
 }
 
@@ -677,21 +662,16 @@ func (w *streamWriter) write(batch []*streamRow) {
 	}
 	var accepted map[runEpoch]bool
 	err := w.retry(func(ctx context.Context) error {
-		res, err := w.pool.Query(ctx, w.sq.Append, ids, keys, offs, values, closed, wseqs, epochs, w.notify)
+		res, err := w.sq.Append(ctx, w.pool, sysdb.AppendParams{WorkflowIDs: ids, Keys: keys, Offsets: offs,
+			Values: values, Closed: closed, Wseqs: wseqs, Epochs: epochs, Notify: w.notify})
 		if err != nil {
 			return err
 		}
 		accepted = map[runEpoch]bool{}
-		for res.Next() {
-			var k runEpoch
-			var ignored *string
-			if err := res.Scan(&k.id, &k.epoch, &ignored); err != nil {
-				res.Close()
-				return err
-			}
-			accepted[k] = true
+		for _, a := range res {
+			accepted[runEpoch{a.WorkflowID, a.Epoch}] = true
 		}
-		return res.Err()
+		return nil
 	})
 	for rs, c := range counts {
 		r := rs.r
@@ -738,9 +718,8 @@ func (w *streamWriter) retry(op func(ctx context.Context) error) error {
 
 // rejected explains why the entries of r were not written.
 func (w *streamWriter) rejected(r *run) error {
-	var status string
-	var epoch int64
-	err := w.pool.QueryRow(w.hardCtx, w.sq.RunState, r.id).Scan(&status, &epoch)
+	st, err := w.sq.RunState(w.hardCtx, w.pool, r.id)
+	status, epoch := st.Status, st.Epoch
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("durable: workflow %q was deleted while running; stream entries rejected: %w", r.id, ErrFenced)
