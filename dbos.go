@@ -300,6 +300,7 @@ type Engine struct {
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
 	wq          *sysdb.WaitQueries
+	sq          *sysdb.StreamQueries
 	rq          *sysdb.RetentionQueries
 	log         *slog.Logger
 	tracer      trace.Tracer // nil: tracing off
@@ -340,7 +341,7 @@ type Engine struct {
 	notifyPending  map[string]bool // queue -> another one is wanted after it
 
 	sched   *scheduler    // cron schedules (schedule.go)
-	streamw *streamWriter // stream entries (stream.go)
+	streamw streamService // stream entries (internal/stream)
 	bg      *services
 }
 
@@ -373,6 +374,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		q:              q,
 		qq:             sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
 		wq:             sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
+		sq:             sysdb.NewStreamQueries(c.Schema, q.NotifyTo),
 		rq:             sysdb.NewRetentionQueries(c.Schema),
 		log:            c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation:    randomHex(8),
@@ -467,6 +469,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 	own, err := e.claimOwn(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("durable: launch: recovery: %w", err))
+	}
+	if err := e.streamw.Start(ctx); err != nil { // before any run executes
+		return fail(err)
 	}
 	e.mu.Lock()
 	e.state = stateLaunched
@@ -687,6 +692,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		}
 	}
 	e.bg.stopAll()
+	_ = e.streamw.Stop(ctx) // after the runs: they flush their entries
 	e.hardCancel(ErrShutdown)
 	e.closeLeasePool()
 	e.mu.Lock()
