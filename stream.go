@@ -59,18 +59,45 @@ type StreamEntry[T any] struct {
 	CreatedAt time.Time
 }
 
-// StreamWrite appends v to the stream key of the calling workflow. ctx is
-// the workflow's [Context] or the context of one of its steps. It returns
+// StreamWrite appends v to the stream key of the calling workflow, from
+// workflow code: exactly once, as a replay skips the entries its earlier
+// executions wrote. Inside a step, use [StreamWriteFromStep]. It returns
 // once the entry is queued; the entry is written within milliseconds, and
-// at the latest before the step (or the run) records its outcome. It fails
-// with [ErrStreamClosed] after [StreamClose], with [ErrInvalidArgument]
-// outside a workflow or for a bad key, and with [*PayloadTooLargeError]
-// for a value over Config.MaxPayloadBytes.
-func StreamWrite[T any](ctx context.Context, key string, v T) error {
-	r, inWorkflow, err := streamCaller(ctx, "StreamWrite")
-	if err != nil {
-		return err
+// at the latest before the run's next step records its outcome or the run
+// finishes. It fails with [ErrStreamClosed] after [StreamClose], with
+// [ErrInvalidArgument] for a bad key, and with [*PayloadTooLargeError] for
+// a value over Config.MaxPayloadBytes.
+func StreamWrite[T any](wctx Context, key string, v T) error {
+	if wctx == nil {
+		return fmt.Errorf("%w: durable.StreamWrite needs the workflow's durable.Context", ErrInvalidArgument)
 	}
+	return streamWrite(wctx, wctx.workflowRun(), true, key, v)
+}
+
+// StreamWriteFromStep appends v to the stream key of the workflow, from
+// inside one of its steps: ctx is the context the step function got. That
+// is how a step streams what arrives while it runs (a model's tokens). It
+// is at least once per attempt: a step that runs again (a retry, or a
+// crash before its checkpoint) writes its entries again. The entry is
+// stored before the step records its outcome (a TxStep's right after its
+// commit). It fails like [StreamWrite], and with [ErrInvalidArgument] when
+// ctx is not a step's.
+func StreamWriteFromStep[T any](ctx context.Context, key string, v T) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: durable.StreamWriteFromStep needs the step's context", ErrInvalidArgument)
+	}
+	_, inStep := StepInfoFrom(ctx)
+	r := runFromContext(ctx)
+	if !inStep || r == nil {
+		return fmt.Errorf("%w: durable.StreamWriteFromStep must be called with the context of a step function (in workflow code, use durable.StreamWrite)",
+			ErrInvalidArgument)
+	}
+	return streamWrite(ctx, r, false, key, v)
+}
+
+// streamWrite queues v as the next entry of stream key of r. inWorkflow
+// marks a write by workflow code, deduplicated on replay.
+func streamWrite[T any](ctx context.Context, r *run, inWorkflow bool, key string, v T) error {
 	if err := checkName("stream key", key); err != nil {
 		return err
 	}
@@ -84,20 +111,19 @@ func StreamWrite[T any](ctx context.Context, key string, v T) error {
 // StreamClose closes the stream key of the calling workflow: readers end
 // after its last entry, and later writes fail with [ErrStreamClosed].
 // Closing a closed stream does nothing. It returns once every entry the run
-// wrote so far, and the close, are stored (inside a TxStep, that wait holds
-// the step's connection: close the stream after the step instead).
-func StreamClose(ctx context.Context, key string) error {
-	r, inWorkflow, err := streamCaller(ctx, "StreamClose")
-	if err != nil {
-		return err
+// wrote so far, and the close, are stored.
+func StreamClose(wctx Context, key string) error {
+	if wctx == nil {
+		return fmt.Errorf("%w: durable.StreamClose needs the workflow's durable.Context", ErrInvalidArgument)
 	}
 	if err := checkName("stream key", key); err != nil {
 		return err
 	}
-	if err := r.e.streamw.Append(ctx, (*streamRun)(r), inWorkflow, key, nil, true); err != nil {
+	r := wctx.workflowRun()
+	if err := r.e.streamw.Append(wctx, (*streamRun)(r), true, key, nil, true); err != nil {
 		return err
 	}
-	return r.e.streamw.Flush(ctx, (*streamRun)(r), "close stream "+key)
+	return r.e.streamw.Flush(wctx, (*streamRun)(r), "close stream "+key)
 }
 
 // StreamRead returns an iterator over the entries of stream key of run
@@ -261,23 +287,6 @@ func runFromContext(ctx context.Context) *run {
 	}
 	r, _ := ctx.Value(runKey{}).(*run)
 	return r
-}
-
-// streamCaller finds the run a stream write belongs to. inWorkflow reports a
-// write by workflow code (deduplicated on replay) rather than by a step.
-func streamCaller(ctx context.Context, op string) (r *run, inWorkflow bool, err error) {
-	if ctx == nil {
-		return nil, false, fmt.Errorf("%w: durable.%s needs a context", ErrInvalidArgument, op)
-	}
-	_, inStep := StepInfoFrom(ctx)
-	if r = runFromContext(ctx); r == nil {
-		if inStep {
-			return nil, false, fmt.Errorf("%w: durable.%s: this step's context does not carry its workflow run", ErrInvalidArgument, op)
-		}
-		return nil, false, fmt.Errorf("%w: durable.%s must be called with the context of workflow code (a durable.Context) or of a step function; this context belongs to no workflow run",
-			ErrInvalidArgument, op)
-	}
-	return r, !inStep, nil
 }
 
 // streamService is what the engine needs of its stream writer
