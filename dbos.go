@@ -301,6 +301,7 @@ type Engine struct {
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
 	wq          *sysdb.WaitQueries
+	sq          *sysdb.StreamQueries
 	rq          *sysdb.RetentionQueries
 	cq          *sysdb.ControlQueries
 	iq          *sysdb.InspectQueries
@@ -342,9 +343,8 @@ type Engine struct {
 	notifyInflight map[string]bool // queue -> a notification is being sent
 	notifyPending  map[string]bool // queue -> another one is wanted after it
 
-	sched *schedule.Service // cron schedules (schedule.go, internal/schedule)
-
-	streamw *streamWriter // stream entries (stream.go)
+	sched   *schedule.Service // cron schedules (schedule.go, internal/schedule)
+	streamw streamService     // stream entries (internal/stream)
 	bg      *services
 }
 
@@ -377,6 +377,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		q:              q,
 		qq:             sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
 		wq:             sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
+		sq:             sysdb.NewStreamQueries(c.Schema, q.NotifyTo),
 		rq:             sysdb.NewRetentionQueries(c.Schema),
 		cq:             sysdb.NewControlQueries(c.Schema, q.NotifyTo),
 		iq:             sysdb.NewInspectQueries(c.Schema),
@@ -474,6 +475,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 	own, err := e.claimOwn(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("durable: launch: recovery: %w", err))
+	}
+	if err := e.streamw.Start(ctx); err != nil { // before any run executes
+		return fail(err)
 	}
 	e.mu.Lock()
 	e.state = stateLaunched
@@ -694,6 +698,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		}
 	}
 	e.bg.stopAll()
+	_ = e.streamw.Stop(ctx) // after the runs: they flush their entries
 	e.hardCancel(ErrShutdown)
 	e.closeLeasePool()
 	e.mu.Lock()

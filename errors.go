@@ -32,10 +32,10 @@ var (
 	// ErrPermanent marks an error that must not be retried. See [Permanent].
 	ErrPermanent = errors.New("durable: permanent failure")
 	// ErrCancelled: the workflow was cancelled.
-	ErrCancelled = errors.New("durable: workflow cancelled")
+	ErrCancelled = errs.Cancelled
 	// ErrFenced: this executor lost ownership of the run to another one; its
 	// write was rejected and the run stopped here.
-	ErrFenced = errors.New("durable: executor no longer owns the workflow")
+	ErrFenced = errs.Fenced
 	// ErrNonDeterministic: replay met a step other than the one recorded.
 	ErrNonDeterministic = errors.New("durable: non-deterministic workflow")
 	// ErrPayloadTooLarge: an encoded input or output exceeds Config.MaxPayloadBytes.

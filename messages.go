@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // ErrWorkflowFinished: the workflow already finished, so it can no longer
@@ -54,14 +56,14 @@ func SendStep[T any](wctx Context, id, topic string, msg T) error {
 	return err
 }
 
-func send[T any](ctx context.Context, e *Engine, db queryer, id, topic string, msg T, opts *SendOpts) error {
+func send[T any](ctx context.Context, e *Engine, db sysdb.DBTX, id, topic string, msg T, opts *SendOpts) error {
 	if err := checkName("workflow ID", id); err != nil {
 		return err
 	}
 	if err := checkName("topic", topic); err != nil {
 		return err
 	}
-	var key any
+	var key string
 	if opts != nil && opts.IdempotencyKey != "" {
 		if err := checkName("idempotency key", opts.IdempotencyKey); err != nil {
 			return err
@@ -72,12 +74,11 @@ func send[T any](ctx context.Context, e *Engine, db queryer, id, topic string, m
 	if err != nil {
 		return err
 	}
-	var found, inserted int
-	var ignored *string
-	if err := db.QueryRow(ctx, e.wq.Send, id, topic, json.RawMessage(payload), key).Scan(&found, &inserted, &ignored); err != nil {
+	sent, err := e.wq.Send(ctx, db, sysdb.SendParams{WorkflowID: id, Topic: topic, Payload: payload, IdempotencyKey: key})
+	if err != nil {
 		return fmt.Errorf("durable: send to workflow %q topic %q: %w", id, topic, err)
 	}
-	if found == 0 {
+	if !sent.Found {
 		if _, err := e.readRun(ctx, db, id); err != nil {
 			return err
 		}
@@ -176,13 +177,10 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 
 // receive tries to consume one message and record it at pos.
 func (r *run) receive(pos int, name, topic string, started time.Time) ([]byte, bool, error) {
-	var out *string
+	var out []byte
 	err := r.retryDB("receive", func(ctx context.Context) error {
-		err := r.e.pool.QueryRow(ctx, r.e.wq.Receive, r.id, r.epoch, topic, pos, name, started).Scan(&out)
-		if errors.Is(err, pgx.ErrNoRows) {
-			out = nil
-			return nil
-		}
+		var err error
+		out, err = r.e.wq.Receive(ctx, r.e.pool, sysdb.ReceiveParams{WorkflowID: r.id, Epoch: r.epoch, Topic: topic, Pos: pos, Name: name, StartedAt: started})
 		return err
 	})
 	if err != nil {
@@ -192,7 +190,7 @@ func (r *run) receive(pos int, name, topic string, started time.Time) ([]byte, b
 		return nil, false, r.halt(err)
 	}
 	if out != nil {
-		return []byte(*out), true, nil
+		return out, true, nil
 	}
 	// Nothing consumed: no message yet, or we lost the run, or the step was
 	// recorded by an earlier try whose answer was lost.
@@ -247,13 +245,9 @@ func SetEvent[T any](wctx Context, key string, value T) error {
 	started := time.Now()
 	var written bool
 	err = r.retryDB("set event", func(ctx context.Context) error {
-		rows, err := r.e.pool.Query(ctx, r.e.wq.SetEvent, r.id, r.epoch, pos, name, key, json.RawMessage(b), started)
-		if err != nil {
-			return err
-		}
-		written = rows.Next()
-		rows.Close()
-		return rows.Err()
+		var err error
+		written, err = r.e.wq.SetEvent(ctx, r.e.pool, sysdb.SetEventParams{WorkflowID: r.id, Epoch: r.epoch, Pos: pos, Name: name, Key: key, Value: b, StartedAt: started})
+		return err
 	})
 	if err != nil {
 		if h := r.halted(); h != nil {
@@ -283,10 +277,7 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 	deadline := time.Now().Add(timeout)
 	for {
 		w := e.hub.subscribe("e:" + id)
-		var status string
-		var raw *string
-		var found bool
-		err := e.pool.QueryRow(ctx, e.wq.GetEvent, id, key).Scan(&status, &raw, &found)
+		ev, err := e.wq.GetEvent(ctx, e.pool, sysdb.GetEventParams{WorkflowID: id, Key: key})
 		if errors.Is(err, pgx.ErrNoRows) {
 			e.hub.unsubscribe("e:"+id, w)
 			return value, false, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
@@ -295,18 +286,18 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 			e.hub.unsubscribe("e:"+id, w)
 			return value, false, fmt.Errorf("durable: get event %q of %q: %w", key, id, err)
 		}
-		if found {
+		if ev.Found {
 			e.hub.unsubscribe("e:"+id, w)
-			if raw == nil {
+			if ev.Value == nil {
 				return value, true, nil
 			}
-			if err := json.Unmarshal([]byte(*raw), &value); err != nil {
+			if err := json.Unmarshal(ev.Value, &value); err != nil {
 				return value, false, &DecodeError{WorkflowID: id, What: fmt.Sprintf("event %q", key), Err: err}
 			}
 			return value, true, nil
 		}
 		remaining := time.Until(deadline)
-		if remaining <= 0 || Status(status).Finished() {
+		if remaining <= 0 || Status(ev.Status).Finished() {
 			e.hub.unsubscribe("e:"+id, w)
 			return value, false, nil
 		}
@@ -329,14 +320,14 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 // off the path of a message that is already there. A failure only costs
 // the listing its topic, so it is logged, not returned.
 func (r *run) markWaiting(topic string) {
-	if _, err := r.e.pool.Exec(r.e.hardCtx, r.e.wq.SetWaitTopic, r.id, r.epoch, topic); err != nil {
+	if _, err := r.e.wq.SetWaitTopic(r.e.hardCtx, r.e.pool, sysdb.WaitTopicParams{ID: r.id, Epoch: r.epoch, Topic: topic}); err != nil {
 		r.e.log.Warn("durable: record wait topic", "workflow_id", r.id, "topic", topic, "error", err)
 	}
 }
 
 // unmarkWaiting clears what markWaiting recorded once the wait is over.
 func (r *run) unmarkWaiting(topic string) {
-	if _, err := r.e.pool.Exec(r.e.hardCtx, r.e.wq.ClearWaitTopic, r.id, r.epoch, topic); err != nil {
+	if _, err := r.e.wq.ClearWaitTopic(r.e.hardCtx, r.e.pool, sysdb.WaitTopicParams{ID: r.id, Epoch: r.epoch, Topic: topic}); err != nil {
 		r.e.log.Warn("durable: clear wait topic", "workflow_id", r.id, "topic", topic, "error", err)
 	}
 }

@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/internal/pgtest"
@@ -59,6 +61,16 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 	}
 	now := time.Now()
 	out := json.RawMessage(`1`)
+	park, parkArgs := statementOf(func(db sysdb.DBTX) {
+		_, _ = wq.Park(ctx, db, sysdb.ParkParams{ID: "r7", Epoch: 2, WakeAt: now.Add(time.Hour), Topic: "t"})
+	})
+	handBack, handBackArgs := statementOf(func(db sysdb.DBTX) {
+		_, _ = wq.HandBack(ctx, db, sysdb.HandBackParams{ID: "r7", Epoch: 2})
+	})
+	appendSQL, appendArgs := statementOf(func(db sysdb.DBTX) {
+		_, _ = sq.Append(ctx, db, sysdb.AppendParams{WorkflowIDs: ids, Keys: fillN(batch, "k"), Offsets: fillN(batch, int64(0)),
+			Values: fillN(batch, out), Closed: fillN(batch, false), Wseqs: fillN[*int64](batch, nil), Epochs: fillN(batch, int64(2))})
+	})
 	cases := []struct {
 		name string
 		sql  string
@@ -72,9 +84,9 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 		{"FinishWorkflows", q.FinishWorkflows, []any{ids, fillN(batch, int64(2)), fillN(batch, "success"), fillN(batch, out), fillN[json.RawMessage](batch, nil)}},
 		{"WakeParent", q.WakeParent, []any{"r7", "p7"}},
 		{"DeadLetter", q.DeadLetter, []any{"r7", 2, out}},
-		{"Park", wq.Park, []any{"r7", 2, now.Add(time.Hour), "t"}},
-		{"HandBack", wq.HandBack, []any{"r7", 2}},
-		{"Append", sq.Append, []any{ids, fillN(batch, "k"), fillN(batch, int64(0)), fillN(batch, out), fillN(batch, false), fillN[*int64](batch, nil), fillN(batch, int64(2)), false}},
+		{"Park", park, parkArgs},
+		{"HandBack", handBack, handBackArgs},
+		{"Append", appendSQL, appendArgs},
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		for _, c := range cases {
@@ -98,6 +110,42 @@ func fillN[T any](n int, v T) []T {
 	}
 	return s
 }
+
+// statementOf returns the statement call sends to its DBTX, and its
+// arguments, without running it: call's error is ignored.
+func statementOf(call func(db sysdb.DBTX)) (string, []any) {
+	var c capturedStatement
+	call(&c)
+	return c.sql, c.args
+}
+
+// capturedStatement is a DBTX that records the statement it is given and
+// fails it.
+type capturedStatement struct {
+	sql  string
+	args []any
+}
+
+var errCaptured = errors.New("statement captured, not run")
+
+func (c *capturedStatement) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.sql, c.args = sql, args
+	return pgconn.CommandTag{}, errCaptured
+}
+
+func (c *capturedStatement) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.sql, c.args = sql, args
+	return nil, errCaptured
+}
+
+func (c *capturedStatement) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	c.sql, c.args = sql, args
+	return capturedRow{}
+}
+
+type capturedRow struct{}
+
+func (capturedRow) Scan(...any) error { return errCaptured }
 
 // migratedSchema returns a context bounded for the test, the test pool and
 // a fresh schema with every migration applied.

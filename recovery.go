@@ -292,9 +292,8 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 		}
 		// Sleep until the next parked run is due, at most one period.
 		wait := period
-		var next *time.Duration
-		if err := e.pool.QueryRow(ctx, e.wq.NextWake).Scan(&next); err == nil && next != nil {
-			wait = min(wait, max(*next, time.Millisecond))
+		if next, ok, err := e.wq.NextWake(ctx, e.pool); err == nil && ok {
+			wait = min(wait, max(next, time.Millisecond))
 		}
 		if !t.Stop() {
 			select {

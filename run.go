@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Context is the context of workflow code. It is a [context.Context] that
@@ -535,7 +537,7 @@ func (e *Engine) handBack(r *run) {
 	if e.hardCtx.Err() != nil {
 		return
 	}
-	if _, err := e.pool.Exec(e.hardCtx, e.wq.HandBack, r.id, r.epoch); err != nil {
+	if _, err := e.wq.HandBack(e.hardCtx, e.pool, sysdb.HandBackParams{ID: r.id, Epoch: r.epoch}); err != nil {
 		r.log().Warn("durable: hand back a run stopped by shutdown; its next resume counts as a recovery", "err", err)
 	}
 }

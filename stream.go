@@ -3,16 +3,16 @@ package durable
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/internal/errs"
+	"github.com/durable-go/durable/internal/service"
+	"github.com/durable-go/durable/internal/stream"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -47,17 +47,10 @@ const (
 )
 
 // ErrStreamClosed: a write to a stream that was closed with [StreamClose].
-var ErrStreamClosed = errors.New("durable: stream closed")
+var ErrStreamClosed = errs.StreamClosed
 
-// Stream writer limits: rows and bytes per statement, and how much may wait
-// in memory before writers block.
-const (
-	streamBatchRows       = 2000
-	streamBatchBytes      = 2 << 20
-	streamMaxPendingRows  = 20000
-	streamMaxPendingBytes = 32 << 20
-	streamReadBatch       = 1000
-)
+// streamReadBatch is how many entries a StreamRead reads at once.
+const streamReadBatch = 1000
 
 // StreamEntry is one entry of a stream.
 type StreamEntry[T any] struct {
@@ -66,18 +59,45 @@ type StreamEntry[T any] struct {
 	CreatedAt time.Time
 }
 
-// StreamWrite appends v to the stream key of the calling workflow. ctx is
-// the workflow's [Context] or the context of one of its steps. It returns
+// StreamWrite appends v to the stream key of the calling workflow, from
+// workflow code: exactly once, as a replay skips the entries its earlier
+// executions wrote. Inside a step, use [StreamWriteFromStep]. It returns
 // once the entry is queued; the entry is written within milliseconds, and
-// at the latest before the step (or the run) records its outcome. It fails
-// with [ErrStreamClosed] after [StreamClose], with [ErrInvalidArgument]
-// outside a workflow or for a bad key, and with [*PayloadTooLargeError]
-// for a value over Config.MaxPayloadBytes.
-func StreamWrite[T any](ctx context.Context, key string, v T) error {
-	r, inWorkflow, err := streamRun(ctx, "StreamWrite")
-	if err != nil {
-		return err
+// at the latest before the run's next step records its outcome or the run
+// finishes. It fails with [ErrStreamClosed] after [StreamClose], with
+// [ErrInvalidArgument] for a bad key, and with [*PayloadTooLargeError] for
+// a value over Config.MaxPayloadBytes.
+func StreamWrite[T any](wctx Context, key string, v T) error {
+	if wctx == nil {
+		return fmt.Errorf("%w: durable.StreamWrite needs the workflow's durable.Context", ErrInvalidArgument)
 	}
+	return streamWrite(wctx, wctx.workflowRun(), true, key, v)
+}
+
+// StreamWriteFromStep appends v to the stream key of the workflow, from
+// inside one of its steps: ctx is the context the step function got. That
+// is how a step streams what arrives while it runs (a model's tokens). It
+// is at least once per attempt: a step that runs again (a retry, or a
+// crash before its checkpoint) writes its entries again. The entry is
+// stored before the step records its outcome (a TxStep's right after its
+// commit). It fails like [StreamWrite], and with [ErrInvalidArgument] when
+// ctx is not a step's.
+func StreamWriteFromStep[T any](ctx context.Context, key string, v T) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: durable.StreamWriteFromStep needs the step's context", ErrInvalidArgument)
+	}
+	_, inStep := StepInfoFrom(ctx)
+	r := runFromContext(ctx)
+	if !inStep || r == nil {
+		return fmt.Errorf("%w: durable.StreamWriteFromStep must be called with the context of a step function (in workflow code, use durable.StreamWrite)",
+			ErrInvalidArgument)
+	}
+	return streamWrite(ctx, r, false, key, v)
+}
+
+// streamWrite queues v as the next entry of stream key of r. inWorkflow
+// marks a write by workflow code, deduplicated on replay.
+func streamWrite[T any](ctx context.Context, r *run, inWorkflow bool, key string, v T) error {
 	if err := checkName("stream key", key); err != nil {
 		return err
 	}
@@ -85,27 +105,25 @@ func StreamWrite[T any](ctx context.Context, key string, v T) error {
 	if err != nil {
 		return err
 	}
-	return r.e.streams().append(ctx, r, inWorkflow, key, value, false)
+	return r.e.streamw.Append(ctx, (*streamRun)(r), inWorkflow, key, value, false)
 }
 
 // StreamClose closes the stream key of the calling workflow: readers end
 // after its last entry, and later writes fail with [ErrStreamClosed].
 // Closing a closed stream does nothing. It returns once every entry the run
-// wrote so far, and the close, are stored (inside a TxStep, that wait holds
-// the step's connection: close the stream after the step instead).
-func StreamClose(ctx context.Context, key string) error {
-	r, inWorkflow, err := streamRun(ctx, "StreamClose")
-	if err != nil {
-		return err
+// wrote so far, and the close, are stored.
+func StreamClose(wctx Context, key string) error {
+	if wctx == nil {
+		return fmt.Errorf("%w: durable.StreamClose needs the workflow's durable.Context", ErrInvalidArgument)
 	}
 	if err := checkName("stream key", key); err != nil {
 		return err
 	}
-	w := r.e.streams()
-	if err := w.append(ctx, r, inWorkflow, key, nil, true); err != nil {
+	r := wctx.workflowRun()
+	if err := r.e.streamw.Append(wctx, (*streamRun)(r), true, key, nil, true); err != nil {
 		return err
 	}
-	return w.state(r).wait(ctx, "close stream "+key)
+	return r.e.streamw.Flush(wctx, (*streamRun)(r), "close stream "+key)
 }
 
 // StreamRead returns an iterator over the entries of stream key of run
@@ -123,7 +141,6 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 			yield(zero, err)
 			return
 		}
-		sw := e.streams()
 		if !e.cfg.PollOnly {
 			// Ask the run's writers for notifications (stream entries and
 			// the finish), as a result waiter does, before the first read:
@@ -145,7 +162,7 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 				e.hub.unsubscribe(entryKey, ew)
 				e.hub.unsubscribe(workflowID, fw)
 			}
-			p, err := readStream[T](ctx, e.pool, sw.sq, workflowID, key, next, streamReadBatch)
+			p, err := readStream[T](ctx, e.pool, e.sq, workflowID, key, next, streamReadBatch)
 			if err != nil {
 				unsubscribe()
 				yield(zero, err)
@@ -198,7 +215,7 @@ func StreamEntries[T any](ctx context.Context, e *Engine, workflowID, key string
 	if limit < 0 || limit > StreamEntriesLimitMax {
 		return nil, false, fmt.Errorf("%w: StreamEntries limit %d is outside 0..%d", ErrInvalidArgument, limit, StreamEntriesLimitMax)
 	}
-	p, err := readStream[T](ctx, e.pool, e.streams().sq, workflowID, key, from, limit)
+	p, err := readStream[T](ctx, e.pool, e.sq, workflowID, key, from, limit)
 	if err != nil {
 		return nil, false, err
 	}
@@ -226,51 +243,35 @@ type streamPage[T any] struct {
 }
 
 func readStream[T any](ctx context.Context, pool *pgxpool.Pool, sq *sysdb.StreamQueries, workflowID, key string, from int64, limit int) (*streamPage[T], error) {
-	rows, err := pool.Query(ctx, sq.Read, workflowID, key, from, limit)
+	rows, err := sq.Read(ctx, pool, sysdb.ReadParams{WorkflowID: workflowID, Key: key, From: from, Limit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("durable: read stream %q of workflow %q: %w", key, workflowID, err)
 	}
-	defer rows.Close()
-	p := &streamPage[T]{next: from}
-	found, finished, tailClosed, closedSeen := false, false, false, false
-	for rows.Next() {
-		var status string
-		var tail *bool
-		var off *int64
-		var value []byte
-		var closed *bool
-		var at *time.Time
-		if err := rows.Scan(&status, &tail, &off, &value, &closed, &at); err != nil {
-			return nil, fmt.Errorf("durable: read stream %q of workflow %q: %w", key, workflowID, err)
-		}
-		found = true
-		finished = Status(status).Finished()
-		tailClosed = tail != nil && *tail
-		if off == nil {
-			continue
-		}
-		p.rows++
-		if closed != nil && *closed {
-			closedSeen = true
-			p.next = *off
-			continue
-		}
-		ent := StreamEntry[T]{Offset: *off}
-		if at != nil {
-			ent.CreatedAt = *at
-		}
-		if err := json.Unmarshal(value, &ent.Value); err != nil {
-			return nil, &DecodeError{WorkflowID: workflowID, What: fmt.Sprintf("stream %q entry %d", key, *off), Err: err}
-		}
-		p.entries = append(p.entries, ent)
-		p.next = *off + 1
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("durable: read stream %q of workflow %q: %w", key, workflowID, err)
-	}
-	if !found {
+	if len(rows) == 0 {
 		return nil, fmt.Errorf("%w: %q (reading stream %q)", ErrWorkflowNotFound, workflowID, key)
 	}
+	p := &streamPage[T]{next: from}
+	closedSeen := false
+	for _, row := range rows {
+		if row.Offset == nil {
+			continue
+		}
+		off := *row.Offset
+		p.rows++
+		if row.Closed {
+			closedSeen = true
+			p.next = off
+			continue
+		}
+		ent := StreamEntry[T]{Offset: off, CreatedAt: row.CreatedAt}
+		if err := json.Unmarshal(row.Value, &ent.Value); err != nil {
+			return nil, &DecodeError{WorkflowID: workflowID, What: fmt.Sprintf("stream %q entry %d", key, off), Err: err}
+		}
+		p.entries = append(p.entries, ent)
+		p.next = off + 1
+	}
+	last := rows[len(rows)-1]
+	finished, tailClosed := Status(last.Status).Finished(), last.TailClosed
 	p.done = closedSeen || ((tailClosed || finished) && p.rows < limit)
 	return p, nil
 }
@@ -288,91 +289,40 @@ func runFromContext(ctx context.Context) *run {
 	return r
 }
 
-// streamRun finds the run a stream write belongs to. inWorkflow reports a
-// write by workflow code (deduplicated on replay) rather than by a step.
-func streamRun(ctx context.Context, op string) (r *run, inWorkflow bool, err error) {
-	if ctx == nil {
-		return nil, false, fmt.Errorf("%w: durable.%s needs a context", ErrInvalidArgument, op)
-	}
-	_, inStep := StepInfoFrom(ctx)
-	if r = runFromContext(ctx); r == nil {
-		if inStep {
-			return nil, false, fmt.Errorf("%w: durable.%s: this step's context does not carry its workflow run", ErrInvalidArgument, op)
-		}
-		return nil, false, fmt.Errorf("%w: durable.%s must be called with the context of workflow code (a durable.Context) or of a step function; this context belongs to no workflow run",
-			ErrInvalidArgument, op)
-	}
-	return r, !inStep, nil
-}
-
-// streamWriter writes the stream entries of one engine. Entries queue in
-// FIFO order and one flush at a time writes them, so the stored entries of
-// a run are always a prefix of those it wrote. It does not reference the
-// engine, so the engine can be collected (see streamWriters).
-type streamWriter struct {
-	pool    *pgxpool.Pool
-	sq      *sysdb.StreamQueries
-	hub     *hub
-	log     *slog.Logger
-	hardCtx context.Context
-	notify  bool
-
-	runs sync.Map // *run -> *runStreams, while the run executes here
-
-	mu       sync.Mutex
-	pending  []*streamRow
-	bytes    int
-	flushing bool
-	space    chan struct{} // closed (and replaced) when pending shrinks
-}
-
-// streamRow is one entry waiting to be written.
-type streamRow struct {
-	rs     *runStreams
-	key    string
-	off    int64
-	value  []byte // nil for the close marker
-	closed bool
-	wseq   int64 // rank among the run's workflow-code stream calls; -1: a step's write
-}
-
-// runStreams is the stream state of one execution of a run.
-type runStreams struct {
-	r *run
-
-	mu       sync.Mutex
-	keys     map[string]*streamKey
-	wseq     int64         // workflow-code stream calls so far
-	appended int64         // entries queued
-	flushed  int64         // entries stored: always the first ones queued
-	err      error         // entries were rejected or could not be stored
-	progress chan struct{} // closed (and replaced) when flushed or err changes
-}
-
-// streamKey is where a run's writes to one stream stand.
-type streamKey struct {
-	ready    chan struct{} // closed once loaded from the database
-	err      error         // the load failed
-	next     int64         // offset of the next entry
-	replayed int64         // highest workflow-code rank already stored; -1: none
-	closed   bool
+// streamService is what the engine needs of its stream writer
+// (internal/stream): started at Launch and stopped at Shutdown, it writes
+// the entries runs append.
+type streamService interface {
+	service.Service
+	Append(ctx context.Context, r stream.Run, inWorkflow bool, key string, value []byte, closing bool) error
+	Flush(ctx context.Context, r stream.Run, what string) error
+	Release(r stream.Run)
 }
 
 // newStreamWriter makes the engine's stream writer (in New).
-func newStreamWriter(e *Engine) *streamWriter {
-	return &streamWriter{
-		pool:    e.pool,
-		sq:      sysdb.NewStreamQueries(e.cfg.Schema, e.q.NotifyTo),
-		hub:     e.hub,
-		log:     e.log,
-		hardCtx: e.hardCtx,
-		notify:  !e.cfg.PollOnly,
-		space:   make(chan struct{}),
-	}
+func newStreamWriter(e *Engine) streamService {
+	return stream.New(stream.Config{
+		DB:        e.pool,
+		Queries:   e.sq,
+		Notify:    !e.cfg.PollOnly,
+		Notified:  func(id string) { e.hub.notified("s:" + id) },
+		Transient: isTransient,
+		Logger:    e.log,
+	})
 }
 
-// streams returns the engine's stream writer.
-func (e *Engine) streams() *streamWriter { return e.streamw }
+// streamRun is a run as the stream writer sees it.
+type streamRun run
+
+func (s *streamRun) ID() string               { return s.id }
+func (s *streamRun) Epoch() int64             { return s.epoch }
+func (s *streamRun) Context() context.Context { return s.ctx }
+func (s *streamRun) Halted() error            { return (*run)(s).halted() }
+func (s *streamRun) Halt(err error)           { (*run)(s).halt(err) }
+func (s *streamRun) WaitEnded(ctx context.Context, what string) error {
+	return (*run)(s).waitEnded(ctx, what)
+}
+func (s *streamRun) Logger() *slog.Logger { return (*run)(s).log() }
 
 // flushStreams waits until every stream entry r queued so far is stored.
 // Call it before recording a step's outcome (ctx: the step's) and before
@@ -382,11 +332,7 @@ func (e *Engine) streams() *streamWriter { return e.streamw }
 // deadline passed) halts the run and is returned; ctx alone ending (a
 // step's timeout) returns its error, and the step's attempt fails.
 func (r *run) flushStreams(ctx context.Context) error {
-	v, ok := r.e.streams().runs.Load(r)
-	if !ok {
-		return nil
-	}
-	if err := v.(*runStreams).wait(ctx, "stream entries not stored"); err != nil {
+	if err := r.e.streamw.Flush(ctx, (*streamRun)(r), "stream entries not stored"); err != nil {
 		if h := r.halted(); h != nil {
 			return h
 		}
@@ -410,348 +356,5 @@ func (r *run) waitEnded(ctx context.Context, what string) error {
 // releaseStreams forgets r's stream state when its execution here ends.
 // Entries still queued are written (or rejected) all the same.
 func (r *run) releaseStreams() {
-	r.e.streams().runs.Delete(r)
-}
-
-// state returns r's stream state, made on first use.
-func (w *streamWriter) state(r *run) *runStreams {
-	if v, ok := w.runs.Load(r); ok {
-		return v.(*runStreams)
-	}
-	v, _ := w.runs.LoadOrStore(r, &runStreams{r: r, keys: map[string]*streamKey{}, progress: make(chan struct{})})
-	return v.(*runStreams)
-}
-
-// append queues one entry (or the close marker) of stream key of r. Its
-// waits (for the key's state, for room in the queue) end with ctx or the
-// run's context.
-func (w *streamWriter) append(ctx context.Context, r *run, inWorkflow bool, key string, value []byte, closing bool) error {
-	if h := r.halted(); h != nil {
-		return h
-	}
-	rs := w.state(r)
-	wseq := int64(-1)
-	if inWorkflow {
-		rs.mu.Lock()
-		wseq = rs.wseq
-		rs.wseq++
-		rs.mu.Unlock()
-	}
-	ks, err := w.loadKey(ctx, rs, key)
-	if err != nil {
-		return err
-	}
-	if err := w.waitSpace(ctx, r); err != nil {
-		return err
-	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	switch {
-	case rs.err != nil:
-		return rs.err
-	case wseq >= 0 && wseq <= ks.replayed:
-		return nil // stored by an earlier execution of this workflow code
-	case ks.closed && closing:
-		return nil
-	case ks.closed:
-		return fmt.Errorf("durable: write to stream %q of workflow %q: %w", key, r.id, ErrStreamClosed)
-	}
-	row := &streamRow{rs: rs, key: key, off: ks.next, value: value, closed: closing, wseq: wseq}
-	ks.next++
-	ks.closed = closing
-	rs.appended++
-	// Queued under rs.mu, so the run's entries queue in offset order.
-	w.mu.Lock()
-	w.pending = append(w.pending, row)
-	w.bytes += len(value)
-	start := !w.flushing
-	w.flushing = true
-	w.mu.Unlock()
-	if start {
-		go w.flushLoop()
-	}
-	return nil
-}
-
-// loadKey returns the state of stream key of the run, reading where it
-// stands from the database on the run's first write to it. The read rides
-// out a database outage until ctx or the run's context ends.
-func (w *streamWriter) loadKey(ctx context.Context, rs *runStreams, key string) (*streamKey, error) {
-	r := rs.r
-	rs.mu.Lock()
-	ks := rs.keys[key]
-	if ks != nil {
-		rs.mu.Unlock()
-		select {
-		case <-ks.ready:
-		case <-ctx.Done():
-			return nil, r.waitEnded(ctx, "read stream "+key)
-		case <-r.ctx.Done():
-			return nil, r.waitEnded(ctx, "read stream "+key)
-		}
-		if ks.err != nil {
-			if ctx.Err() == nil && r.ctx.Err() == nil && r.halted() == nil {
-				return w.loadKey(ctx, rs, key) // the reader's own context ended (a step's timeout): read it here
-			}
-			return nil, ks.err
-		}
-		return ks, nil
-	}
-	ks = &streamKey{ready: make(chan struct{})}
-	rs.keys[key] = ks
-	rs.mu.Unlock()
-	defer close(ks.ready)
-
-	var last, maxWseq *int64
-	var closed *bool
-	qctx, cancel := context.WithCancel(ctx)
-	defer context.AfterFunc(r.ctx, cancel)()
-	err, _ := retryTransient(qctx, func(ctx context.Context) error {
-		return w.pool.QueryRow(ctx, w.sq.KeyState, r.id, key).Scan(&last, &closed, &maxWseq)
-	}, func(attempt int, err error) {
-		if attempt == 1 || attempt%10 == 0 {
-			r.log().Warn("durable: database read failed, retrying", "op", "read stream state", "attempt", attempt, "err", err)
-		}
-	})
-	cancel()
-	if err != nil {
-		switch {
-		case r.halted() != nil:
-			err = r.halted()
-		case ctx.Err() != nil || r.ctx.Err() != nil:
-			err = r.waitEnded(ctx, "read stream "+key)
-		default:
-			err = fmt.Errorf("durable: workflow %q: read stream %q: %w", r.id, key, err)
-		}
-		ks.err = err
-		rs.mu.Lock()
-		delete(rs.keys, key) // the next write tries again
-		rs.mu.Unlock()
-		return nil, err
-	}
-	ks.replayed = -1
-	if last != nil {
-		ks.next = *last + 1
-	}
-	if maxWseq != nil {
-		ks.replayed = *maxWseq
-	}
-	ks.closed = closed != nil && *closed
-	return ks, nil
-}
-
-// waitSpace blocks while too much is queued, until ctx or the run's
-// context ends.
-func (w *streamWriter) waitSpace(ctx context.Context, r *run) error {
-	for {
-		w.mu.Lock()
-		if len(w.pending) < streamMaxPendingRows && w.bytes < streamMaxPendingBytes {
-			w.mu.Unlock()
-			return nil
-		}
-		ch := w.space
-		w.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return r.waitEnded(ctx, "stream write")
-		case <-r.ctx.Done():
-			return r.waitEnded(ctx, "stream write")
-		}
-	}
-}
-
-// wait blocks until every entry queued before the call is stored, or
-// returns why they will not be; or it returns when ctx or the run's
-// context ends first (see waitEnded; what names the wait).
-func (rs *runStreams) wait(ctx context.Context, what string) error {
-	rs.mu.Lock()
-	target := rs.appended
-	for rs.err == nil && rs.flushed < target {
-		ch := rs.progress
-		rs.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return rs.r.waitEnded(ctx, what)
-		case <-rs.r.ctx.Done():
-			return rs.r.waitEnded(ctx, what)
-		}
-		rs.mu.Lock()
-	}
-	err := rs.err
-	rs.mu.Unlock()
-	return err
-}
-
-func (rs *runStreams) settle(n int64, err error) {
-	rs.mu.Lock()
-	if err != nil {
-		if rs.err == nil {
-			rs.err = err
-		}
-	} else {
-		rs.flushed += n
-	}
-	close(rs.progress)
-	rs.progress = make(chan struct{})
-	rs.mu.Unlock()
-	if err != nil {
-		rs.r.halt(err)
-	}
-}
-
-func (rs *runStreams) failed() bool {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return rs.err != nil
-}
-
-// flushLoop writes batches until nothing is queued. There is at most one
-// per engine.
-func (w *streamWriter) flushLoop() {
-	for {
-		w.mu.Lock()
-		n, size := 0, 0
-		for n < len(w.pending) && n < streamBatchRows {
-			l := len(w.pending[n].value)
-			if n > 0 && size+l > streamBatchBytes {
-				break
-			}
-			size += l
-			n++
-		}
-		if n == 0 {
-			w.flushing = false
-			w.mu.Unlock()
-			return
-		}
-		batch := make([]*streamRow, n)
-		copy(batch, w.pending)
-		clear(w.pending[:n])
-		w.pending = w.pending[n:]
-		if len(w.pending) == 0 {
-			w.pending = nil
-		}
-		w.bytes -= size
-		close(w.space)
-		w.space = make(chan struct{})
-		w.mu.Unlock()
-		w.write(batch)
-	}
-}
-
-type runEpoch struct {
-	id    string
-	epoch int64
-}
-
-// write stores one batch and settles the runs it holds entries of.
-func (w *streamWriter) write(batch []*streamRow) {
-	// Entries of a run that already failed are dropped: writing them would
-	// leave a gap before them.
-	rows := batch[:0:0]
-	counts := map[*runStreams]int64{}
-	for _, row := range batch {
-		if _, seen := counts[row.rs]; !seen && row.rs.failed() {
-			continue
-		}
-		counts[row.rs]++
-		rows = append(rows, row)
-	}
-	if len(rows) == 0 {
-		return
-	}
-	n := len(rows)
-	ids, keys := make([]string, n), make([]string, n)
-	offs, epochs := make([]int64, n), make([]int64, n)
-	values := make([]json.RawMessage, n)
-	closed := make([]bool, n)
-	wseqs := make([]*int64, n)
-	for i, row := range rows {
-		ids[i], keys[i], offs[i], epochs[i] = row.rs.r.id, row.key, row.off, row.rs.r.epoch
-		values[i], closed[i] = row.value, row.closed
-		if row.wseq >= 0 {
-			wseqs[i] = &row.wseq
-		}
-	}
-	var accepted map[runEpoch]bool
-	err := w.retry(func(ctx context.Context) error {
-		res, err := w.pool.Query(ctx, w.sq.Append, ids, keys, offs, values, closed, wseqs, epochs, w.notify)
-		if err != nil {
-			return err
-		}
-		accepted = map[runEpoch]bool{}
-		for res.Next() {
-			var k runEpoch
-			var ignored *string
-			if err := res.Scan(&k.id, &k.epoch, &ignored); err != nil {
-				res.Close()
-				return err
-			}
-			accepted[k] = true
-		}
-		return res.Err()
-	})
-	for rs, c := range counts {
-		r := rs.r
-		switch {
-		case err != nil && w.hardCtx.Err() != nil:
-			rs.settle(0, fmt.Errorf("durable: workflow %q: stream entries not written: %w", r.id, ErrShutdown))
-		case err != nil:
-			rs.settle(0, fmt.Errorf("durable: workflow %q: write stream entries: %w", r.id, err))
-		case accepted[runEpoch{r.id, r.epoch}]:
-			rs.settle(c, nil)
-		default:
-			rs.settle(0, w.rejected(r))
-		}
-	}
-	if err == nil {
-		for k := range accepted {
-			w.hub.notified("s:" + k.id) // readers in this process
-		}
-	}
-}
-
-// retry runs op until it succeeds, fails with a non-transient error, or
-// the engine stops.
-func (w *streamWriter) retry(op func(ctx context.Context) error) error {
-	delay := 20 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := op(w.hardCtx)
-		if err == nil || !isTransient(err) {
-			return err
-		}
-		if attempt == 1 || attempt%10 == 0 {
-			w.log.Warn("durable: writing stream entries failed, retrying", "attempt", attempt, "err", err)
-		}
-		t := time.NewTimer(jitter(delay, 0.2))
-		select {
-		case <-t.C:
-		case <-w.hardCtx.Done():
-			t.Stop()
-			return w.hardCtx.Err()
-		}
-		delay = min(delay*2, 2*time.Second)
-	}
-}
-
-// rejected explains why the entries of r were not written.
-func (w *streamWriter) rejected(r *run) error {
-	var status string
-	var epoch int64
-	err := w.pool.QueryRow(w.hardCtx, w.sq.RunState, r.id).Scan(&status, &epoch)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("durable: workflow %q was deleted while running; stream entries rejected: %w", r.id, ErrFenced)
-	case err != nil:
-		return fmt.Errorf("durable: workflow %q: stream entries rejected (owner check failed: %v): %w", r.id, err, ErrFenced)
-	case status == string(StatusCancelled):
-		return fmt.Errorf("durable: workflow %q: stream entries rejected: %w", r.id, ErrCancelled)
-	case epoch != r.epoch:
-		return fmt.Errorf("durable: workflow %q: stream entries rejected: owner epoch is %d, this executor had %d: %w", r.id, epoch, r.epoch, ErrFenced)
-	case status != string(StatusPending):
-		return fmt.Errorf("durable: workflow %q: stream entries rejected: the run is %s: %w", r.id, status, ErrFenced)
-	}
-	return fmt.Errorf("durable: workflow %q: stream entries rejected for an unknown reason: %w", r.id, ErrFenced)
+	r.e.streamw.Release((*streamRun)(r))
 }

@@ -26,7 +26,7 @@ import (
 func registerStreamProbe(e *durable.Engine) *durable.Workflow[int, bool] {
 	return durable.Register(e, "stream-probe", func(wctx durable.Context, _ int) (bool, error) {
 		return durable.Step(wctx, "probe", func(ctx context.Context) (bool, error) {
-			err := durable.StreamWrite(ctx, "probe", 1)
+			err := durable.StreamWriteFromStep(ctx, "probe", 1)
 			if errors.Is(err, durable.ErrInvalidArgument) {
 				return false, nil
 			}
@@ -88,7 +88,7 @@ func TestStreamWriteAndRead(t *testing.T) {
 			k, err := durable.Step(wctx, "tokens", func(ctx context.Context) (int, error) {
 				k := int(fromStep.Load())
 				for i := range k {
-					if err := durable.StreamWrite(ctx, "tokens", i); err != nil {
+					if err := durable.StreamWriteFromStep(ctx, "tokens", i); err != nil {
 						return 0, err
 					}
 				}
@@ -270,7 +270,7 @@ func TestStreamEndsWithWorkflow(t *testing.T) {
 					k = 10
 				}
 				for i := range k {
-					if err := durable.StreamWrite(ctx, "log", i); err != nil {
+					if err := durable.StreamWriteFromStep(ctx, "log", i); err != nil {
 						return 0, err
 					}
 				}
@@ -282,7 +282,7 @@ func TestStreamEndsWithWorkflow(t *testing.T) {
 				return 0, err
 			}
 			if _, err := durable.TxStep(wctx, "tx", func(ctx context.Context, tx pgx.Tx) (int, error) {
-				return 0, durable.StreamWrite(ctx, "tx", "in a transaction step")
+				return 0, durable.StreamWriteFromStep(ctx, "tx", "in a transaction step")
 			}, nil); err != nil {
 				return 0, err
 			}
@@ -353,6 +353,7 @@ func TestStreamBadInput(t *testing.T) {
 			record("close", durable.StreamClose(wctx, "k"))
 			record("close again", durable.StreamClose(wctx, "k"))
 			record("write after close", durable.StreamWrite(wctx, "k", "b"))
+			record("from step, in workflow code", durable.StreamWriteFromStep(wctx, "k", 1))
 			return 0, nil
 		}, nil)
 	})
@@ -365,7 +366,7 @@ func TestStreamBadInput(t *testing.T) {
 		"empty key": durable.ErrInvalidArgument, "long key": durable.ErrInvalidArgument,
 		"close empty key": durable.ErrInvalidArgument, "unencodable": durable.ErrPermanent,
 		"too large": durable.ErrPayloadTooLarge, "write": nil, "close": nil, "close again": nil,
-		"write after close": durable.ErrStreamClosed,
+		"write after close": durable.ErrStreamClosed, "from step, in workflow code": durable.ErrInvalidArgument,
 	}
 	require.Len(t, checks, len(want))
 	for _, c := range checks {
@@ -381,10 +382,11 @@ func TestStreamBadInput(t *testing.T) {
 	require.Equal(t, "a", got[0].Value)
 
 	// Outside a workflow.
-	err = durable.StreamWrite(ctx, "k", 1)
+	err = durable.StreamWriteFromStep(ctx, "k", 1)
 	require.ErrorIs(t, err, durable.ErrInvalidArgument)
-	require.Contains(t, err.Error(), "workflow code")
-	require.ErrorIs(t, durable.StreamClose(ctx, "k"), durable.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "step function")
+	require.ErrorIs(t, durable.StreamWrite[int](nil, "k", 1), durable.ErrInvalidArgument)
+	require.ErrorIs(t, durable.StreamClose(nil, "k"), durable.ErrInvalidArgument)
 
 	// Readers.
 	_, _, err = durable.StreamEntries[int](ctx, e, "no-such-run", "k", 0, 0)
@@ -513,7 +515,7 @@ func ExampleStreamRead() {
 	}
 	answer := durable.Register(eng, "answer", func(wctx durable.Context, question string) (int, error) {
 		// In a real agent, the model call is a step that writes each token
-		// as it arrives, with the step's context.
+		// as it arrives, with durable.StreamWriteFromStep.
 		for _, tok := range []string{"Durable", " execution", " on", " Postgres"} {
 			if err := durable.StreamWrite(wctx, "tokens", tok); err != nil {
 				return 0, err

@@ -35,7 +35,7 @@ func TestStreamWaitsEnd(t *testing.T) {
 		wf = durable.Register(e, "stream-wait", func(wctx durable.Context, mode int) (int, error) {
 			if mode != loadCancel { // the stream's state is loaded, the table not locked yet
 				if _, err := durable.Step(wctx, "first", func(ctx context.Context) (int, error) {
-					return 0, durable.StreamWrite(ctx, "s", 0)
+					return 0, durable.StreamWriteFromStep(ctx, "s", 0)
 				}, nil); err != nil {
 					return 0, err
 				}
@@ -44,7 +44,7 @@ func TestStreamWaitsEnd(t *testing.T) {
 			<-proceed
 			var err error
 			write := func(ctx context.Context) (int, error) {
-				err := durable.StreamWrite(ctx, "s", 1)
+				err := durable.StreamWriteFromStep(ctx, "s", 1)
 				blocked <- struct{}{}
 				return 1, err
 			}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // errParked halts a run that parked: it stays as rows until woken.
@@ -44,20 +46,16 @@ func Sleep(wctx Context, d time.Duration) (err error) {
 // park hands the run back to the database until wake (or, with topic, a
 // message on it) and halts this execution.
 func (r *run) park(wake time.Time, topic string) error {
-	var topicArg any
-	if topic != "" {
-		topicArg = topic
-	}
-	var n int64
+	var parked bool
 	err := r.retryDB("park", func(ctx context.Context) error {
-		tag, err := r.e.pool.Exec(ctx, r.e.wq.Park, r.id, r.epoch, wake, topicArg)
-		n = tag.RowsAffected()
+		var err error
+		parked, err = r.e.wq.Park(ctx, r.e.pool, sysdb.ParkParams{ID: r.id, Epoch: r.epoch, WakeAt: wake, Topic: topic})
 		return err
 	})
 	if err != nil {
 		return r.halt(err)
 	}
-	if n == 0 {
+	if !parked {
 		return r.diagnose(-1, "park", false)
 	}
 	if topic != "" {
@@ -66,15 +64,11 @@ func (r *run) park(wake time.Time, topic string) error {
 		// Ride out an outage here: a lost wake-up would leave the run
 		// parked until its timeout with a message waiting.
 		_ = r.retryDB("look for a message after parking", func(ctx context.Context) error {
-			var has bool
-			if err := r.e.pool.QueryRow(ctx, r.e.wq.HasMessage, r.id, topic).Scan(&has); err != nil || !has {
+			has, err := r.e.wq.HasMessage(ctx, r.e.pool, sysdb.HasMessageParams{WorkflowID: r.id, Topic: topic})
+			if err != nil || !has {
 				return err
 			}
-			rows, err := r.e.pool.Query(ctx, r.e.wq.Unpark, r.id)
-			if err == nil {
-				rows.Close()
-				err = rows.Err()
-			}
+			_, err = r.e.wq.Unpark(ctx, r.e.pool, r.id)
 			return err
 		})
 	}

@@ -678,7 +678,7 @@ func (rs *runState) closeEvents() {
 
 // emitStep writes an event from inside a step (at least once).
 func (rs *runState) emitStep(ctx context.Context, ev Event) {
-	_ = durable.StreamWrite(ctx, EventsKey, ev)
+	_ = durable.StreamWriteFromStep(ctx, EventsKey, ev)
 }
 
 // deltaBatch merges consecutive fragments of the same text or tool call

@@ -51,7 +51,7 @@ func TestEventsFollowAndRejoin(t *testing.T) {
 	e := v.engine(t, nil, func(e *durable.Engine) {
 		probe = durable.Register(e, "stream-probe", func(wctx durable.Context, _ int) (bool, error) {
 			return durable.Step(wctx, "probe", func(ctx context.Context) (bool, error) {
-				return durable.StreamWrite(ctx, "probe", 1) == nil, nil
+				return durable.StreamWriteFromStep(ctx, "probe", 1) == nil, nil
 			}, nil)
 		}, nil)
 		a = agentkit.Define(e, "live", agentkit.AgentConfig{Model: openAI(t, srv), Stream: true,

@@ -16,4 +16,8 @@ var (
 	Shutdown = errors.New("durable: engine shutting down")
 	// InvalidArgument is durable.ErrInvalidArgument.
 	InvalidArgument = errors.New("durable: invalid argument")
+	// Cancelled is durable.ErrCancelled.
+	Cancelled = errors.New("durable: workflow cancelled")
+	// Fenced is durable.ErrFenced.
+	Fenced = errors.New("durable: executor no longer owns the workflow")
 )

@@ -80,8 +80,8 @@ func init() {
 			Name:      "shutdown/hand-back",
 			Mechanism: "a run stopped by Shutdown is handed back without counting a recovery attempt",
 			Edits: []Edit{{File: "run.go",
-				Find:    "\tif e.hardCtx.Err() != nil {\n\t\treturn\n\t}\n\tif _, err := e.pool.Exec(e.hardCtx, e.wq.HandBack,",
-				Replace: "\tif true {\n\t\treturn\n\t}\n\tif _, err := e.pool.Exec(e.hardCtx, e.wq.HandBack,"}},
+				Find:    "\tif e.hardCtx.Err() != nil {\n\t\treturn\n\t}\n\tif _, err := e.wq.HandBack(",
+				Replace: "\tif true {\n\t\treturn\n\t}\n\tif _, err := e.wq.HandBack("}},
 			Pkg: ".", Tests: "TestGracefulStopsDoNotCount",
 		},
 		Mutant{

@@ -56,8 +56,8 @@ func init() {
 		Mutant{
 			Name:      "stream/waits-end",
 			Mechanism: "a stream writer's wait ends with its run or step (cancel, deadline, step timeout)",
-			Edits: []Edit{{File: "stream.go",
-				Find:    "\t\tcase <-ctx.Done():\n\t\t\treturn rs.r.waitEnded(ctx, what)\n\t\tcase <-rs.r.ctx.Done():\n\t\t\treturn rs.r.waitEnded(ctx, what)\n",
+			Edits: []Edit{{File: "internal/stream/run.go",
+				Find:    "\t\tcase <-ctx.Done():\n\t\t\treturn rs.r.WaitEnded(ctx, what)\n\t\tcase <-rs.r.Context().Done():\n\t\t\treturn rs.r.WaitEnded(ctx, what)\n",
 				Replace: ""}},
 			Pkg: ".", Tests: "TestStreamWaitsEnd",
 		},

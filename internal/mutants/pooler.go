@@ -27,9 +27,9 @@ func init() {
 			Mechanism: "payloads go to json columns as json.RawMessage, which every pgx exec mode sends as json",
 			Edits: []Edit{{File: "commit.go",
 				Find:    "inputs := make([]json.RawMessage, n)",
-				Replace: "inputs := make([][]byte, n)"}, {File: "messages.go",
-				Find:    "json.RawMessage(payload), key)",
-				Replace: "payload, key)"}},
+				Replace: "inputs := make([][]byte, n)"}, {File: "internal/sysdb/wait_queries.go",
+				Find:    "q.send, p.WorkflowID, p.Topic, p.Payload, key)",
+				Replace: "q.send, p.WorkflowID, p.Topic, []byte(p.Payload), key)"}},
 			Pkg: ".", Tests: "TestExecModes",
 		},
 		Mutant{

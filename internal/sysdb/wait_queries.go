@@ -1,18 +1,27 @@
 package sysdb
 
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // WaitQueries are the statements of durable waits, messages and events.
 type WaitQueries struct {
-	Park           string
-	HandBack       string
-	Unpark         string
-	HasMessage     string
-	NextWake       string
-	Send           string
-	Receive        string
-	SetEvent       string
-	GetEvent       string
-	SetWaitTopic   string
-	ClearWaitTopic string
+	park           string
+	handBack       string
+	unpark         string
+	hasMessage     string
+	nextWake       string
+	send           string
+	receive        string
+	setEvent       string
+	getEvent       string
+	setWaitTopic   string
+	clearWaitTopic string
 }
 
 // NewWaitQueries renders the wait statements for schema; channel is the
@@ -26,7 +35,7 @@ func NewWaitQueries(schema, channel string) *WaitQueries {
 		// $1 id, $2 epoch, $3 wake_at, $4 wait_topic.
 		// A run of a queue that releases parked slots goes back to its
 		// queue, delayed until its wake-up time.
-		Park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = $4, updated_at = now(),
+		park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = $4, updated_at = now(),
 	status = CASE WHEN rq.name IS NULL THEN w.status ELSE 'enqueued' END,
 	not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE $3 END
 FROM (SELECT $1::text AS id) x
@@ -39,7 +48,7 @@ WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'`),
 		// through the limits), any other is claimed by a sweep. A parked
 		// run's claim counts no recovery attempt. Fenced like Park.
 		// $1 id, $2 epoch.
-		HandBack: r(`WITH u AS (
+		handBack: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET executor_id = NULL, wake_at = now(), wait_topic = NULL, updated_at = now(),
 		status = CASE WHEN queue_name IS NULL THEN status ELSE 'enqueued' END,
 		not_before = CASE WHEN queue_name IS NULL THEN not_before ELSE now() END
@@ -47,7 +56,7 @@ WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'`),
 	RETURNING id, queue_name)
 SELECT ` + n(`CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END`) + `::text FROM u`),
 
-		Unpark: r(`WITH u AS (
+		unpark: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET wake_at = CASE WHEN status = 'pending' THEN now() ELSE wake_at END,
 		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END
 	WHERE id = $1 AND executor_id IS NULL AND wake_at IS NOT NULL AND status IN ('pending', 'enqueued')
@@ -55,9 +64,9 @@ SELECT ` + n(`CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_na
 SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + ` FROM u`),
 
 		// $1 workflow_id, $2 topic.
-		HasMessage: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.messages WHERE workflow_id = $1 AND topic = $2 AND consumed_at IS NULL)`),
+		hasMessage: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.messages WHERE workflow_id = $1 AND topic = $2 AND consumed_at IS NULL)`),
 
-		NextWake: r(`SELECT min(wake_at) - now() FROM {{schema}}.workflows
+		nextWake: r(`SELECT min(wake_at) - now() FROM {{schema}}.workflows
 WHERE status = 'pending' AND executor_id IS NULL AND wake_at > now()`),
 
 		// Send inserts the message and touches the receiver's row in one
@@ -65,7 +74,7 @@ WHERE status = 'pending' AND executor_id IS NULL AND wake_at > now()`),
 		// park that commits concurrently, and wakes a run parked on the
 		// topic. $1 workflow_id, $2 topic, $3 payload, $4 idem_key.
 		// Returns (receiver pending or queued, inserted).
-		Send: r(`WITH w AS (
+		send: r(`WITH w AS (
 	UPDATE {{schema}}.workflows
 	SET wake_at = CASE WHEN executor_id IS NULL AND wait_topic = $2 AND status = 'pending' THEN now() ELSE wake_at END,
 		not_before = CASE WHEN executor_id IS NULL AND wait_topic = $2 AND status = 'enqueued' THEN now() ELSE not_before END
@@ -84,7 +93,7 @@ SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM ins),
 		// records it as the step's output in one statement: the message is
 		// marked consumed only if the fenced checkpoint was written.
 		// $1 workflow_id, $2 epoch, $3 topic, $4 pos, $5 step name, $6 started_at.
-		Receive: r(`WITH w AS (
+		receive: r(`WITH w AS (
 	SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $2 AND status = 'pending' FOR SHARE),
 msg AS (
 	SELECT m.id, m.payload FROM {{schema}}.messages m, w
@@ -103,7 +112,7 @@ SELECT output::text FROM ins, upd`),
 
 		// SetEvent records the step and publishes the value together.
 		// $1 workflow_id, $2 epoch, $3 pos, $4 step name, $5 key, $6 value, $7 started_at.
-		SetEvent: r(`WITH ins AS (
+		setEvent: r(`WITH ins AS (
 	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts, started_at)
 	SELECT $1, $3, $4, 'done', 'null', 1, $7
 	FROM {{schema}}.workflows w WHERE w.id = $1 AND w.epoch = $2 AND w.status = 'pending'
@@ -118,7 +127,7 @@ ev AS (
 SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev`),
 
 		// $1 workflow_id, $2 key. Returns the workflow's status too.
-		GetEvent: r(`SELECT w.status, e.value::text, e.workflow_id IS NOT NULL
+		getEvent: r(`SELECT w.status, e.value::text, e.workflow_id IS NOT NULL
 FROM {{schema}}.workflows w LEFT JOIN {{schema}}.events e ON e.workflow_id = w.id AND e.key = $2
 WHERE w.id = $1`),
 
@@ -126,9 +135,221 @@ WHERE w.id = $1`),
 		// found no message), so listings can show it; ClearWaitTopic
 		// removes it once the wait is over. Both are fenced by the epoch.
 		// $1 id, $2 epoch, $3 topic.
-		SetWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = $3
+		setWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = $3
 WHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL`),
-		ClearWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = NULL
+		clearWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = NULL
 WHERE id = $1 AND epoch = $2 AND wait_topic = $3 AND executor_id IS NOT NULL`),
 	}
+}
+
+// ParkParams hand run ID back to the database until WakeAt.
+type ParkParams struct {
+	ID     string
+	Epoch  int64 // the parking executor's
+	WakeAt time.Time
+	Topic  string // the message topic that wakes it early; "": none
+}
+
+// Park hands the run back as rows, unowned until p.WakeAt (a run of a
+// queue that releases parked slots goes back to its queue). false: the run
+// is not pending at p.Epoch, and nothing changed.
+func (q *WaitQueries) Park(ctx context.Context, db DBTX, p ParkParams) (bool, error) {
+	var topic any
+	if p.Topic != "" {
+		topic = p.Topic
+	}
+	tag, err := db.Exec(ctx, q.park, p.ID, p.Epoch, p.WakeAt, topic)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// HandBackParams name a run stopped by Shutdown and its owner's epoch.
+type HandBackParams struct {
+	ID    string
+	Epoch int64
+}
+
+// HandBack parks the run due at once and notifies the executors that may
+// take it. false: the run is not pending at p.Epoch, and nothing changed.
+func (q *WaitQueries) HandBack(ctx context.Context, db DBTX, p HandBackParams) (bool, error) {
+	tag, err := db.Exec(ctx, q.handBack, p.ID, p.Epoch)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// Unpark makes parked run id due now (a queued one, through its queue)
+// and notifies the executors that may take it. false: the run is not
+// parked.
+func (q *WaitQueries) Unpark(ctx context.Context, db DBTX, id string) (bool, error) {
+	tag, err := db.Exec(ctx, q.unpark, id)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// HasMessageParams name a run and a topic.
+type HasMessageParams struct {
+	WorkflowID string
+	Topic      string
+}
+
+// HasMessage reports whether an unconsumed message on p.Topic waits for
+// run p.WorkflowID.
+func (q *WaitQueries) HasMessage(ctx context.Context, db DBTX, p HasMessageParams) (bool, error) {
+	var has bool
+	err := db.QueryRow(ctx, q.hasMessage, p.WorkflowID, p.Topic).Scan(&has)
+	return has, err
+}
+
+// NextWake returns how long until the next parked run is due; ok is false
+// when no parked run is due later than now.
+func (q *WaitQueries) NextWake(ctx context.Context, db DBTX) (d time.Duration, ok bool, err error) {
+	var next *time.Duration
+	if err := db.QueryRow(ctx, q.nextWake).Scan(&next); err != nil || next == nil {
+		return 0, false, err
+	}
+	return *next, true, nil
+}
+
+// SendParams are one message.
+type SendParams struct {
+	WorkflowID     string // the receiver
+	Topic          string
+	Payload        json.RawMessage
+	IdempotencyKey string // a second send with the same key is a no-op; "": none
+}
+
+// SendRow is what a Send did.
+type SendRow struct {
+	Found    bool // the receiver is pending or queued (else nothing was written)
+	Inserted bool // the message was stored (false for a repeated key)
+}
+
+// Send stores the message for its receiver, if pending or queued, and
+// wakes it when it waits on the topic, parked or in memory.
+func (q *WaitQueries) Send(ctx context.Context, db DBTX, p SendParams) (SendRow, error) {
+	var key any
+	if p.IdempotencyKey != "" {
+		key = p.IdempotencyKey
+	}
+	var found, inserted int64
+	var notified *string // pg_notify's void, or NULL
+	if err := db.QueryRow(ctx, q.send, p.WorkflowID, p.Topic, p.Payload, key).Scan(&found, &inserted, &notified); err != nil {
+		return SendRow{}, err
+	}
+	return SendRow{Found: found > 0, Inserted: inserted > 0}, nil
+}
+
+// ReceiveParams are one Recv's try to take a message: the step it is
+// recorded as and the run's owner.
+type ReceiveParams struct {
+	WorkflowID string
+	Epoch      int64
+	Topic      string
+	Pos        int    // the step's position
+	Name       string // the step's name
+	StartedAt  time.Time
+}
+
+// Receive consumes the oldest unconsumed message on p.Topic and records
+// it as the step's output, both or neither, and returns that output. nil:
+// nothing was consumed (no message, the run is not pending at p.Epoch, or
+// the step is already recorded).
+func (q *WaitQueries) Receive(ctx context.Context, db DBTX, p ReceiveParams) ([]byte, error) {
+	var out *string
+	err := db.QueryRow(ctx, q.receive, p.WorkflowID, p.Epoch, p.Topic, p.Pos, p.Name, p.StartedAt).Scan(&out)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case out == nil:
+		return nil, nil
+	}
+	return []byte(*out), nil
+}
+
+// SetEventParams are one SetEvent: the step it is recorded as, the run's
+// owner and the value.
+type SetEventParams struct {
+	WorkflowID string
+	Epoch      int64
+	Pos        int    // the step's position
+	Name       string // the step's name
+	Key        string
+	Value      json.RawMessage
+	StartedAt  time.Time
+}
+
+// SetEvent records the step and publishes the value, both or neither.
+// false: nothing was written (the run is not pending at p.Epoch, or the
+// step is already recorded).
+func (q *WaitQueries) SetEvent(ctx context.Context, db DBTX, p SetEventParams) (bool, error) {
+	rows, err := db.Query(ctx, q.setEvent, p.WorkflowID, p.Epoch, p.Pos, p.Name, p.Key, p.Value, p.StartedAt)
+	if err != nil {
+		return false, err
+	}
+	written := rows.Next()
+	rows.Close()
+	return written, rows.Err()
+}
+
+// GetEventParams name an event of a run.
+type GetEventParams struct {
+	WorkflowID string
+	Key        string
+}
+
+// GetEventRow is an event and the status of its run.
+type GetEventRow struct {
+	Status string
+	Found  bool   // the event is set
+	Value  []byte // its value, as JSON text
+}
+
+// GetEvent reads event p.Key of run p.WorkflowID. pgx.ErrNoRows: the run
+// does not exist.
+func (q *WaitQueries) GetEvent(ctx context.Context, db DBTX, p GetEventParams) (GetEventRow, error) {
+	var g GetEventRow
+	var value *string
+	if err := db.QueryRow(ctx, q.getEvent, p.WorkflowID, p.Key).Scan(&g.Status, &value, &g.Found); err != nil {
+		return GetEventRow{}, err
+	}
+	if value != nil {
+		g.Value = []byte(*value)
+	}
+	return g, nil
+}
+
+// WaitTopicParams name the topic run ID, owned at Epoch, waits on in
+// memory.
+type WaitTopicParams struct {
+	ID    string
+	Epoch int64
+	Topic string
+}
+
+// SetWaitTopic records the topic, for listings. false: the run is not
+// owned and pending at p.Epoch, and nothing changed.
+func (q *WaitQueries) SetWaitTopic(ctx context.Context, db DBTX, p WaitTopicParams) (bool, error) {
+	tag, err := db.Exec(ctx, q.setWaitTopic, p.ID, p.Epoch, p.Topic)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// ClearWaitTopic removes the topic SetWaitTopic recorded. false: the run
+// is not owned at p.Epoch or waits on another topic, and nothing changed.
+func (q *WaitQueries) ClearWaitTopic(ctx context.Context, db DBTX, p WaitTopicParams) (bool, error) {
+	tag, err := db.Exec(ctx, q.clearWaitTopic, p.ID, p.Epoch, p.Topic)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
 }

@@ -1,0 +1,444 @@
+package sysdb
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// waitDB is a migrated schema with its wait and stream statements, and a
+// connection listening on the schema's notification channel.
+type waitDB struct {
+	t      *testing.T
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	schema string
+	wq     *WaitQueries
+	sq     *StreamQueries
+	listen *pgx.Conn
+}
+
+func newWaitDB(t *testing.T) *waitDB {
+	t.Helper()
+	pgtest.SkipIfPooled(t, "the statement tests listen for their notifications")
+	pool, schema := migrated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	channel := ChannelName(schema)
+	conn, err := pgx.Connect(ctx, pgtest.DirectURL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+	require.NoError(t, err)
+	return &waitDB{t: t, ctx: ctx, pool: pool, schema: schema,
+		wq: NewWaitQueries(schema, channel), sq: NewStreamQueries(schema, channel), listen: conn}
+}
+
+// exec runs sql with {{schema}} rendered.
+func (d *waitDB) exec(sql string, args ...any) {
+	d.t.Helper()
+	_, err := d.pool.Exec(d.ctx, Render(sql, d.schema), args...)
+	require.NoError(d.t, err)
+}
+
+// scan reads one row of sql into dst.
+func (d *waitDB) scan(sql string, args []any, dst ...any) {
+	d.t.Helper()
+	require.NoError(d.t, d.pool.QueryRow(d.ctx, Render(sql, d.schema), args...).Scan(dst...))
+}
+
+// run inserts a workflow row: pending and owned by "x" at epoch 2 unless
+// set is given, an SQL SET list applied after the insert.
+func (d *waitDB) run(id string, set string) {
+	d.t.Helper()
+	d.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch)
+VALUES ($1, 'w', 'pending', 'v', 'x', 2)`, id)
+	if set != "" {
+		d.exec(`UPDATE {{schema}}.workflows SET `+set+` WHERE id = $1`, id)
+	}
+}
+
+// runRow is the part of a workflow row the wait statements change.
+type runRow struct {
+	Status    string
+	Executor  *string
+	WakeAt    *time.Time
+	Topic     *string
+	NotBefore *time.Time
+}
+
+func (d *waitDB) row(id string) runRow {
+	d.t.Helper()
+	var r runRow
+	d.scan(`SELECT status, executor_id, wake_at, wait_topic, not_before FROM {{schema}}.workflows WHERE id = $1`,
+		[]any{id}, &r.Status, &r.Executor, &r.WakeAt, &r.Topic, &r.NotBefore)
+	return r
+}
+
+// notified returns the payload of the next notification: sent by the
+// statements under test, or by mark. Statements that must not notify are
+// checked by sending a mark after them: it comes first.
+func (d *waitDB) notified() string {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+	defer cancel()
+	n, err := d.listen.WaitForNotification(ctx)
+	require.NoError(d.t, err)
+	return n.Payload
+}
+
+func (d *waitDB) mark() {
+	d.t.Helper()
+	_, err := d.pool.Exec(d.ctx, "SELECT pg_notify($1, 'mark')", ChannelName(d.schema))
+	require.NoError(d.t, err)
+}
+
+// recent reports whether t is within a minute of the database's now.
+func (d *waitDB) recent(t *time.Time) bool {
+	d.t.Helper()
+	var now time.Time
+	d.scan(`SELECT now()`, nil, &now)
+	return t != nil && t.Sub(now).Abs() < time.Minute
+}
+
+func TestWaitPark(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	wake := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	d.run("a", "")
+	ok, err := d.wq.Park(d.ctx, d.pool, ParkParams{ID: "a", Epoch: 2, WakeAt: wake, Topic: "t"})
+	require.NoError(t, err)
+	require.True(t, ok)
+	r := d.row("a")
+	require.Equal(t, "pending", r.Status)
+	require.Nil(t, r.Executor, "a parked run has no owner")
+	require.True(t, wake.Equal(*r.WakeAt))
+	require.Equal(t, "t", *r.Topic)
+
+	d.run("no-topic", "")
+	ok, err = d.wq.Park(d.ctx, d.pool, ParkParams{ID: "no-topic", Epoch: 2, WakeAt: wake})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Nil(t, d.row("no-topic").Topic, `"" parks on no topic`)
+
+	d.run("stale", "")
+	ok, err = d.wq.Park(d.ctx, d.pool, ParkParams{ID: "stale", Epoch: 1, WakeAt: wake})
+	require.NoError(t, err)
+	require.False(t, ok, "a stale epoch parks nothing")
+	require.Equal(t, "x", *d.row("stale").Executor)
+
+	d.run("done", "status = 'success'")
+	ok, err = d.wq.Park(d.ctx, d.pool, ParkParams{ID: "done", Epoch: 2, WakeAt: wake})
+	require.NoError(t, err)
+	require.False(t, ok, "a finished run is not parked")
+
+	// A queue that releases parked slots takes the run back, delayed.
+	d.exec(`INSERT INTO {{schema}}.queues (name, release_parked) VALUES ('rq', true), ('hq', false)`)
+	d.run("released", "queue_name = 'rq'")
+	d.run("held", "queue_name = 'hq'")
+	for _, id := range []string{"released", "held"} {
+		ok, err = d.wq.Park(d.ctx, d.pool, ParkParams{ID: id, Epoch: 2, WakeAt: wake})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	r = d.row("released")
+	require.Equal(t, "enqueued", r.Status)
+	require.True(t, wake.Equal(*r.NotBefore))
+	r = d.row("held")
+	require.Equal(t, "pending", r.Status)
+	require.Nil(t, r.NotBefore)
+}
+
+func TestWaitHandBack(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	d.run("a", "wait_topic = 't'")
+	ok, err := d.wq.HandBack(d.ctx, d.pool, HandBackParams{ID: "a", Epoch: 2})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "n:a", d.notified(), "the sweepers are told")
+	r := d.row("a")
+	require.Equal(t, "pending", r.Status)
+	require.Nil(t, r.Executor)
+	require.Nil(t, r.Topic)
+	require.True(t, d.recent(r.WakeAt), "due at once")
+
+	d.exec(`INSERT INTO {{schema}}.queues (name) VALUES ('q')`)
+	d.run("queued", "queue_name = 'q'")
+	ok, err = d.wq.HandBack(d.ctx, d.pool, HandBackParams{ID: "queued", Epoch: 2})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "q:q", d.notified(), "the queue's dispatchers are told")
+	r = d.row("queued")
+	require.Equal(t, "enqueued", r.Status, "a queued run goes back to its queue")
+	require.True(t, d.recent(r.NotBefore))
+
+	d.run("stale", "")
+	ok, err = d.wq.HandBack(d.ctx, d.pool, HandBackParams{ID: "stale", Epoch: 3})
+	require.NoError(t, err)
+	require.False(t, ok, "a stale epoch hands nothing back")
+	require.Equal(t, "x", *d.row("stale").Executor)
+	d.mark()
+	require.Equal(t, "mark", d.notified(), "nothing handed back, nothing notified")
+}
+
+func TestWaitUnpark(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	d.run("parked", "executor_id = NULL, wake_at = now() + interval '1 hour'")
+	ok, err := d.wq.Unpark(d.ctx, d.pool, "parked")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "n:parked", d.notified())
+	require.True(t, d.recent(d.row("parked").WakeAt), "due now")
+
+	d.run("queued", "executor_id = NULL, status = 'enqueued', queue_name = 'q', wake_at = now() + interval '1 hour', not_before = now() + interval '1 hour'")
+	ok, err = d.wq.Unpark(d.ctx, d.pool, "queued")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "q:q", d.notified())
+	require.True(t, d.recent(d.row("queued").NotBefore), "its queue may take it now")
+
+	d.run("owned", "wake_at = now() + interval '1 hour'")
+	d.run("not-parked", "executor_id = NULL")
+	for _, id := range []string{"owned", "not-parked", "missing"} {
+		ok, err = d.wq.Unpark(d.ctx, d.pool, id)
+		require.NoError(t, err)
+		require.False(t, ok, id)
+	}
+	d.mark()
+	require.Equal(t, "mark", d.notified())
+}
+
+func TestWaitHasMessage(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	d.run("a", "")
+	has := func(topic string) bool {
+		t.Helper()
+		ok, err := d.wq.HasMessage(d.ctx, d.pool, HasMessageParams{WorkflowID: "a", Topic: topic})
+		require.NoError(t, err)
+		return ok
+	}
+	require.False(t, has("t"))
+	d.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload, consumed_at) VALUES ('a', 't', '1', now())`)
+	require.False(t, has("t"), "a consumed message does not count")
+	d.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload) VALUES ('a', 't', '2')`)
+	require.True(t, has("t"))
+	require.False(t, has("other"))
+}
+
+func TestWaitNextWake(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	_, ok, err := d.wq.NextWake(d.ctx, d.pool)
+	require.NoError(t, err)
+	require.False(t, ok, "no parked run")
+	d.run("owned", "wake_at = now() + interval '1 minute'")
+	d.run("due", "executor_id = NULL, wake_at = now() - interval '1 minute'")
+	d.run("done", "executor_id = NULL, status = 'success', wake_at = now() + interval '1 minute'")
+	_, ok, err = d.wq.NextWake(d.ctx, d.pool)
+	require.NoError(t, err)
+	require.False(t, ok, "only parked runs due later count")
+	d.run("later", "executor_id = NULL, wake_at = now() + interval '2 hours'")
+	d.run("sooner", "executor_id = NULL, wake_at = now() + interval '1 hour'")
+	next, ok, err := d.wq.NextWake(d.ctx, d.pool)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.InDelta(t, time.Hour.Seconds(), next.Seconds(), 60)
+}
+
+func TestWaitSend(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	send := func(id, topic, key string) SendRow {
+		t.Helper()
+		row, err := d.wq.Send(d.ctx, d.pool, SendParams{WorkflowID: id, Topic: topic, Payload: json.RawMessage(`{"n":1}`), IdempotencyKey: key})
+		require.NoError(t, err)
+		return row
+	}
+	d.run("a", "")
+	require.Equal(t, SendRow{Found: true, Inserted: true}, send("a", "t", ""))
+	require.Equal(t, "m:a", d.notified(), "a receiver in memory is told")
+	require.Equal(t, SendRow{Found: true, Inserted: true}, send("a", "t", "k"))
+	require.Equal(t, "m:a", d.notified())
+	require.Equal(t, SendRow{Found: true, Inserted: false}, send("a", "t", "k"), "a repeated key stores nothing")
+	require.Equal(t, "m:a", d.notified())
+	var n int
+	var payload string
+	d.scan(`SELECT count(*), max(payload::text) FROM {{schema}}.messages WHERE workflow_id = 'a' AND topic = 't'`, nil, &n, &payload)
+	require.Equal(t, 2, n)
+	require.JSONEq(t, `{"n":1}`, payload)
+
+	d.run("done", "status = 'success'")
+	require.Equal(t, SendRow{}, send("done", "t", ""), "a finished run takes no message")
+	require.Equal(t, SendRow{}, send("missing", "t", ""))
+	d.scan(`SELECT count(*) FROM {{schema}}.messages WHERE workflow_id IN ('done', 'missing')`, nil, &n)
+	require.Zero(t, n)
+
+	// A run parked on the topic is due now; one parked on another topic
+	// is not.
+	d.run("parked", "executor_id = NULL, wake_at = now() + interval '1 hour', wait_topic = 't'")
+	d.run("elsewhere", "executor_id = NULL, wake_at = now() + interval '1 hour', wait_topic = 'u'")
+	require.True(t, send("parked", "t", "").Found)
+	require.Equal(t, "n:parked", d.notified(), "the sweepers are told")
+	require.True(t, d.recent(d.row("parked").WakeAt))
+	require.True(t, send("elsewhere", "t", "").Inserted)
+	require.Equal(t, "m:elsewhere", d.notified())
+	require.False(t, d.recent(d.row("elsewhere").WakeAt))
+
+	d.run("queued", "executor_id = NULL, status = 'enqueued', queue_name = 'q', wake_at = now() + interval '1 hour', not_before = now() + interval '1 hour', wait_topic = 't'")
+	require.True(t, send("queued", "t", "").Inserted)
+	require.Equal(t, "q:q", d.notified(), "a parked queued run's dispatchers are told")
+	require.True(t, d.recent(d.row("queued").NotBefore))
+}
+
+func TestWaitReceive(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	started := time.Now().Truncate(time.Millisecond)
+	receive := func(id string, epoch int64, pos int) []byte {
+		t.Helper()
+		out, err := d.wq.Receive(d.ctx, d.pool, ReceiveParams{WorkflowID: id, Epoch: epoch, Topic: "t", Pos: pos, Name: "recv", StartedAt: started})
+		require.NoError(t, err)
+		return out
+	}
+	unconsumed := func(id string) int {
+		t.Helper()
+		var n int
+		d.scan(`SELECT count(*) FROM {{schema}}.messages WHERE workflow_id = $1 AND consumed_at IS NULL`, []any{id}, &n)
+		return n
+	}
+	d.run("a", "")
+	require.Nil(t, receive("a", 2, 0), "no message")
+	d.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload) VALUES ('a', 't', '"first"'), ('a', 't', '"second"'), ('a', 'u', '"other"')`)
+
+	require.Nil(t, receive("a", 1, 0), "a stale epoch consumes nothing")
+	require.Equal(t, 3, unconsumed("a"))
+
+	out := receive("a", 2, 0)
+	require.JSONEq(t, `{"ok": true, "msg": "first"}`, string(out), "the oldest message")
+	var status, name, output string
+	var at time.Time
+	d.scan(`SELECT status, name, output::text, started_at FROM {{schema}}.steps WHERE workflow_id = 'a' AND pos = 0`, nil, &status, &name, &output, &at)
+	require.Equal(t, []string{"done", "recv"}, []string{status, name})
+	require.JSONEq(t, string(out), output, "recorded as the step's output")
+	require.True(t, started.Equal(at))
+	require.Equal(t, 2, unconsumed("a"))
+
+	require.Nil(t, receive("a", 2, 0), "a recorded step consumes nothing")
+	require.Equal(t, 2, unconsumed("a"))
+	require.JSONEq(t, `{"ok": true, "msg": "second"}`, string(receive("a", 2, 1)))
+	require.Nil(t, receive("a", 2, 2), "no message left on the topic")
+	require.Equal(t, 1, unconsumed("a"))
+
+	d.run("done", "status = 'success'")
+	d.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload) VALUES ('done', 't', '1')`)
+	require.Nil(t, receive("done", 2, 0), "a finished run consumes nothing")
+	require.Equal(t, 1, unconsumed("done"))
+}
+
+func TestWaitSetEvent(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	set := func(id string, epoch int64, pos int, value string) bool {
+		t.Helper()
+		ok, err := d.wq.SetEvent(d.ctx, d.pool, SetEventParams{WorkflowID: id, Epoch: epoch, Pos: pos, Name: "event",
+			Key: "k", Value: json.RawMessage(value), StartedAt: time.Now()})
+		require.NoError(t, err)
+		return ok
+	}
+	value := func(id string) string {
+		t.Helper()
+		var v string
+		d.scan(`SELECT coalesce((SELECT value::text FROM {{schema}}.events WHERE workflow_id = $1 AND key = 'k'), '')`, []any{id}, &v)
+		return v
+	}
+	d.run("a", "")
+	require.False(t, set("a", 1, 0, `1`), "a stale epoch publishes nothing")
+	require.Empty(t, value("a"))
+	d.mark()
+	require.Equal(t, "mark", d.notified())
+
+	require.True(t, set("a", 2, 0, `1`))
+	require.Equal(t, "e:a", d.notified(), "waiters are told")
+	require.Equal(t, `1`, value("a"))
+	var output string
+	d.scan(`SELECT output::text FROM {{schema}}.steps WHERE workflow_id = 'a' AND pos = 0`, nil, &output)
+	require.Equal(t, "null", output, "the step is recorded")
+
+	require.False(t, set("a", 2, 0, `2`), "a recorded step publishes nothing")
+	require.Equal(t, `1`, value("a"))
+	require.True(t, set("a", 2, 1, `{"v": 2}`), "a later step replaces the value")
+	require.Equal(t, "e:a", d.notified())
+	require.JSONEq(t, `{"v": 2}`, value("a"))
+}
+
+func TestWaitGetEvent(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	_, err := d.wq.GetEvent(d.ctx, d.pool, GetEventParams{WorkflowID: "missing", Key: "k"})
+	require.True(t, errors.Is(err, pgx.ErrNoRows), "no run: %v", err)
+
+	d.run("a", "")
+	ev, err := d.wq.GetEvent(d.ctx, d.pool, GetEventParams{WorkflowID: "a", Key: "k"})
+	require.NoError(t, err)
+	require.Equal(t, GetEventRow{Status: "pending"}, ev)
+
+	d.exec(`INSERT INTO {{schema}}.events (workflow_id, key, value) VALUES ('a', 'k', '{"v": 1}'), ('a', 'other', '2')`)
+	d.exec(`UPDATE {{schema}}.workflows SET status = 'success' WHERE id = 'a'`)
+	ev, err = d.wq.GetEvent(d.ctx, d.pool, GetEventParams{WorkflowID: "a", Key: "k"})
+	require.NoError(t, err)
+	require.Equal(t, "success", ev.Status)
+	require.True(t, ev.Found)
+	require.JSONEq(t, `{"v": 1}`, string(ev.Value))
+}
+
+func TestWaitTopic(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	topic := func(id string) *string {
+		t.Helper()
+		return d.row(id).Topic
+	}
+	p := WaitTopicParams{ID: "a", Epoch: 2, Topic: "t"}
+	d.run("a", "")
+	ok, err := d.wq.SetWaitTopic(d.ctx, d.pool, WaitTopicParams{ID: "a", Epoch: 1, Topic: "t"})
+	require.NoError(t, err)
+	require.False(t, ok, "a stale epoch records nothing")
+	require.Nil(t, topic("a"))
+	ok, err = d.wq.SetWaitTopic(d.ctx, d.pool, p)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "t", *topic("a"))
+
+	ok, err = d.wq.ClearWaitTopic(d.ctx, d.pool, WaitTopicParams{ID: "a", Epoch: 2, Topic: "u"})
+	require.NoError(t, err)
+	require.False(t, ok, "another topic's wait is not cleared")
+	ok, err = d.wq.ClearWaitTopic(d.ctx, d.pool, WaitTopicParams{ID: "a", Epoch: 1, Topic: "t"})
+	require.NoError(t, err)
+	require.False(t, ok, "a stale epoch clears nothing")
+	require.Equal(t, "t", *topic("a"))
+	ok, err = d.wq.ClearWaitTopic(d.ctx, d.pool, p)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Nil(t, topic("a"))
+
+	// A parked run's topic belongs to the park: neither statement touches it.
+	d.run("parked", "executor_id = NULL, wake_at = now() + interval '1 hour', wait_topic = 'p'")
+	ok, err = d.wq.SetWaitTopic(d.ctx, d.pool, WaitTopicParams{ID: "parked", Epoch: 2, Topic: "t"})
+	require.NoError(t, err)
+	require.False(t, ok)
+	ok, err = d.wq.ClearWaitTopic(d.ctx, d.pool, WaitTopicParams{ID: "parked", Epoch: 2, Topic: "p"})
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, "p", *topic("parked"))
+}
