@@ -324,7 +324,7 @@ type Engine struct {
 	lease      *leasePool   // the heartbeat's and fence checks' connections (lease.go); set at Launch
 	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
 
-	hub         *hub
+	hub         *notify.Hub[*outcome]
 	kick        chan struct{} // wakes the sweeper
 	startBatch  *batcher[*startWrite]
 	stepBatch   *batcher[*stepWrite]
@@ -383,7 +383,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		stopping:       make(chan struct{}),
 		hardCtx:        hardCtx,
 		hardCancel:     hardCancel,
-		hub:            newHub(),
+		hub:            notify.NewHub[*outcome](),
 		kick:           make(chan struct{}, 1),
 	}
 	e.recov.free = c.RecoveryConcurrency
@@ -574,7 +574,7 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 			e.noteDBTrouble()
 		}
 		connected = true
-		e.hub.wakeAll()
+		e.hub.WakeAll()
 		e.wakeSweeper()
 		for _, q := range e.queues {
 			q.wake()
@@ -723,11 +723,11 @@ func (e *Engine) onNotify(payload string) {
 	}
 	switch payload[0] {
 	case 'd': // a run finished
-		e.hub.notified(payload[2:])
+		e.hub.Notified(payload[2:])
 	case 'n': // an unowned run was committed
 		e.wakeSweeper()
 	case 'm', 'e', 's': // a message, an event or stream entries for a workflow
-		e.hub.notified(payload)
+		e.hub.Notified(payload)
 	case 'c': // "c:<epoch>:<id>": a run was cancelled; stop it if it runs here
 		epochStr, id, ok := strings.Cut(payload[2:], ":")
 		epoch, err := strconv.ParseInt(epochStr, 10, 64)

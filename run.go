@@ -455,7 +455,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 				e.handBack(r)
 			}
 			r.traceStopped(h)
-			e.hub.wake(r.id, nil)
+			e.hub.Wake(r.id, nil)
 			return
 		}
 		// Non-determinism, an undecodable record, the deadline, or a
@@ -468,7 +468,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		// shutdown error of a step): the run is handed back to the next owner.
 		e.handBack(r)
 		r.traceStopped(err)
-		e.hub.wake(r.id, nil)
+		e.hub.Wake(r.id, nil)
 		return
 	}
 	if err == nil && len(out) > e.cfg.MaxPayloadBytes {
@@ -496,7 +496,7 @@ func (e *Engine) finish(r *run, o *outcome, steps []*stepWrite) {
 			if err := r.writeCheckpoint(s); err != nil {
 				if e.notOursToFinish(err) {
 					r.traceStopped(err)
-					e.hub.wake(r.id, nil)
+					e.hub.Wake(r.id, nil)
 					return
 				}
 				o = &outcome{status: StatusError, err: encodeError(err)}
@@ -519,7 +519,14 @@ func (e *Engine) finish(r *run, o *outcome, steps []*stepWrite) {
 	}
 	r.traceFinished(o)
 	r.logFinished(o)
-	e.hub.wake(r.id, o)
+	e.hub.Wake(r.id, o)
+}
+
+// outcome is a finished run as stored.
+type outcome struct {
+	status Status
+	output []byte
+	err    []byte
 }
 
 // handBack parks a run that Shutdown stopped at a step boundary, due at

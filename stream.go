@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -139,11 +140,11 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 			// Subscribe before reading, so a write or a finish between the
 			// read and the wait is not missed.
 			entryKey := "s:" + workflowID
-			ew := e.hub.subscribe(entryKey)
-			fw := e.hub.subscribe(workflowID)
+			ew := e.hub.Subscribe(entryKey)
+			fw := e.hub.Subscribe(workflowID)
 			unsubscribe := func() {
-				e.hub.unsubscribe(entryKey, ew)
-				e.hub.unsubscribe(workflowID, fw)
+				e.hub.Unsubscribe(entryKey, ew)
+				e.hub.Unsubscribe(workflowID, fw)
 			}
 			p, err := readStream[T](ctx, e.pool, sw.sq, workflowID, key, next, streamReadBatch)
 			if err != nil {
@@ -168,8 +169,8 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 			}
 			t := time.NewTimer(e.pollInterval())
 			select {
-			case <-ew.ch:
-			case <-fw.ch:
+			case <-ew.Done():
+			case <-fw.Done():
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
@@ -312,7 +313,7 @@ func streamRun(ctx context.Context, op string) (r *run, inWorkflow bool, err err
 type streamWriter struct {
 	pool    *pgxpool.Pool
 	sq      *sysdb.StreamQueries
-	hub     *hub
+	hub     *notify.Hub[*outcome]
 	log     *slog.Logger
 	hardCtx context.Context
 	notify  bool
@@ -708,7 +709,7 @@ func (w *streamWriter) write(batch []*streamRow) {
 	}
 	if err == nil {
 		for k := range accepted {
-			w.hub.notified("s:" + k.id) // readers in this process
+			w.hub.Notified("s:" + k.id) // readers in this process
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/notify"
 )
 
 // maxNameLen bounds workflow IDs, workflow and step names, versions and
@@ -226,15 +228,15 @@ func (e *Engine) encodeArg(v any, what, name string) ([]byte, error) {
 func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string, input []byte, parent string, deadline *time.Time, want []byte) (*Handle[R], error) {
 	e := w.e
 	defer e.launches.enter()()
-	local := e.hub.subscribeLocal(id)
+	local := e.hub.SubscribeLocal(id)
 	inserted, err := e.writeStart(ctx, &startWrite{id: id, name: w.def.name, input: input, parent: parent, deadline: deadline, trace: sp.traceparent()})
 	if err != nil {
 		e.noteDBTrouble()
-		e.hub.unsubscribe(id, local)
+		e.hub.Unsubscribe(id, local)
 		return nil, fmt.Errorf("durable: start workflow %q id %q: %w", w.def.name, id, err)
 	}
 	if !inserted {
-		e.hub.unsubscribe(id, local)
+		e.hub.Unsubscribe(id, local)
 		sp.existing()
 		return w.existing(ctx, e.pool, id, want, parent)
 	}
@@ -385,8 +387,8 @@ func (w *Workflow[P, R]) Handle(ctx context.Context, id string) (*Handle[R], err
 type Handle[R any] struct {
 	e         *Engine
 	id        string
-	local     *waiter     // the run executes in this process
-	localSeen atomic.Bool // the local outcome was returned once
+	local     *notify.Waiter[*outcome] // the run executes in this process
+	localSeen atomic.Bool              // the local outcome was returned once
 }
 
 // ID returns the workflow ID.
@@ -409,11 +411,11 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 	var zero R
 	if h.local != nil && !h.localSeen.Load() {
 		select {
-		case <-h.local.ch:
+		case <-h.local.Done():
 			// The in-process outcome serves the first Result; later calls
 			// read the database, as the run may have been resumed since.
 			h.localSeen.Store(true)
-			if o := h.local.out; o != nil {
+			if o := h.local.Outcome(); o != nil {
 				return decodeOutcome[R](h.id, o)
 			}
 		case <-ctx.Done():
@@ -422,10 +424,10 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 	}
 	e := h.e
 	for {
-		w := e.hub.subscribe(h.id)
+		w := e.hub.Subscribe(h.id)
 		info, err := e.readRun(ctx, e.pool, h.id)
 		if err != nil {
-			e.hub.unsubscribe(h.id, w)
+			e.hub.Unsubscribe(h.id, w)
 			return zero, err
 		}
 		if !info.status.Finished() && !info.notify && !e.cfg.PollOnly {
@@ -434,35 +436,35 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			// between.
 			tag, err := e.pool.Exec(ctx, e.q.WatchWorkflow, h.id)
 			if err != nil {
-				e.hub.unsubscribe(h.id, w)
+				e.hub.Unsubscribe(h.id, w)
 				return zero, fmt.Errorf("durable: watch workflow %q: %w", h.id, err)
 			}
 			if tag.RowsAffected() == 0 {
-				e.hub.unsubscribe(h.id, w)
+				e.hub.Unsubscribe(h.id, w)
 				continue
 			}
 		}
 		if info.status.Finished() {
-			e.hub.unsubscribe(h.id, w)
+			e.hub.Unsubscribe(h.id, w)
 			return decodeOutcome[R](h.id, &outcome{status: info.status, output: info.output, err: info.err})
 		}
 		t := time.NewTimer(e.pollInterval())
 		woken := false
 		select {
-		case <-w.ch:
+		case <-w.Done():
 			woken = true
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			e.hub.unsubscribe(h.id, w)
+			e.hub.Unsubscribe(h.id, w)
 			return zero, ctx.Err()
 		}
 		t.Stop()
-		e.hub.unsubscribe(h.id, w)
-		// w.out is written before w.ch is closed: read it only after the
-		// close was seen, or it races with a wake that comes meanwhile.
-		if woken && w.out != nil {
-			return decodeOutcome[R](h.id, w.out)
+		e.hub.Unsubscribe(h.id, w)
+		// The outcome is written before Done is closed: read it only after
+		// the close was seen, or it races with a wake that comes meanwhile.
+		if woken && w.Outcome() != nil {
+			return decodeOutcome[R](h.id, w.Outcome())
 		}
 	}
 }
@@ -573,7 +575,7 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 		started := time.Now()
 		waitUntil := started.Add(r.e.cfg.ParkThreshold)
 		for {
-			w := r.e.hub.subscribe(h.id)
+			w := r.e.hub.Subscribe(h.id)
 			var info *runInfo
 			err := r.retryDB("read child", func(ctx context.Context) error {
 				var err error
@@ -581,14 +583,14 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 				return err
 			})
 			if err != nil {
-				r.e.hub.unsubscribe(h.id, w)
+				r.e.hub.Unsubscribe(h.id, w)
 				if errors.Is(err, ErrWorkflowNotFound) {
 					return zero, err
 				}
 				return zero, r.halt(err)
 			}
 			if info.status.Finished() {
-				r.e.hub.unsubscribe(h.id, w)
+				r.e.hub.Unsubscribe(h.id, w)
 				out, _ := json.Marshal(awaited{Status: info.status, Output: info.output, Error: info.err})
 				if err := r.checkpoint(pos, name, stepDone, out, nil, 1, started); err != nil {
 					return zero, err
@@ -601,11 +603,11 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 			}
 			remaining := time.Until(waitUntil)
 			if remaining <= 0 {
-				r.e.hub.unsubscribe(h.id, w)
+				r.e.hub.Unsubscribe(h.id, w)
 				return zero, r.parkOnChild(h.id)
 			}
-			err = r.waitFor(w.ch, min(remaining, r.e.pollInterval()))
-			r.e.hub.unsubscribe(h.id, w)
+			err = r.waitFor(w.Done(), min(remaining, r.e.pollInterval()))
+			r.e.hub.Unsubscribe(h.id, w)
 			if err != nil {
 				return zero, err
 			}
