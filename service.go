@@ -3,43 +3,35 @@ package durable
 import (
 	"context"
 	"sync"
+
+	"github.com/durable-go/durable/internal/service"
 )
 
-// services runs the engine's background loops, each with its own context so
-// they can be stopped in an explicit order.
+// services runs the engine's background loops, each a service.Loop of its
+// own, so they can be stopped in an explicit order.
 type services struct {
 	mu    sync.Mutex
-	loops map[string]*loop
+	loops map[string]*service.Loop
 }
 
-type loop struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func newServices() *services { return &services{loops: map[string]*loop{}} }
+func newServices() *services { return &services{loops: map[string]*service.Loop{}} }
 
 func (s *services) start(name string, run func(ctx context.Context)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &loop{cancel: cancel, done: make(chan struct{})}
+	l := &service.Loop{}
 	s.mu.Lock()
 	s.loops[name] = l
 	s.mu.Unlock()
-	go func() {
-		defer close(l.done)
-		run(ctx)
-	}()
+	_ = l.StartLoop(context.Background(), run) // a new Loop: never ErrStarted
 }
 
-// stop cancels one loop and waits for it to return.
+// stop stops one loop and waits for it to return.
 func (s *services) stop(name string) {
 	s.mu.Lock()
 	l := s.loops[name]
 	delete(s.loops, name)
 	s.mu.Unlock()
 	if l != nil {
-		l.cancel()
-		<-l.done
+		_ = l.Stop(context.Background()) // waits: the context never ends
 	}
 }
 
