@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/durable-go/durable/internal/commit"
 	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/sysdb"
@@ -324,12 +325,10 @@ type Engine struct {
 	lease      *leasePool   // the heartbeat's and fence checks' connections (lease.go); set at Launch
 	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
 
-	hub         *notify.Hub[*outcome]
-	kick        chan struct{} // wakes the sweeper
-	startBatch  *batcher[*startWrite]
-	stepBatch   *batcher[*stepWrite]
-	finishBatch *batcher[*finishWrite]
-	stepDelay   time.Duration // longest wait of a deferred step checkpoint (pending.go)
+	hub       *notify.Hub[*outcome]
+	kick      chan struct{} // wakes the sweeper
+	commit    *commit.Writer
+	stepDelay time.Duration // longest wait of a deferred step checkpoint (pending.go)
 
 	lastOrphanReport string // sweeper goroutine only
 
@@ -389,7 +388,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	e.recov.free = c.RecoveryConcurrency
 	e.pollEvery.Store(int64(c.PollInterval))
 	e.tracer = newTracer(c.TracerProvider)
-	e.initBatchers()
+	e.commit = newCommitWriter(e)
 	e.stepDelay = stepFlushDelay
 	e.workers = newWorkerPool()
 	e.streamw = newStreamWriter(e)
@@ -560,7 +559,7 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 		}
 		return pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
 	}
-	listener.ListenSQL = e.q.ListenStmt
+	listener.ListenSQL = e.q.ListenSQL()
 	listener.OnNotify = e.onNotify
 	connected := false // called from the listener's goroutine only
 	listener.OnConnected = func() {
@@ -612,7 +611,7 @@ var errDeafListen = errors.New("durable: LISTEN delivers nothing")
 // delivers anything: rather than waiting on notifications that never come,
 // the engine then polls instead (pollInstead).
 func (e *Engine) checkListen(ctx context.Context) error {
-	if _, err := e.pool.Exec(ctx, e.q.Notify, "p:"+e.incarnation); err != nil {
+	if err := e.q.Notify(ctx, e.pool, "p:"+e.incarnation); err != nil {
 		return fmt.Errorf("durable: launch: listen self-check: %w", err)
 	}
 	t := time.NewTimer(listenProbeTimeout)

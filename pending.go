@@ -3,6 +3,8 @@ package durable
 import (
 	"sync"
 	"time"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Deferred step checkpoints. A plain step's checkpoint need not be written
@@ -28,7 +30,7 @@ import (
 const stepFlushDelay = 2 * time.Millisecond
 
 // deferCheckpoint queues w to be written with the run's next write.
-func (r *run) deferCheckpoint(w *stepWrite) {
+func (r *run) deferCheckpoint(w *sysdb.InsertStepParams) {
 	r.mu.Lock()
 	r.pending = append(r.pending, w)
 	if len(r.pending) == 1 {
@@ -43,7 +45,7 @@ func (r *run) deferCheckpoint(w *stepWrite) {
 
 // takePending returns the checkpoints not written yet and forgets them.
 // The caller holds flushMu, so no write of earlier ones is in flight.
-func (r *run) takePending() []*stepWrite {
+func (r *run) takePending() []*sysdb.InsertStepParams {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ws := r.pending
@@ -84,7 +86,7 @@ func (r *run) flushPending() error {
 
 // pendingForFinish takes the deferred checkpoints for the run's finish
 // statement, after any write of them in flight has ended.
-func (r *run) pendingForFinish() []*stepWrite {
+func (r *run) pendingForFinish() []*sysdb.InsertStepParams {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
 	return r.takePending()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Context is the context of workflow code. It is a [context.Context] that
@@ -54,10 +56,10 @@ type run struct {
 	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)
 
 	// Plain step checkpoints not written yet (see deferCheckpoint).
-	deferSteps bool         // the run defers them (set before it executes)
-	pending    []*stepWrite // guarded by mu
-	flushTimer *time.Timer  // writes pending ones stepFlushDelay after the first
-	flushMu    sync.Mutex   // held while pending checkpoints are written
+	deferSteps bool                      // the run defers them (set before it executes)
+	pending    []*sysdb.InsertStepParams // guarded by mu
+	flushTimer *time.Timer               // writes pending ones stepFlushDelay after the first
+	flushMu    sync.Mutex                // held while pending checkpoints are written
 
 	tr     *tspan                      // this execution's span; nil without tracing (trace.go)
 	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
@@ -218,17 +220,17 @@ func (r *run) checkpoint(pos int, name, status string, output, errb []byte, atte
 }
 
 // stepWrite is the checkpoint of the step at pos, fenced by the run's epoch.
-func (r *run) stepWrite(pos int, name, status string, output, errb []byte, attempts int, started time.Time) *stepWrite {
-	return &stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
-		attempts: attempts, started: started, epoch: r.epoch}
+func (r *run) stepWrite(pos int, name, status string, output, errb []byte, attempts int, started time.Time) *sysdb.InsertStepParams {
+	return &sysdb.InsertStepParams{WorkflowID: r.id, Pos: pos, Name: name, Status: status, Output: output, Error: errb,
+		Attempts: attempts, StartedAt: started, Epoch: r.epoch}
 }
 
-func (r *run) writeCheckpoint(w *stepWrite) error {
-	pos, name, status := w.pos, w.name, w.status
+func (r *run) writeCheckpoint(w *sysdb.InsertStepParams) error {
+	pos, name, status := w.Pos, w.Name, w.Status
 	var written bool
 	err := r.retryDB("record step", func(ctx context.Context) error {
 		var err error
-		written, err = r.e.writeStep(ctx, w)
+		written, err = r.e.commit.WriteStep(ctx, w)
 		return err
 	})
 	if err != nil {
@@ -431,7 +433,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	// was refused. A run that stops without finishing here drops them: it
 	// runs those steps again when resumed, as after a crash, and no late
 	// write can land in a new execution's history.
-	var steps []*stepWrite
+	var steps []*sysdb.InsertStepParams
 	if r.deferSteps {
 		steps = r.pendingForFinish()
 	}
@@ -485,14 +487,13 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 // finish records the final outcome of r, with the checkpoints of its
 // steps since its last durable call (deferred, pending.go) in the same
 // statement, and wakes its waiters.
-func (e *Engine) finish(r *run, o *outcome, steps []*stepWrite) {
-	w := &finishWrite{id: r.id, epoch: r.epoch, o: o, steps: steps}
-	written, err := e.writeFinishRetrying(r, w)
-	if err != nil && w.steps != nil && !errors.Is(err, ErrShutdown) {
+func (e *Engine) finish(r *run, o *outcome, steps []*sysdb.InsertStepParams) {
+	written, err := e.writeFinishRetrying(r, finishWrite(r, o, steps))
+	if err != nil && steps != nil && !errors.Is(err, ErrShutdown) {
 		// The statement failed as a whole: write the checkpoints alone, as
 		// a step would have without deferral, so that the one refused fails
 		// the run with its own error, then finish.
-		for _, s := range w.steps {
+		for _, s := range steps {
 			if err := r.writeCheckpoint(s); err != nil {
 				if e.notOursToFinish(err) {
 					r.traceStopped(err)
@@ -503,8 +504,7 @@ func (e *Engine) finish(r *run, o *outcome, steps []*stepWrite) {
 				break
 			}
 		}
-		w = &finishWrite{id: r.id, epoch: r.epoch, o: o}
-		written, err = e.writeFinishRetrying(r, w)
+		written, err = e.writeFinishRetrying(r, finishWrite(r, o, nil))
 	}
 	switch {
 	case err != nil:
@@ -527,6 +527,13 @@ type outcome struct {
 	status Status
 	output []byte
 	err    []byte
+}
+
+// finishWrite is the finish of r with outcome o, carrying the checkpoints
+// of its last steps, fenced by the run's epoch.
+func finishWrite(r *run, o *outcome, steps []*sysdb.InsertStepParams) *sysdb.FinishOneStepsParams {
+	return &sysdb.FinishOneStepsParams{FinishOneParams: sysdb.FinishOneParams{ID: r.id, Epoch: r.epoch, Status: string(o.status),
+		Output: o.output, Error: o.err}, Steps: steps}
 }
 
 // handBack parks a run that Shutdown stopped at a step boundary, due at
@@ -561,10 +568,10 @@ func (e *Engine) releaseSlot(r *run) {
 	}
 }
 
-func (e *Engine) writeFinishRetrying(r *run, w *finishWrite) (written bool, err error) {
+func (e *Engine) writeFinishRetrying(r *run, w *sysdb.FinishOneStepsParams) (written bool, err error) {
 	err = r.retryDB("finish workflow", func(ctx context.Context) error {
 		var err error
-		written, err = e.writeFinish(ctx, w)
+		written, err = e.commit.WriteFinish(ctx, w)
 		return err
 	})
 	return written, err

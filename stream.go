@@ -130,7 +130,7 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 			// the finish), as a result waiter does, before the first read:
 			// what is written after this is notified, what was written
 			// before it is read. No row: the run finished or does not exist.
-			if _, err := e.pool.Exec(ctx, e.q.WatchWorkflow, workflowID); err != nil {
+			if _, err := e.q.WatchWorkflow(ctx, e.pool, workflowID); err != nil {
 				yield(zero, fmt.Errorf("durable: read stream %q of workflow %q: %w", key, workflowID, err))
 				return
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/durable-go/durable/internal/notify"
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // maxNameLen bounds workflow IDs, workflow and step names, versions and
@@ -229,7 +230,8 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 	e := w.e
 	defer e.launches.enter()()
 	local := e.hub.SubscribeLocal(id)
-	inserted, err := e.writeStart(ctx, &startWrite{id: id, name: w.def.name, input: input, parent: parent, deadline: deadline, trace: sp.traceparent()})
+	inserted, err := e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: w.def.name, Input: input, ParentID: parent, Deadline: deadline,
+		TraceContext: sp.traceparent()})
 	if err != nil {
 		e.noteDBTrouble()
 		e.hub.Unsubscribe(id, local)
@@ -246,10 +248,9 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 	return &Handle[R]{e: e, id: id, local: local}, nil
 }
 
-type queryer interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
+// queryer is what the reads and writes of a start run on: the pool, or
+// the caller's transaction.
+type queryer = sysdb.DBTX
 
 // existing returns a handle to the stored run id, checking it belongs to w
 // and, unless input is nil, that it was started with input (see
@@ -303,14 +304,8 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	}
 	sp := w.e.traceStart(ctx, "durable.start", w.def.name, id)
 	defer func() { sp.end(err) }()
-	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, json.RawMessage(input), nil, "n:"+id, deadline,
-		nullString(sp.traceparent()))
-	inserted := false
-	if err == nil {
-		inserted = rows.Next()
-		rows.Close()
-		err = rows.Err()
-	}
+	inserted, err := w.e.q.InsertWorkflow(ctx, tx, sysdb.InsertWorkflowParams{ID: id, Name: w.def.name, AppVersion: w.e.cfg.AppVersion,
+		Input: input, NotifyPayload: "n:" + id, Deadline: deadline, TraceContext: sp.traceparent()})
 	if err != nil {
 		return nil, fmt.Errorf("durable: start workflow %q id %q in transaction: %w", w.def.name, id, err)
 	}
@@ -434,12 +429,12 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			// Ask whoever runs it to notify on finish (not when polling
 			// only: nobody would send it); no row means it finished in
 			// between.
-			tag, err := e.pool.Exec(ctx, e.q.WatchWorkflow, h.id)
+			watched, err := e.q.WatchWorkflow(ctx, e.pool, h.id)
 			if err != nil {
 				e.hub.Unsubscribe(h.id, w)
 				return zero, fmt.Errorf("durable: watch workflow %q: %w", h.id, err)
 			}
-			if tag.RowsAffected() == 0 {
+			if !watched {
 				e.hub.Unsubscribe(h.id, w)
 				continue
 			}
@@ -498,19 +493,17 @@ func (e *Engine) readRun(ctx context.Context, q queryer, id string) (*runInfo, e
 	if err := checkName("workflow ID", id); err != nil {
 		return nil, err
 	}
-	var ri runInfo
-	var status string
-	err := q.QueryRow(ctx, e.q.WorkflowByID, id).Scan(&ri.id, &ri.name, &status, &ri.appVersion, &ri.executor, &ri.epoch,
-		&ri.recoveryAttempts, &ri.notify, &ri.parent, &ri.input, &ri.output, &ri.err, &ri.createdAt, &ri.updatedAt,
-		&ri.queue, &ri.deadline)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
-	}
+	row, found, err := e.q.WorkflowByID(ctx, q, id)
 	if err != nil {
 		return nil, fmt.Errorf("durable: read workflow %q: %w", id, err)
 	}
-	ri.status = Status(status)
-	return &ri, nil
+	if !found {
+		return nil, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
+	}
+	return &runInfo{id: row.ID, name: row.Name, appVersion: row.AppVersion, status: Status(row.Status), executor: row.ExecutorID,
+		parent: row.ParentID, epoch: row.Epoch, recoveryAttempts: row.RecoveryAttempts, notify: row.Notify, input: row.Input,
+		output: row.Output, err: row.Error, createdAt: row.CreatedAt, updatedAt: row.UpdatedAt, queue: row.QueueName,
+		deadline: row.Deadline}, nil
 }
 
 // Now returns the current time, recorded as a step so a replay sees the
@@ -534,7 +527,7 @@ func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []by
 	defer e.launches.enter()()
 	sp := e.traceStart(ctx, "durable.start", def.name, id)
 	defer func() { sp.end(err) }()
-	created, err = e.writeStart(ctx, &startWrite{id: id, name: def.name, input: input, trace: sp.traceparent()})
+	created, err = e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: def.name, Input: input, TraceContext: sp.traceparent()})
 	if err != nil {
 		e.noteDBTrouble()
 		return false, fmt.Errorf("durable: start workflow %q id %q: %w", def.name, id, err)
@@ -599,7 +592,7 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 				break
 			}
 			if !info.notify {
-				_, _ = r.e.pool.Exec(r.e.hardCtx, r.e.q.WatchWorkflow, h.id) // a remote finish notifies us
+				_, _ = r.e.q.WatchWorkflow(r.e.hardCtx, r.e.pool, h.id) // a remote finish notifies us
 			}
 			remaining := time.Until(waitUntil)
 			if remaining <= 0 {
@@ -636,11 +629,7 @@ func (r *run) parkOnChild(child string) error {
 		if err != nil || !info.status.Finished() {
 			return err
 		}
-		rows, err := r.e.pool.Query(ctx, r.e.q.WakeParent, child, r.id)
-		if err == nil {
-			rows.Close()
-			err = rows.Err()
-		}
+		_, err = r.e.q.WakeParent(ctx, r.e.pool, sysdb.WakeParentParams{ChildID: child, ParentID: r.id})
 		return err
 	})
 	return err
