@@ -141,8 +141,7 @@ type Config struct {
 	// returns first, or alone 2 ms after the step returned, whichever comes
 	// first. A run whose last step is followed by its return saves a round
 	// trip and a commit: a one-step workflow is two statements instead of
-	// three (6-10% faster alone), and a queue of them drains 2-25% faster
-	// in bench/ (see its README).
+	// three (bench/README.md says what that is worth).
 	//
 	// The cost: a process that dies in that window, or an engine stopped
 	// in it, runs the step again on resume, as it would had it died during
