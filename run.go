@@ -55,11 +55,9 @@ type run struct {
 	mu   sync.Mutex
 	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)
 
-	// Plain step checkpoints not written yet (see deferCheckpoint).
-	deferSteps bool                      // the run defers them (set before it executes)
-	pending    []*sysdb.InsertStepParams // guarded by mu
-	flushTimer *time.Timer               // writes pending ones stepFlushDelay after the first
-	flushMu    sync.Mutex                // held while pending checkpoints are written
+	// Plain step checkpoints not written yet (pending.go).
+	deferSteps bool // the run defers them (set before it executes)
+	deferred   deferredSteps
 
 	tr     *tspan                      // this execution's span; nil without tracing (trace.go)
 	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
@@ -100,7 +98,7 @@ func (r *run) halted() error {
 // the recorded step at that position, if any.
 func (r *run) begin(name string) (int, *stepRecord, error) {
 	if r.deferSteps {
-		if err := r.flushPending(); err != nil { // pending.go
+		if err := r.deferred.flush(); err != nil { // pending.go
 			return 0, nil, err
 		}
 	}
@@ -398,6 +396,7 @@ func (p *workerPool) worker(f func()) {
 
 func (e *Engine) newRun(id, name string, epoch int64, steps map[int]*stepRecord, deadline *time.Time) *run {
 	r := &run{e: e, id: id, name: name, epoch: epoch, steps: steps}
+	r.deferred.r = r
 	base, cancelCause := context.WithCancelCause(context.WithValue(e.hardCtx, runKey{}, r))
 	r.cancelCause = cancelCause
 	if deadline != nil {
@@ -435,7 +434,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	// write can land in a new execution's history.
 	var steps []*sysdb.InsertStepParams
 	if r.deferSteps {
-		steps = r.pendingForFinish()
+		steps = r.deferred.forFinish()
 	}
 	h := r.halted()
 	if h == nil {

@@ -352,7 +352,7 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	}
 	w := r.stepWrite(pos, name, status, output, errb, attempts, started)
 	if r.deferSteps {
-		r.deferCheckpoint(w) // see pending.go
+		r.deferred.add(w) // see pending.go
 	} else if err := r.writeCheckpoint(w); err != nil {
 		return zero, err
 	}
