@@ -303,7 +303,7 @@ func (e *Engine) launchThen(r *run, def *wfDef, input []byte, done func()) {
 // activeRuns holds the runs executing in this process by ID. A map under a
 // mutex: every run is stored and removed once and looked up rarely
 // (cancel, stray checks), which a sync.Map does at the cost of an
-// allocation per store (~4% of the engine's CPU in a queue drain).
+// allocation per store.
 type activeRuns struct {
 	mu sync.Mutex
 	m  map[string]*run
@@ -345,11 +345,10 @@ func (a *activeRuns) ids() map[string]bool {
 }
 
 // workerPool runs each execution on an idle worker goroutine, or on a new
-// one when none is idle. A fresh goroutine per run grew its stack through
-// every run's JSON decoding and database calls and had to be scheduled
-// from nothing: a worker keeps its stack, which took ~50 µs off a 0-step
-// workflow's latency on the bench's machine. At most workersIdleMax wait
-// for work, each for workerIdle.
+// one when none is idle. A fresh goroutine per run would grow its stack
+// through every run's JSON decoding and database calls and be scheduled
+// from nothing: a worker keeps its stack, which shortens a short run's
+// latency. At most workersIdleMax wait for work, each for workerIdle.
 type workerPool struct {
 	work chan func()
 	idle atomic.Int32
