@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/durable-go/durable/internal/commit"
 	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/schedule"
@@ -141,8 +142,7 @@ type Config struct {
 	// returns first, or alone 2 ms after the step returned, whichever comes
 	// first. A run whose last step is followed by its return saves a round
 	// trip and a commit: a one-step workflow is two statements instead of
-	// three (6-10% faster alone), and a queue of them drains 2-25% faster
-	// in bench/ (see its README).
+	// three (bench/README.md says what that is worth).
 	//
 	// The cost: a process that dies in that window, or an engine stopped
 	// in it, runs the step again on resume, as it would had it died during
@@ -328,12 +328,10 @@ type Engine struct {
 	lease      *leasePool   // the heartbeat's and fence checks' connections (lease.go); set at Launch
 	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
 
-	hub         *hub
-	kick        chan struct{} // wakes the sweeper
-	startBatch  *batcher[*startWrite]
-	stepBatch   *batcher[*stepWrite]
-	finishBatch *batcher[*finishWrite]
-	stepDelay   time.Duration // longest wait of a deferred step checkpoint (pending.go)
+	hub       *notify.Hub[*outcome]
+	kick      chan struct{} // wakes the sweeper
+	commit    *commit.Writer
+	stepDelay time.Duration // longest wait of a deferred step checkpoint (pending.go)
 
 	lastOrphanReport string // sweeper goroutine only
 
@@ -390,13 +388,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		stopping:       make(chan struct{}),
 		hardCtx:        hardCtx,
 		hardCancel:     hardCancel,
-		hub:            newHub(),
+		hub:            notify.NewHub[*outcome](),
 		kick:           make(chan struct{}, 1),
 	}
 	e.recov.free = c.RecoveryConcurrency
 	e.pollEvery.Store(int64(c.PollInterval))
 	e.tracer = newTracer(c.TracerProvider)
-	e.initBatchers()
+	e.commit = newCommitWriter(e)
 	e.stepDelay = stepFlushDelay
 	e.workers = newWorkerPool()
 	e.streamw = newStreamWriter(e)
@@ -571,7 +569,7 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 		}
 		return pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
 	}
-	listener.ListenSQL = e.q.ListenStmt
+	listener.ListenSQL = e.q.ListenSQL()
 	listener.OnNotify = e.onNotify
 	connected := false // called from the listener's goroutine only
 	listener.OnConnected = func() {
@@ -585,7 +583,7 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 			e.noteDBTrouble()
 		}
 		connected = true
-		e.hub.wakeAll()
+		e.hub.WakeAll()
 		e.wakeSweeper()
 		for _, q := range e.queues {
 			q.wake()
@@ -623,7 +621,7 @@ var errDeafListen = errors.New("durable: LISTEN delivers nothing")
 // delivers anything: rather than waiting on notifications that never come,
 // the engine then polls instead (pollInstead).
 func (e *Engine) checkListen(ctx context.Context) error {
-	if _, err := e.pool.Exec(ctx, e.q.Notify, "p:"+e.incarnation); err != nil {
+	if err := e.q.Notify(ctx, e.pool, "p:"+e.incarnation); err != nil {
 		return fmt.Errorf("durable: launch: listen self-check: %w", err)
 	}
 	t := time.NewTimer(listenProbeTimeout)
@@ -735,11 +733,11 @@ func (e *Engine) onNotify(payload string) {
 	}
 	switch payload[0] {
 	case 'd': // a run finished
-		e.hub.notified(payload[2:])
+		e.hub.Notified(payload[2:])
 	case 'n': // an unowned run was committed
 		e.wakeSweeper()
 	case 'm', 'e', 's': // a message, an event or stream entries for a workflow
-		e.hub.notified(payload)
+		e.hub.Notified(payload)
 	case 'c': // "c:<epoch>:<id>": a run was cancelled; stop it if it runs here
 		epochStr, id, ok := strings.Cut(payload[2:], ":")
 		epoch, err := strconv.ParseInt(epochStr, 10, 64)

@@ -154,8 +154,8 @@ func FuzzSchemaName(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer conn.Release()
-		if _, err := conn.Exec(ctx, e.q.ListenStmt); err != nil {
-			t.Fatalf("schema %q: %s: %v", s, e.q.ListenStmt, err)
+		if _, err := conn.Exec(ctx, e.q.ListenSQL()); err != nil {
+			t.Fatalf("schema %q: %s: %v", s, e.q.ListenSQL(), err)
 		}
 		defer conn.Exec(ctx, "UNLISTEN *")
 		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, 'probe')", e.q.Channel); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // acquireSignal is a pool tracer that closes the channel an Acquire's
@@ -64,7 +65,7 @@ func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
 	e.bg.stop("sweeper") // the test sweeps by hand
 
 	// A run and a queued run of an executor that is gone (no lease).
-	_, err = pool.Exec(ctx, e.q.InsertOwned, "orphan", "w", "test", "gone", json.RawMessage("1"), nil, nil, nil)
+	_, err = e.q.InsertOwned(ctx, pool, sysdb.InsertOwnedParams{AppVersion: "test", ExecutorID: "gone", Run: &sysdb.OwnedRun{ID: "orphan", Name: "w", Input: json.RawMessage("1")}})
 	require.NoError(t, err)
 	require.NoError(t, q.Pause(ctx))
 	_, err = wf.Enqueue(ctx, q, 2, &EnqueueOpts{ID: "queued-orphan"})

@@ -122,10 +122,10 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 		started := time.Now()
 		waiting := false // the wait topic is recorded
 		for {
-			w := r.e.hub.subscribe("m:" + r.id)
+			w := r.e.hub.Subscribe("m:" + r.id)
 			out, got, err := r.receive(pos, name, topic, started)
 			if err != nil || got {
-				r.e.hub.unsubscribe("m:"+r.id, w)
+				r.e.hub.Unsubscribe("m:"+r.id, w)
 				if err != nil {
 					return msg, false, err
 				}
@@ -137,7 +137,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 			}
 			remaining := time.Until(deadline)
 			if remaining <= 0 {
-				r.e.hub.unsubscribe("m:"+r.id, w)
+				r.e.hub.Unsubscribe("m:"+r.id, w)
 				out, _ := json.Marshal(received{})
 				if err := r.checkpoint(pos, name, stepDone, out, nil, 1, started); err != nil {
 					return msg, false, err
@@ -149,15 +149,15 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				break
 			}
 			if remaining > r.e.cfg.ParkThreshold {
-				r.e.hub.unsubscribe("m:"+r.id, w)
+				r.e.hub.Unsubscribe("m:"+r.id, w)
 				return msg, false, r.park(deadline, topic)
 			}
 			if !waiting {
 				r.markWaiting(topic)
 				waiting = true
 			}
-			err = r.waitFor(w.ch, min(remaining, r.e.pollInterval()))
-			r.e.hub.unsubscribe("m:"+r.id, w)
+			err = r.waitFor(w.Done(), min(remaining, r.e.pollInterval()))
+			r.e.hub.Unsubscribe("m:"+r.id, w)
 			if err != nil {
 				return msg, false, err
 			}
@@ -276,18 +276,18 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		w := e.hub.subscribe("e:" + id)
+		w := e.hub.Subscribe("e:" + id)
 		ev, err := e.wq.GetEvent(ctx, e.pool, sysdb.GetEventParams{WorkflowID: id, Key: key})
 		if errors.Is(err, pgx.ErrNoRows) {
-			e.hub.unsubscribe("e:"+id, w)
+			e.hub.Unsubscribe("e:"+id, w)
 			return value, false, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
 		}
 		if err != nil {
-			e.hub.unsubscribe("e:"+id, w)
+			e.hub.Unsubscribe("e:"+id, w)
 			return value, false, fmt.Errorf("durable: get event %q of %q: %w", key, id, err)
 		}
 		if ev.Found {
-			e.hub.unsubscribe("e:"+id, w)
+			e.hub.Unsubscribe("e:"+id, w)
 			if ev.Value == nil {
 				return value, true, nil
 			}
@@ -298,20 +298,20 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 || Status(ev.Status).Finished() {
-			e.hub.unsubscribe("e:"+id, w)
+			e.hub.Unsubscribe("e:"+id, w)
 			return value, false, nil
 		}
 		t := time.NewTimer(min(remaining, e.pollInterval()))
 		select {
-		case <-w.ch:
+		case <-w.Done():
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			e.hub.unsubscribe("e:"+id, w)
+			e.hub.Unsubscribe("e:"+id, w)
 			return value, false, ctx.Err()
 		}
 		t.Stop()
-		e.hub.unsubscribe("e:"+id, w)
+		e.hub.Unsubscribe("e:"+id, w)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Riding out database outages. While Postgres is away (restarted, failed
@@ -91,11 +93,7 @@ func (e *Engine) wakeParentOfFinished(ctx context.Context, id string) {
 		if err != nil || !info.status.Finished() || info.parent == nil {
 			return err
 		}
-		rows, err := e.pool.Query(ctx, e.q.WakeParent, id, *info.parent)
-		if err == nil {
-			rows.Close()
-			err = rows.Err()
-		}
+		_, err = e.q.WakeParent(ctx, e.pool, sysdb.WakeParentParams{ChildID: id, ParentID: *info.parent})
 		return err
 	})
 	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrWorkflowNotFound) {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // incEngine launches an engine of executor id on a fresh schema, with a
@@ -46,7 +47,7 @@ func TestAdoptStrays(t *testing.T) {
 	ctx, pool, schema, e, wf, q := incEngine(t, "stray-exec", "q", &QueueOpts{WorkerConcurrency: 1})
 
 	// A start whose INSERT committed but whose answer was lost.
-	if _, err := pool.Exec(ctx, e.q.InsertOwned, "plain-stray", "w", "test", "stray-exec", json.RawMessage("41"), nil, nil, nil); err != nil {
+	if _, err := e.q.InsertOwned(ctx, pool, sysdb.InsertOwnedParams{AppVersion: "test", ExecutorID: "stray-exec", Run: &sysdb.OwnedRun{ID: "plain-stray", Name: "w", Input: json.RawMessage("41")}}); err != nil {
 		t.Fatal(err)
 	}
 	// A queue claim whose answer was lost: the run is pending and ours,

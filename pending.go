@@ -3,6 +3,8 @@ package durable
 import (
 	"sync"
 	"time"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Deferred step checkpoints. A plain step's checkpoint need not be written
@@ -27,51 +29,60 @@ import (
 // write before it is written alone.
 const stepFlushDelay = 2 * time.Millisecond
 
-// deferCheckpoint queues w to be written with the run's next write.
-func (r *run) deferCheckpoint(w *stepWrite) {
-	r.mu.Lock()
-	r.pending = append(r.pending, w)
-	if len(r.pending) == 1 {
-		if r.flushTimer == nil {
-			r.flushTimer = time.AfterFunc(r.e.stepDelay, func() { _ = r.flushPending() })
-		} else {
-			r.flushTimer.Reset(r.e.stepDelay)
-		}
-	}
-	r.mu.Unlock()
+// deferredSteps are the plain step checkpoints of a run not written yet.
+type deferredSteps struct {
+	r       *run // the run they are of
+	mu      sync.Mutex
+	pending []*sysdb.InsertStepParams // guarded by mu
+	timer   *time.Timer               // writes them stepFlushDelay after the first
+	flushMu sync.Mutex                // held while pending checkpoints are written
 }
 
-// takePending returns the checkpoints not written yet and forgets them.
-// The caller holds flushMu, so no write of earlier ones is in flight.
-func (r *run) takePending() []*stepWrite {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ws := r.pending
+// add queues w to be written with the run's next write.
+func (d *deferredSteps) add(w *sysdb.InsertStepParams) {
+	d.mu.Lock()
+	d.pending = append(d.pending, w)
+	if len(d.pending) == 1 {
+		if d.timer == nil {
+			d.timer = time.AfterFunc(d.r.e.stepDelay, func() { _ = d.flush() })
+		} else {
+			d.timer.Reset(d.r.e.stepDelay)
+		}
+	}
+	d.mu.Unlock()
+}
+
+// take returns the checkpoints not written yet and forgets them. The
+// caller holds flushMu, so no write of earlier ones is in flight.
+func (d *deferredSteps) take() []*sysdb.InsertStepParams {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ws := d.pending
 	if ws != nil {
-		r.pending = nil
-		r.flushTimer.Stop()
+		d.pending = nil
+		d.timer.Stop()
 	}
 	return ws
 }
 
-// flushPending writes the deferred checkpoints, or waits for a write of
-// them in flight; a failure halts the run and is returned.
-func (r *run) flushPending() error {
-	r.flushMu.Lock()
-	defer r.flushMu.Unlock()
-	ws := r.takePending()
+// flush writes the deferred checkpoints, or waits for a write of them in
+// flight; a failure halts the run and is returned.
+func (d *deferredSteps) flush() error {
+	d.flushMu.Lock()
+	defer d.flushMu.Unlock()
+	ws := d.take()
 	switch len(ws) {
 	case 0:
 		return nil
 	case 1:
-		return r.writeCheckpoint(ws[0])
+		return d.r.writeCheckpoint(ws[0])
 	}
 	// Steps of parallel futures: written concurrently, so that group
 	// commit puts them in one statement.
 	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
 	for i, w := range ws {
-		wg.Go(func() { errs[i] = r.writeCheckpoint(w) })
+		wg.Go(func() { errs[i] = d.r.writeCheckpoint(w) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -82,10 +93,10 @@ func (r *run) flushPending() error {
 	return nil
 }
 
-// pendingForFinish takes the deferred checkpoints for the run's finish
+// forFinish takes the deferred checkpoints for the run's finish
 // statement, after any write of them in flight has ended.
-func (r *run) pendingForFinish() []*stepWrite {
-	r.flushMu.Lock()
-	defer r.flushMu.Unlock()
-	return r.takePending()
+func (d *deferredSteps) forFinish() []*sysdb.InsertStepParams {
+	d.flushMu.Lock()
+	defer d.flushMu.Unlock()
+	return d.take()
 }

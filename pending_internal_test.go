@@ -3,8 +3,6 @@ package durable
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -250,72 +248,5 @@ func deferredCheckpointRefused(t *testing.T, delay time.Duration) {
 	}
 	if _, err := h.Result(ctx); err == nil || !strings.Contains(err.Error(), "record step 0") {
 		t.Fatalf("result error %v, want the refused checkpoint's", err)
-	}
-}
-
-// TestFinishWithSteps: the finish statements that carry deferred
-// checkpoints write them only for the runs they finish: a fenced run gets
-// neither its outcome nor its steps, in the multi-row statement and the
-// single-row one; a batch whose statement fails as a whole (a step row
-// already recorded) is retried run by run, so only that run's finish fails.
-func TestFinishWithSteps(t *testing.T) {
-	t.Parallel()
-	ctx, pool, schema, e := newEngine(t, &Config{ExecutorID: "fin-exec"})
-	run := func(id string) {
-		if _, err := pool.Exec(ctx, e.q.InsertOwned, id, "w", "test", "fin-exec", json.RawMessage("1"), nil, nil, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	item := func(id string, epoch int64, steps ...string) *batchItem[*finishWrite] {
-		w := &finishWrite{id: id, epoch: epoch, o: &outcome{status: StatusSuccess, output: []byte(`"ok"`)}}
-		for i, s := range steps {
-			w.steps = append(w.steps, &stepWrite{id: id, pos: i, name: s, status: stepDone, output: []byte(`1`),
-				attempts: 1, started: time.Now(), epoch: epoch})
-		}
-		return &batchItem[*finishWrite]{v: w}
-	}
-	status := func(id string) string {
-		var s string
-		if err := pool.QueryRow(ctx, "SELECT status FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+" WHERE id = $1", id).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s + fmt.Sprint(recordedSteps(ctx, t, pool, schema, id))
-	}
-	check := func(items []*batchItem[*finishWrite], want ...string) {
-		t.Helper()
-		for i, it := range items {
-			got := fmt.Sprintf("%v %v %s", it.ok, it.err != nil, status(it.v.id))
-			if got != want[i] {
-				t.Errorf("%s: %s, want %s", it.v.id, got, want[i])
-			}
-		}
-	}
-
-	for _, id := range []string{"m-steps", "m-fenced", "m-plain", "s-steps", "s-fenced"} {
-		run(id)
-	}
-	many := []*batchItem[*finishWrite]{item("m-steps", 1, "a", "b"), item("m-fenced", 2, "a"), item("m-plain", 1)}
-	e.flushFinishes(many)
-	check(many, "true false success[a+ b+]", "false false pending[]", "true false success[]")
-	one := []*batchItem[*finishWrite]{item("s-steps", 1, "a")}
-	e.flushFinishes(one)
-	fenced := []*batchItem[*finishWrite]{item("s-fenced", 2, "a")}
-	e.flushFinishes(fenced)
-	check(append(one, fenced...), "true false success[a+]", "false false pending[]")
-
-	// A step row already there fails the multi-row statement; the rows are
-	// then written one by one and only that run's finish fails.
-	for _, id := range []string{"r-dup", "r-ok"} {
-		run(id)
-	}
-	if _, err := pool.Exec(ctx, e.q.InsertStep, "r-dup", 0, "a", stepDone, json.RawMessage(`1`), nil, 1, time.Now(), int64(1)); err != nil {
-		t.Fatal(err)
-	}
-	retried := []*batchItem[*finishWrite]{item("r-dup", 1, "a"), item("r-ok", 1, "a")}
-	e.flushFinishes(retried)
-	check(retried, "false true pending[a]", "true false success[a+]")
-	var pgErr interface{ SQLState() string }
-	if !errors.As(retried[0].err, &pgErr) || pgErr.SQLState() != "23505" {
-		t.Errorf("r-dup: error %v, want a unique violation", retried[0].err)
 	}
 }

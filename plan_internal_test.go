@@ -71,18 +71,33 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 		_, _ = sq.Append(ctx, db, sysdb.AppendParams{WorkflowIDs: ids, Keys: fillN(batch, "k"), Offsets: fillN(batch, int64(0)),
 			Values: fillN(batch, out), Closed: fillN(batch, false), Wseqs: fillN[*int64](batch, nil), Epochs: fillN(batch, int64(2))})
 	})
-	cases := []struct {
-		name string
-		sql  string
-		args []any
-	}{
-		{"InsertStep", q.InsertStep, []any{"r7", 1, "s", "done", out, nil, 1, now, 2}},
-		{"InsertSteps", q.InsertSteps, []any{ids, fillN(batch, int32(1)), fillN(batch, "s"), fillN(batch, "done"), fillN(batch, out), fillN[json.RawMessage](batch, nil), fillN(batch, int32(1)), fillN(batch, now), fillN(batch, int64(2))}},
-		{"InsertStepTx", q.InsertStepTx, []any{"r7", 1, "s", "done", out, nil, 1, now, 2}},
-		{"CompleteIntent", q.CompleteIntent, []any{"r7", 1, "done", out, nil, 1, 2}},
-		{"FinishOne", q.FinishOne, []any{"r7", 2, "success", out, nil}},
-		{"FinishWorkflows", q.FinishWorkflows, []any{ids, fillN(batch, int64(2)), fillN(batch, "success"), fillN(batch, out), fillN[json.RawMessage](batch, nil)}},
-		{"WakeParent", q.WakeParent, []any{"r7", "p7"}},
+	step := func(id string) *sysdb.InsertStepParams {
+		return &sysdb.InsertStepParams{WorkflowID: id, Pos: 1, Name: "s", Status: "done", Output: out, Attempts: 1, StartedAt: now, Epoch: 2}
+	}
+	steps := make([]*sysdb.InsertStepParams, batch)
+	finishes := make([]*sysdb.FinishOneParams, batch)
+	for i, id := range ids {
+		steps[i], finishes[i] = step(id), &sysdb.FinishOneParams{ID: id, Epoch: 2, Status: "success", Output: out}
+	}
+	cases := []planCase{
+		typedCase(t, "InsertStep", func(db sysdb.DBTX) error { _, err := q.InsertStep(ctx, db, *step("r7")); return err }),
+		typedCase(t, "InsertSteps", func(db sysdb.DBTX) error { _, err := q.InsertSteps(ctx, db, steps); return err }),
+		typedCase(t, "InsertStepTx", func(db sysdb.DBTX) error {
+			b := &pgx.Batch{}
+			q.QueueInsertStepTx(b, *step("r7"))
+			_, err := db.Exec(ctx, b.QueuedQueries[0].SQL, b.QueuedQueries[0].Arguments...)
+			return err
+		}),
+		typedCase(t, "CompleteIntent", func(db sysdb.DBTX) error {
+			_, err := q.CompleteIntent(ctx, db, sysdb.CompleteIntentParams{WorkflowID: "r7", Pos: 1, Status: "done", Output: out, Attempts: 1, Epoch: 2})
+			return err
+		}),
+		typedCase(t, "FinishOne", func(db sysdb.DBTX) error { _, _, err := q.FinishOne(ctx, db, *finishes[6]); return err }),
+		typedCase(t, "FinishWorkflows", func(db sysdb.DBTX) error { _, err := q.FinishWorkflows(ctx, db, finishes); return err }),
+		typedCase(t, "WakeParent", func(db sysdb.DBTX) error {
+			_, err := q.WakeParent(ctx, db, sysdb.WakeParentParams{ChildID: "r7", ParentID: "p7"})
+			return err
+		}),
 		{"DeadLetter", q.DeadLetter, []any{"r7", 2, out}},
 		{"Park", park, parkArgs},
 		{"HandBack", handBack, handBackArgs},
@@ -101,6 +116,52 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 	}
 }
 
+// planCase is a statement whose plan a test checks.
+type planCase struct {
+	name string
+	sql  string
+	args []any
+}
+
+// typedCase is the planCase of the statement that call, a typed method of
+// internal/sysdb run on the db it is given, sends.
+func typedCase(t *testing.T, name string, call func(db sysdb.DBTX) error) planCase {
+	t.Helper()
+	var c capture
+	if err := call(&c); !errors.Is(err, errCaptured) {
+		t.Fatalf("%s: the statement was not captured: %v", name, err)
+	}
+	return planCase{name: name, sql: c.sql, args: c.args}
+}
+
+// capture is a sysdb.DBTX that keeps the statement sent to it instead of
+// running it: every call fails with errCaptured.
+type capture struct {
+	sql  string
+	args []any
+}
+
+var errCaptured = errors.New("statement captured")
+
+func (c *capture) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.sql, c.args = sql, args
+	return pgconn.CommandTag{}, errCaptured
+}
+
+func (c *capture) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.sql, c.args = sql, args
+	return nil, errCaptured
+}
+
+func (c *capture) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	c.sql, c.args = sql, args
+	return capturedRow{}
+}
+
+type capturedRow struct{}
+
+func (capturedRow) Scan(...any) error { return errCaptured }
+
 // fillN returns n copies of v: typed, so that pgx encodes them in every
 // exec mode.
 func fillN[T any](n int, v T) []T {
@@ -114,38 +175,10 @@ func fillN[T any](n int, v T) []T {
 // statementOf returns the statement call sends to its DBTX, and its
 // arguments, without running it: call's error is ignored.
 func statementOf(call func(db sysdb.DBTX)) (string, []any) {
-	var c capturedStatement
+	var c capture
 	call(&c)
 	return c.sql, c.args
 }
-
-// capturedStatement is a DBTX that records the statement it is given and
-// fails it.
-type capturedStatement struct {
-	sql  string
-	args []any
-}
-
-var errCaptured = errors.New("statement captured, not run")
-
-func (c *capturedStatement) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	c.sql, c.args = sql, args
-	return pgconn.CommandTag{}, errCaptured
-}
-
-func (c *capturedStatement) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
-	c.sql, c.args = sql, args
-	return nil, errCaptured
-}
-
-func (c *capturedStatement) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
-	c.sql, c.args = sql, args
-	return capturedRow{}
-}
-
-type capturedRow struct{}
-
-func (capturedRow) Scan(...any) error { return errCaptured }
 
 // migratedSchema returns a context bounded for the test, the test pool and
 // a fresh schema with every migration applied.

@@ -410,7 +410,7 @@ func (e *Engine) queueReady(q *Queue) {
 }
 
 func (e *Engine) sendQueueNotify(name string) {
-	if _, err := e.pool.Exec(e.hardCtx, e.q.Notify, "q:"+name); err != nil && e.hardCtx.Err() == nil {
+	if err := e.q.Notify(e.hardCtx, e.pool, "q:"+name); err != nil && e.hardCtx.Err() == nil {
 		e.log.Warn("durable: notify queue", "queue", name, "err", err)
 	}
 }

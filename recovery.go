@@ -203,7 +203,7 @@ func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
 	e.log.Error("durable: run dead-lettered: its executor kept dying while running it", "workflow_id", c.id,
 		"workflow", c.name, "recovery_attempts", c.attempts-1, "limit", limit)
 	e.traceDeadLetter(&c, limit, dle)
-	e.hub.wake(c.id, &outcome{status: StatusDead, err: errb})
+	e.hub.Wake(c.id, &outcome{status: StatusDead, err: errb})
 }
 
 // heartbeatLoop renews this executor's lease every LeaseTTL/3. After a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Bounded resume. A run claimed by recovery (its own at Launch, taken over
@@ -159,38 +161,21 @@ func (e *Engine) loadSteps(ctx context.Context, ids []string) (out map[string]ma
 	if budget == 0 {
 		budget = resumeLoadBytes
 	}
-	rows, err := e.pool.Query(ctx, e.q.LoadStepsMany, ids, budget)
-	if err != nil {
-		return nil, 0, err
-	}
 	out = make(map[string]map[int]*stepRecord, len(ids))
 	bytes := 0
-	for rows.Next() {
-		var rank int64
-		var pos, attempts *int32
-		var name, status *string
-		var output, errb []byte
-		if err := rows.Scan(&rank, &pos, &name, &status, &output, &errb, &attempts); err != nil {
-			rows.Close()
-			return nil, 0, err
+	err = e.q.LoadStepsMany(ctx, e.pool, sysdb.LoadStepsManyParams{WorkflowIDs: ids, Budget: budget}, func(s sysdb.LoadStepsManyRow) {
+		n = max(n, s.Run+1)
+		if !s.HasStep {
+			return // a run without recorded steps
 		}
-		if rank < 1 || rank > int64(len(ids)) {
-			rows.Close()
-			return nil, 0, fmt.Errorf("load steps: run rank %d out of 1..%d", rank, len(ids))
-		}
-		n = max(n, int(rank))
-		if pos == nil {
-			continue // a run without recorded steps
-		}
-		id := ids[rank-1]
+		id := ids[s.Run]
 		if out[id] == nil {
 			out[id] = map[int]*stepRecord{}
 		}
-		rec := &stepRecord{pos: int(*pos), name: *name, status: *status, output: output, err: errb, attempts: int(*attempts)}
-		out[id][rec.pos] = rec
-		bytes += len(output) + len(errb)
-	}
-	if err := rows.Err(); err != nil {
+		out[id][s.Pos] = &stepRecord{pos: s.Pos, name: s.Name, status: s.Status, output: s.Output, err: s.Error, attempts: s.Attempts}
+		bytes += len(s.Output) + len(s.Error)
+	})
+	if err != nil {
 		return nil, 0, err
 	}
 	if e.recov.onLoad != nil {

@@ -55,11 +55,9 @@ type run struct {
 	mu   sync.Mutex
 	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)
 
-	// Plain step checkpoints not written yet (see deferCheckpoint).
-	deferSteps bool         // the run defers them (set before it executes)
-	pending    []*stepWrite // guarded by mu
-	flushTimer *time.Timer  // writes pending ones stepFlushDelay after the first
-	flushMu    sync.Mutex   // held while pending checkpoints are written
+	// Plain step checkpoints not written yet (pending.go).
+	deferSteps bool // the run defers them (set before it executes)
+	deferred   deferredSteps
 
 	tr     *tspan                      // this execution's span; nil without tracing (trace.go)
 	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
@@ -100,7 +98,7 @@ func (r *run) halted() error {
 // the recorded step at that position, if any.
 func (r *run) begin(name string) (int, *stepRecord, error) {
 	if r.deferSteps {
-		if err := r.flushPending(); err != nil { // pending.go
+		if err := r.deferred.flush(); err != nil { // pending.go
 			return 0, nil, err
 		}
 	}
@@ -220,17 +218,17 @@ func (r *run) checkpoint(pos int, name, status string, output, errb []byte, atte
 }
 
 // stepWrite is the checkpoint of the step at pos, fenced by the run's epoch.
-func (r *run) stepWrite(pos int, name, status string, output, errb []byte, attempts int, started time.Time) *stepWrite {
-	return &stepWrite{id: r.id, pos: pos, name: name, status: status, output: output, errb: errb,
-		attempts: attempts, started: started, epoch: r.epoch}
+func (r *run) stepWrite(pos int, name, status string, output, errb []byte, attempts int, started time.Time) *sysdb.InsertStepParams {
+	return &sysdb.InsertStepParams{WorkflowID: r.id, Pos: pos, Name: name, Status: status, Output: output, Error: errb,
+		Attempts: attempts, StartedAt: started, Epoch: r.epoch}
 }
 
-func (r *run) writeCheckpoint(w *stepWrite) error {
-	pos, name, status := w.pos, w.name, w.status
+func (r *run) writeCheckpoint(w *sysdb.InsertStepParams) error {
+	pos, name, status := w.Pos, w.Name, w.Status
 	var written bool
 	err := r.retryDB("record step", func(ctx context.Context) error {
 		var err error
-		written, err = r.e.writeStep(ctx, w)
+		written, err = r.e.commit.WriteStep(ctx, w)
 		return err
 	})
 	if err != nil {
@@ -305,7 +303,7 @@ func (e *Engine) launchThen(r *run, def *wfDef, input []byte, done func()) {
 // activeRuns holds the runs executing in this process by ID. A map under a
 // mutex: every run is stored and removed once and looked up rarely
 // (cancel, stray checks), which a sync.Map does at the cost of an
-// allocation per store (~4% of the engine's CPU in a queue drain).
+// allocation per store.
 type activeRuns struct {
 	mu sync.Mutex
 	m  map[string]*run
@@ -347,11 +345,10 @@ func (a *activeRuns) ids() map[string]bool {
 }
 
 // workerPool runs each execution on an idle worker goroutine, or on a new
-// one when none is idle. A fresh goroutine per run grew its stack through
-// every run's JSON decoding and database calls and had to be scheduled
-// from nothing: a worker keeps its stack, which took ~50 µs off a 0-step
-// workflow's latency on the bench's machine. At most workersIdleMax wait
-// for work, each for workerIdle.
+// one when none is idle. A fresh goroutine per run would grow its stack
+// through every run's JSON decoding and database calls and be scheduled
+// from nothing: a worker keeps its stack, which shortens a short run's
+// latency. At most workersIdleMax wait for work, each for workerIdle.
 type workerPool struct {
 	work chan func()
 	idle atomic.Int32
@@ -398,6 +395,7 @@ func (p *workerPool) worker(f func()) {
 
 func (e *Engine) newRun(id, name string, epoch int64, steps map[int]*stepRecord, deadline *time.Time) *run {
 	r := &run{e: e, id: id, name: name, epoch: epoch, steps: steps}
+	r.deferred.r = r
 	base, cancelCause := context.WithCancelCause(context.WithValue(e.hardCtx, runKey{}, r))
 	r.cancelCause = cancelCause
 	if deadline != nil {
@@ -433,9 +431,9 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 	// was refused. A run that stops without finishing here drops them: it
 	// runs those steps again when resumed, as after a crash, and no late
 	// write can land in a new execution's history.
-	var steps []*stepWrite
+	var steps []*sysdb.InsertStepParams
 	if r.deferSteps {
-		steps = r.pendingForFinish()
+		steps = r.deferred.forFinish()
 	}
 	h := r.halted()
 	if h == nil {
@@ -457,7 +455,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 				e.handBack(r)
 			}
 			r.traceStopped(h)
-			e.hub.wake(r.id, nil)
+			e.hub.Wake(r.id, nil)
 			return
 		}
 		// Non-determinism, an undecodable record, the deadline, or a
@@ -470,7 +468,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		// shutdown error of a step): the run is handed back to the next owner.
 		e.handBack(r)
 		r.traceStopped(err)
-		e.hub.wake(r.id, nil)
+		e.hub.Wake(r.id, nil)
 		return
 	}
 	if err == nil && len(out) > e.cfg.MaxPayloadBytes {
@@ -487,26 +485,24 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 // finish records the final outcome of r, with the checkpoints of its
 // steps since its last durable call (deferred, pending.go) in the same
 // statement, and wakes its waiters.
-func (e *Engine) finish(r *run, o *outcome, steps []*stepWrite) {
-	w := &finishWrite{id: r.id, epoch: r.epoch, o: o, steps: steps}
-	written, err := e.writeFinishRetrying(r, w)
-	if err != nil && w.steps != nil && !errors.Is(err, ErrShutdown) {
+func (e *Engine) finish(r *run, o *outcome, steps []*sysdb.InsertStepParams) {
+	written, err := e.writeFinishRetrying(r, finishWrite(r, o, steps))
+	if err != nil && steps != nil && !errors.Is(err, ErrShutdown) {
 		// The statement failed as a whole: write the checkpoints alone, as
 		// a step would have without deferral, so that the one refused fails
 		// the run with its own error, then finish.
-		for _, s := range w.steps {
+		for _, s := range steps {
 			if err := r.writeCheckpoint(s); err != nil {
 				if e.notOursToFinish(err) {
 					r.traceStopped(err)
-					e.hub.wake(r.id, nil)
+					e.hub.Wake(r.id, nil)
 					return
 				}
 				o = &outcome{status: StatusError, err: encodeError(err)}
 				break
 			}
 		}
-		w = &finishWrite{id: r.id, epoch: r.epoch, o: o}
-		written, err = e.writeFinishRetrying(r, w)
+		written, err = e.writeFinishRetrying(r, finishWrite(r, o, nil))
 	}
 	switch {
 	case err != nil:
@@ -521,7 +517,21 @@ func (e *Engine) finish(r *run, o *outcome, steps []*stepWrite) {
 	}
 	r.traceFinished(o)
 	r.logFinished(o)
-	e.hub.wake(r.id, o)
+	e.hub.Wake(r.id, o)
+}
+
+// outcome is a finished run as stored.
+type outcome struct {
+	status Status
+	output []byte
+	err    []byte
+}
+
+// finishWrite is the finish of r with outcome o, carrying the checkpoints
+// of its last steps, fenced by the run's epoch.
+func finishWrite(r *run, o *outcome, steps []*sysdb.InsertStepParams) *sysdb.FinishOneStepsParams {
+	return &sysdb.FinishOneStepsParams{FinishOneParams: sysdb.FinishOneParams{ID: r.id, Epoch: r.epoch, Status: string(o.status),
+		Output: o.output, Error: o.err}, Steps: steps}
 }
 
 // handBack parks a run that Shutdown stopped at a step boundary, due at
@@ -556,10 +566,10 @@ func (e *Engine) releaseSlot(r *run) {
 	}
 }
 
-func (e *Engine) writeFinishRetrying(r *run, w *finishWrite) (written bool, err error) {
+func (e *Engine) writeFinishRetrying(r *run, w *sysdb.FinishOneStepsParams) (written bool, err error) {
 	err = r.retryDB("finish workflow", func(ctx context.Context) error {
 		var err error
-		written, err = e.writeFinish(ctx, w)
+		written, err = e.commit.WriteFinish(ctx, w)
 		return err
 	})
 	return written, err

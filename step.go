@@ -352,7 +352,7 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	}
 	w := r.stepWrite(pos, name, status, output, errb, attempts, started)
 	if r.deferSteps {
-		r.deferCheckpoint(w) // see pending.go
+		r.deferred.add(w) // see pending.go
 	} else if err := r.writeCheckpoint(w); err != nil {
 		return zero, err
 	}
@@ -516,7 +516,8 @@ func txAttempt[R any](r *run, sp *tspan, pos int, name string, n int, started ti
 		return out, nil, false, err
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, json.RawMessage(output), nil, n, started, r.epoch)
+	r.e.q.QueueInsertStepTx(batch, sysdb.InsertStepParams{WorkflowID: r.id, Pos: pos, Name: name, Status: stepDone, Output: output,
+		Attempts: n, StartedAt: started, Epoch: r.epoch})
 	batch.Queue("COMMIT")
 	br := c.Conn().SendBatch(ctx, batch)
 	_, insErr := br.Exec()
@@ -621,10 +622,11 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 	if runErr != nil {
 		status, output, errb = stepError, nil, encodeError(runErr)
 	}
-	var n int64
+	var completed bool
 	err = r.retryDB("complete intent", func(ctx context.Context) error {
-		tag, err := r.e.pool.Exec(ctx, r.e.q.CompleteIntent, r.id, pos, status, json.RawMessage(output), json.RawMessage(errb), attempts, r.epoch)
-		n = tag.RowsAffected()
+		var err error
+		completed, err = r.e.q.CompleteIntent(ctx, r.e.pool, sysdb.CompleteIntentParams{WorkflowID: r.id, Pos: pos, Status: status,
+			Output: output, Error: errb, Attempts: attempts, Epoch: r.epoch})
 		return err
 	})
 	if err != nil {
@@ -633,7 +635,7 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 		}
 		return zero, r.halt(fmt.Errorf("durable: workflow %q: complete step %d %q: %w", r.id, pos, name, err))
 	}
-	if n == 0 {
+	if !completed {
 		if err := r.diagnose(pos, name, false); err != nil {
 			return zero, err
 		}

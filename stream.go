@@ -146,7 +146,7 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 			// the finish), as a result waiter does, before the first read:
 			// what is written after this is notified, what was written
 			// before it is read. No row: the run finished or does not exist.
-			if _, err := e.pool.Exec(ctx, e.q.WatchWorkflow, workflowID); err != nil {
+			if _, err := e.q.WatchWorkflow(ctx, e.pool, workflowID); err != nil {
 				yield(zero, fmt.Errorf("durable: read stream %q of workflow %q: %w", key, workflowID, err))
 				return
 			}
@@ -156,11 +156,11 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 			// Subscribe before reading, so a write or a finish between the
 			// read and the wait is not missed.
 			entryKey := "s:" + workflowID
-			ew := e.hub.subscribe(entryKey)
-			fw := e.hub.subscribe(workflowID)
+			ew := e.hub.Subscribe(entryKey)
+			fw := e.hub.Subscribe(workflowID)
 			unsubscribe := func() {
-				e.hub.unsubscribe(entryKey, ew)
-				e.hub.unsubscribe(workflowID, fw)
+				e.hub.Unsubscribe(entryKey, ew)
+				e.hub.Unsubscribe(workflowID, fw)
 			}
 			p, err := readStream[T](ctx, e.pool, e.sq, workflowID, key, next, streamReadBatch)
 			if err != nil {
@@ -185,8 +185,8 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 			}
 			t := time.NewTimer(e.pollInterval())
 			select {
-			case <-ew.ch:
-			case <-fw.ch:
+			case <-ew.Done():
+			case <-fw.Done():
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
@@ -305,7 +305,7 @@ func newStreamWriter(e *Engine) streamService {
 		DB:        e.pool,
 		Queries:   e.sq,
 		Notify:    !e.cfg.PollOnly,
-		Notified:  func(id string) { e.hub.notified("s:" + id) },
+		Notified:  func(id string) { e.hub.Notified("s:" + id) },
 		Transient: isTransient,
 		Logger:    e.log,
 	})

@@ -13,6 +13,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/notify"
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // maxNameLen bounds workflow IDs, workflow and step names, versions and
@@ -226,15 +229,16 @@ func (e *Engine) encodeArg(v any, what, name string) ([]byte, error) {
 func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string, input []byte, parent string, deadline *time.Time, want []byte) (*Handle[R], error) {
 	e := w.e
 	defer e.launches.enter()()
-	local := e.hub.subscribeLocal(id)
-	inserted, err := e.writeStart(ctx, &startWrite{id: id, name: w.def.name, input: input, parent: parent, deadline: deadline, trace: sp.traceparent()})
+	local := e.hub.SubscribeLocal(id)
+	inserted, err := e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: w.def.name, Input: input, ParentID: parent, Deadline: deadline,
+		TraceContext: sp.traceparent()})
 	if err != nil {
 		e.noteDBTrouble()
-		e.hub.unsubscribe(id, local)
+		e.hub.Unsubscribe(id, local)
 		return nil, fmt.Errorf("durable: start workflow %q id %q: %w", w.def.name, id, err)
 	}
 	if !inserted {
-		e.hub.unsubscribe(id, local)
+		e.hub.Unsubscribe(id, local)
 		sp.existing()
 		return w.existing(ctx, e.pool, id, want, parent)
 	}
@@ -244,10 +248,9 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 	return &Handle[R]{e: e, id: id, local: local}, nil
 }
 
-type queryer interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
+// queryer is what the reads and writes of a start run on: the pool, or
+// the caller's transaction.
+type queryer = sysdb.DBTX
 
 // existing returns a handle to the stored run id, checking it belongs to w
 // and, unless input is nil, that it was started with input (see
@@ -301,14 +304,8 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	}
 	sp := w.e.traceStart(ctx, "durable.start", w.def.name, id)
 	defer func() { sp.end(err) }()
-	rows, err := tx.Query(ctx, w.e.q.InsertWorkflow, id, w.def.name, w.e.cfg.AppVersion, nil, 0, json.RawMessage(input), nil, "n:"+id, deadline,
-		nullString(sp.traceparent()))
-	inserted := false
-	if err == nil {
-		inserted = rows.Next()
-		rows.Close()
-		err = rows.Err()
-	}
+	inserted, err := w.e.q.InsertWorkflow(ctx, tx, sysdb.InsertWorkflowParams{ID: id, Name: w.def.name, AppVersion: w.e.cfg.AppVersion,
+		Input: input, NotifyPayload: "n:" + id, Deadline: deadline, TraceContext: sp.traceparent()})
 	if err != nil {
 		return nil, fmt.Errorf("durable: start workflow %q id %q in transaction: %w", w.def.name, id, err)
 	}
@@ -385,8 +382,8 @@ func (w *Workflow[P, R]) Handle(ctx context.Context, id string) (*Handle[R], err
 type Handle[R any] struct {
 	e         *Engine
 	id        string
-	local     *waiter     // the run executes in this process
-	localSeen atomic.Bool // the local outcome was returned once
+	local     *notify.Waiter[*outcome] // the run executes in this process
+	localSeen atomic.Bool              // the local outcome was returned once
 }
 
 // ID returns the workflow ID.
@@ -409,11 +406,11 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 	var zero R
 	if h.local != nil && !h.localSeen.Load() {
 		select {
-		case <-h.local.ch:
+		case <-h.local.Done():
 			// The in-process outcome serves the first Result; later calls
 			// read the database, as the run may have been resumed since.
 			h.localSeen.Store(true)
-			if o := h.local.out; o != nil {
+			if o := h.local.Outcome(); o != nil {
 				return decodeOutcome[R](h.id, o)
 			}
 		case <-ctx.Done():
@@ -422,47 +419,47 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 	}
 	e := h.e
 	for {
-		w := e.hub.subscribe(h.id)
+		w := e.hub.Subscribe(h.id)
 		info, err := e.readRun(ctx, e.pool, h.id)
 		if err != nil {
-			e.hub.unsubscribe(h.id, w)
+			e.hub.Unsubscribe(h.id, w)
 			return zero, err
 		}
 		if !info.status.Finished() && !info.notify && !e.cfg.PollOnly {
 			// Ask whoever runs it to notify on finish (not when polling
 			// only: nobody would send it); no row means it finished in
 			// between.
-			tag, err := e.pool.Exec(ctx, e.q.WatchWorkflow, h.id)
+			watched, err := e.q.WatchWorkflow(ctx, e.pool, h.id)
 			if err != nil {
-				e.hub.unsubscribe(h.id, w)
+				e.hub.Unsubscribe(h.id, w)
 				return zero, fmt.Errorf("durable: watch workflow %q: %w", h.id, err)
 			}
-			if tag.RowsAffected() == 0 {
-				e.hub.unsubscribe(h.id, w)
+			if !watched {
+				e.hub.Unsubscribe(h.id, w)
 				continue
 			}
 		}
 		if info.status.Finished() {
-			e.hub.unsubscribe(h.id, w)
+			e.hub.Unsubscribe(h.id, w)
 			return decodeOutcome[R](h.id, &outcome{status: info.status, output: info.output, err: info.err})
 		}
 		t := time.NewTimer(e.pollInterval())
 		woken := false
 		select {
-		case <-w.ch:
+		case <-w.Done():
 			woken = true
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			e.hub.unsubscribe(h.id, w)
+			e.hub.Unsubscribe(h.id, w)
 			return zero, ctx.Err()
 		}
 		t.Stop()
-		e.hub.unsubscribe(h.id, w)
-		// w.out is written before w.ch is closed: read it only after the
-		// close was seen, or it races with a wake that comes meanwhile.
-		if woken && w.out != nil {
-			return decodeOutcome[R](h.id, w.out)
+		e.hub.Unsubscribe(h.id, w)
+		// The outcome is written before Done is closed: read it only after
+		// the close was seen, or it races with a wake that comes meanwhile.
+		if woken && w.Outcome() != nil {
+			return decodeOutcome[R](h.id, w.Outcome())
 		}
 	}
 }
@@ -496,19 +493,17 @@ func (e *Engine) readRun(ctx context.Context, q queryer, id string) (*runInfo, e
 	if err := checkName("workflow ID", id); err != nil {
 		return nil, err
 	}
-	var ri runInfo
-	var status string
-	err := q.QueryRow(ctx, e.q.WorkflowByID, id).Scan(&ri.id, &ri.name, &status, &ri.appVersion, &ri.executor, &ri.epoch,
-		&ri.recoveryAttempts, &ri.notify, &ri.parent, &ri.input, &ri.output, &ri.err, &ri.createdAt, &ri.updatedAt,
-		&ri.queue, &ri.deadline)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
-	}
+	row, found, err := e.q.WorkflowByID(ctx, q, id)
 	if err != nil {
 		return nil, fmt.Errorf("durable: read workflow %q: %w", id, err)
 	}
-	ri.status = Status(status)
-	return &ri, nil
+	if !found {
+		return nil, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
+	}
+	return &runInfo{id: row.ID, name: row.Name, appVersion: row.AppVersion, status: Status(row.Status), executor: row.ExecutorID,
+		parent: row.ParentID, epoch: row.Epoch, recoveryAttempts: row.RecoveryAttempts, notify: row.Notify, input: row.Input,
+		output: row.Output, err: row.Error, createdAt: row.CreatedAt, updatedAt: row.UpdatedAt, queue: row.QueueName,
+		deadline: row.Deadline}, nil
 }
 
 // Now returns the current time, recorded as a step so a replay sees the
@@ -532,7 +527,7 @@ func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []by
 	defer e.launches.enter()()
 	sp := e.traceStart(ctx, "durable.start", def.name, id)
 	defer func() { sp.end(err) }()
-	created, err = e.writeStart(ctx, &startWrite{id: id, name: def.name, input: input, trace: sp.traceparent()})
+	created, err = e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: def.name, Input: input, TraceContext: sp.traceparent()})
 	if err != nil {
 		e.noteDBTrouble()
 		return false, fmt.Errorf("durable: start workflow %q id %q: %w", def.name, id, err)
@@ -573,7 +568,7 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 		started := time.Now()
 		waitUntil := started.Add(r.e.cfg.ParkThreshold)
 		for {
-			w := r.e.hub.subscribe(h.id)
+			w := r.e.hub.Subscribe(h.id)
 			var info *runInfo
 			err := r.retryDB("read child", func(ctx context.Context) error {
 				var err error
@@ -581,14 +576,14 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 				return err
 			})
 			if err != nil {
-				r.e.hub.unsubscribe(h.id, w)
+				r.e.hub.Unsubscribe(h.id, w)
 				if errors.Is(err, ErrWorkflowNotFound) {
 					return zero, err
 				}
 				return zero, r.halt(err)
 			}
 			if info.status.Finished() {
-				r.e.hub.unsubscribe(h.id, w)
+				r.e.hub.Unsubscribe(h.id, w)
 				out, _ := json.Marshal(awaited{Status: info.status, Output: info.output, Error: info.err})
 				if err := r.checkpoint(pos, name, stepDone, out, nil, 1, started); err != nil {
 					return zero, err
@@ -597,15 +592,15 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 				break
 			}
 			if !info.notify {
-				_, _ = r.e.pool.Exec(r.e.hardCtx, r.e.q.WatchWorkflow, h.id) // a remote finish notifies us
+				_, _ = r.e.q.WatchWorkflow(r.e.hardCtx, r.e.pool, h.id) // a remote finish notifies us
 			}
 			remaining := time.Until(waitUntil)
 			if remaining <= 0 {
-				r.e.hub.unsubscribe(h.id, w)
+				r.e.hub.Unsubscribe(h.id, w)
 				return zero, r.parkOnChild(h.id)
 			}
-			err = r.waitFor(w.ch, min(remaining, r.e.pollInterval()))
-			r.e.hub.unsubscribe(h.id, w)
+			err = r.waitFor(w.Done(), min(remaining, r.e.pollInterval()))
+			r.e.hub.Unsubscribe(h.id, w)
 			if err != nil {
 				return zero, err
 			}
@@ -634,11 +629,7 @@ func (r *run) parkOnChild(child string) error {
 		if err != nil || !info.status.Finished() {
 			return err
 		}
-		rows, err := r.e.pool.Query(ctx, r.e.q.WakeParent, child, r.id)
-		if err == nil {
-			rows.Close()
-			err = rows.Err()
-		}
+		_, err = r.e.q.WakeParent(ctx, r.e.pool, sysdb.WakeParentParams{ChildID: child, ParentID: r.id})
 		return err
 	})
 	return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -49,7 +50,7 @@ func (b *bench) createCkptFloor(ctx context.Context, schema string) error {
 
 // ckptFloor returns floor C's op: the fenced form, or the plain one.
 func (b *bench) ckptFloor(fenced bool) opFunc {
-	insertStep := sysdb.New(ckptSchema, true).InsertStep
+	q := sysdb.New(ckptSchema, true)
 	pos := 0
 	return func(ctx context.Context) error {
 		pos++
@@ -57,9 +58,10 @@ func (b *bench) ckptFloor(fenced bool) opFunc {
 			_, err := b.conn.Exec(ctx, insertCkptPlain, ckptPlainRun, pos, "s", "done", ckptOutput, []byte(nil), 1, time.Now())
 			return err
 		}
-		tag, err := b.conn.Exec(ctx, insertStep, ckptFencedRun, pos, "s", "done", ckptOutput, []byte(nil), 1, time.Now(), int64(1))
-		if err == nil && tag.RowsAffected() != 1 {
-			err = fmt.Errorf("floor C: the fenced insert wrote %d rows, want 1", tag.RowsAffected())
+		written, err := q.InsertStep(ctx, b.conn, sysdb.InsertStepParams{WorkflowID: ckptFencedRun, Pos: pos, Name: "s", Status: "done",
+			Output: json.RawMessage(ckptOutput), Attempts: 1, StartedAt: time.Now(), Epoch: 1})
+		if err == nil && !written {
+			err = fmt.Errorf("floor C: the fenced insert wrote no row")
 		}
 		return err
 	}

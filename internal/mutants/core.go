@@ -64,8 +64,8 @@ func init() {
 			Name:      "finish/synchronous",
 			Mechanism: "the WAL flush a single finish waits for before Result returns (FinishOne)",
 			Edits: []Edit{{File: "internal/sysdb/queries.go",
-				Find:    "FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()\nWHERE",
-				Replace: "FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()\nFROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit\nWHERE"}},
+				Find:    "finishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()\nWHERE",
+				Replace: "finishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()\nFROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit\nWHERE"}},
 			Pkg: ".", Tests: "TestSeenOutcomeSurvivesPostgresCrash/.*/1$",
 		},
 		Mutant{

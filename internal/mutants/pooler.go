@@ -25,7 +25,7 @@ func init() {
 		Mutant{
 			Name:      "pooler/json-payloads",
 			Mechanism: "payloads go to json columns as json.RawMessage, which every pgx exec mode sends as json",
-			Edits: []Edit{{File: "commit.go",
+			Edits: []Edit{{File: "internal/sysdb/core_runs.go",
 				Find:    "inputs := make([]json.RawMessage, n)",
 				Replace: "inputs := make([][]byte, n)"}, {File: "internal/sysdb/wait_queries.go",
 				Find:    "q.send, p.WorkflowID, p.Topic, p.Payload, key)",

@@ -62,8 +62,8 @@ func init() {
 			Name:      "notify/queue",
 			Mechanism: "the 'q:' notification after an Enqueue (sendQueueNotify)",
 			Edits: []Edit{{File: "queue.go",
-				Find:    `e.pool.Exec(e.hardCtx, e.q.Notify, "q:"+name)`,
-				Replace: `e.pool.Exec(e.hardCtx, "SELECT $1::text", "q:"+name)`}},
+				Find:    `err := e.q.Notify(e.hardCtx, e.pool, "q:"+name)`,
+				Replace: `_, err := e.pool.Exec(e.hardCtx, "SELECT $1::text", "q:"+name)`}},
 			Pkg: ".", Tests: "TestQueueWakeUpAcrossProcesses",
 		},
 		Mutant{
@@ -190,9 +190,11 @@ func init() {
 			Name:      "txstep/same-transaction",
 			Mechanism: "a transaction step's checkpoint is written inside its transaction (here: after the COMMIT)",
 			Edits: []Edit{{File: "step.go",
-				Find: "\tbatch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, json.RawMessage(output), nil, n, started, r.epoch)\n\tbatch.Queue(\"COMMIT\")\n" +
+				Find: "\tr.e.q.QueueInsertStepTx(batch, sysdb.InsertStepParams{WorkflowID: r.id, Pos: pos, Name: name, Status: stepDone, Output: output,\n" +
+					"\t\tAttempts: n, StartedAt: started, Epoch: r.epoch})\n\tbatch.Queue(\"COMMIT\")\n" +
 					"\tbr := c.Conn().SendBatch(ctx, batch)\n\t_, insErr := br.Exec()\n\t_, commitErr := br.Exec()\n",
-				Replace: "\tbatch.Queue(\"COMMIT\")\n\tbatch.Queue(r.e.q.InsertStepTx, r.id, pos, name, stepDone, json.RawMessage(output), nil, n, started, r.epoch)\n" +
+				Replace: "\tbatch.Queue(\"COMMIT\")\n\tr.e.q.QueueInsertStepTx(batch, sysdb.InsertStepParams{WorkflowID: r.id, Pos: pos, Name: name, Status: stepDone, Output: output,\n" +
+					"\t\tAttempts: n, StartedAt: started, Epoch: r.epoch})\n" +
 					"\tbr := c.Conn().SendBatch(ctx, batch)\n\t_, commitErr := br.Exec()\n\t_, insErr := br.Exec()\n"}},
 			Pkg: ".", Tests: "TestFencingRejectsPausedOwner/tx",
 		},

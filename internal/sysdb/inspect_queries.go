@@ -25,11 +25,11 @@ func NewInspectQueries(schema string) *InspectQueries {
 		schema: schema,
 
 		// $1 workflow_id, $2 pos.
-		step: r(`SELECT ` + stepColumns + `
+		step: r(`SELECT ` + stepRowColumns + `
 FROM {{schema}}.steps WHERE workflow_id = $1 AND pos = $2`),
 
 		// $1 workflow_id.
-		listSteps: r(`SELECT ` + stepColumns + `
+		listSteps: r(`SELECT ` + stepRowColumns + `
 FROM {{schema}}.steps WHERE workflow_id = $1 ORDER BY pos`),
 
 		// A window of listSteps: from position $2, at most $3 steps; or,
@@ -55,8 +55,8 @@ WHERE w.id = $1 ORDER BY e.key`),
 	}
 }
 
-// stepColumns are the columns of a StepRow, in order.
-const stepColumns = `pos, name, status, attempts, started_at, finished_at, output, error`
+// stepRowColumns are the columns of a StepRow, in order.
+const stepRowColumns = `pos, name, status, attempts, started_at, finished_at, output, error`
 
 // StepRow is a recorded step. A NULL column is a nil pointer or slice.
 type StepRow struct {
@@ -70,7 +70,7 @@ type StepRow struct {
 	Error      []byte // as stored (JSON)
 }
 
-// scanStep reads the stepColumns of row into s.
+// scanStep reads the stepRowColumns of row into s.
 func scanStep(row pgx.Row) (StepRow, error) {
 	var s StepRow
 	err := row.Scan(&s.Pos, &s.Name, &s.Status, &s.Attempts, &s.StartedAt, &s.FinishedAt, &s.Output, &s.Error)

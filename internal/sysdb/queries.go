@@ -57,23 +57,23 @@ type Queries struct {
 	Channel  string // LISTEN/NOTIFY channel for this schema
 	NotifyTo string // Channel, or "" when the statements send no notifications
 
-	InsertWorkflow      string
-	WorkflowByID        string
-	WatchWorkflow       string
-	LoadStepsMany       string
-	InsertStep          string
-	InsertSteps         string
-	InsertOwned         string
-	FinishOne           string
-	FinishOneSteps      string
-	NotifyDone          string
-	Notify              string
-	WakeParent          string
-	InsertWorkflows     string
-	FinishWorkflows     string
-	FinishStepsMany     string
-	InsertStepTx        string
-	CompleteIntent      string
+	insertWorkflow      string
+	workflowByID        string
+	watchWorkflow       string
+	loadStepsMany       string
+	insertStep          string
+	insertSteps         string
+	insertOwned         string
+	finishOne           string
+	finishOneSteps      string
+	notifyDone          string
+	notify              string
+	wakeParent          string
+	insertWorkflows     string
+	finishWorkflows     string
+	finishStepsMany     string
+	insertStepTx        string
+	completeIntent      string
 	OwnershipCheck      string
 	RegisterExecutor    string
 	Heartbeat           string
@@ -88,7 +88,7 @@ type Queries struct {
 	OwnUnparked         string
 	ClaimStray          string
 	RequeueStray        string
-	ListenStmt          string
+	listen              string
 }
 
 // New renders all statements for schema. With notify false
@@ -113,7 +113,7 @@ func New(schema string, notify bool) *Queries {
 		// $9 deadline (NULL: none), $10 trace_context (NULL: none).
 		// The notification of an unowned run is only delivered when the
 		// inserting transaction commits, which is what StartTx relies on.
-		InsertWorkflow: r(`WITH ins AS (
+		insertWorkflow: r(`WITH ins AS (
 	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
 	VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $9, $10)
 	ON CONFLICT (id) DO NOTHING
@@ -124,7 +124,7 @@ SELECT CASE WHEN $8::text IS NULL THEN '' ELSE ` + n(`$8::text`) + `::text END F
 		// statement, as it is half of a short run's cost.
 		// $1 id, $2 name, $3 app_version, $4 executor_id, $5 input, $6 parent_id, $7 deadline,
 		// $8 trace_context.
-		InsertOwned: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
+		insertOwned: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
 VALUES ($1, $2, 'pending', $3, $4, 1, $5, $6, $7, $8)
 ON CONFLICT (id) DO NOTHING`),
 
@@ -138,7 +138,7 @@ ON CONFLICT (id) DO NOTHING`),
 		// crash of Postgres. (Under concurrency the flush is shared: group
 		// commit puts concurrent finishes in one statement, FinishWorkflows.)
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
-		FinishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
+		finishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
 RETURNING ` + watched + `, parent_id`),
 
@@ -147,7 +147,7 @@ RETURNING ` + watched + `, parent_id`),
 		// the run is finished by it.
 		// $1-$5 as FinishOne; the steps' $6 positions, $7 names, $8 statuses,
 		// $9 outputs, $10 errors, $11 attempts, $12 started_at.
-		FinishOneSteps: r(`WITH upd AS (
+		finishOneSteps: r(`WITH upd AS (
 	UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
 	WHERE id = $1 AND epoch = $2 AND status = 'pending'
 	RETURNING ` + watched + `, parent_id),
@@ -159,35 +159,35 @@ ins AS (
 SELECT notify, parent_id FROM upd`),
 
 		// Wakes a parent parked in Await on child $1.
-		WakeParent: r(`WITH u AS (
+		wakeParent: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET wake_at = now()
 	WHERE id = $2 AND status = 'pending' AND executor_id IS NULL AND wait_topic = 'child:' || $1::text
 	RETURNING id)
 SELECT ` + n(`'n:' || id`) + `::text FROM u`),
 
-		NotifyDone: "SELECT " + n("'d:' || $1::text"),
+		notifyDone: "SELECT " + n("'d:' || $1::text"),
 
 		// Notify sends payload $1 on the schema's channel (nothing with
 		// Config.PollOnly).
-		Notify: "SELECT " + n("$1::text"),
+		notify: "SELECT " + n("$1::text"),
 
 		// InsertWorkflow (owned by this executor) for many runs at once.
 		// $1 ids, $2 names, $3 app_version, $4 executor_id, $5 inputs,
 		// $6 parents, $7 deadlines, $8 trace contexts (NULL: none for all).
-		InsertWorkflows: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
+		insertWorkflows: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
 SELECT u.id, u.name, 'pending', $3, $4, 1, u.input, u.parent_id, u.deadline, u.trace_context
 FROM unnest($1::text[], $2::text[], $5::json[], $6::text[], $7::timestamptz[], $8::text[])
 	AS u(id, name, input, parent_id, deadline, trace_context)
 ON CONFLICT (id) DO NOTHING
 RETURNING id`),
 
-		WorkflowByID: r(`SELECT id, name, status, app_version, executor_id, epoch, recovery_attempts,
+		workflowByID: r(`SELECT id, name, status, app_version, executor_id, epoch, recovery_attempts,
 	notify, parent_id, input, output, error, created_at, updated_at, queue_name, deadline
 FROM {{schema}}.workflows WHERE id = $1`),
 
 		// A waiter in another process asks to be notified of the finish.
 		// No row: the run is not pending any more.
-		WatchWorkflow: r(`UPDATE {{schema}}.workflows SET notify = true WHERE id = $1 AND status IN ('pending', 'enqueued')`),
+		watchWorkflow: r(`UPDATE {{schema}}.workflows SET notify = true WHERE id = $1 AND status IN ('pending', 'enqueued')`),
 
 		// The recorded steps of claimed runs, within a byte budget: the
 		// runs of $1 are taken in its order while the outputs and errors of
@@ -200,7 +200,7 @@ FROM {{schema}}.workflows WHERE id = $1`),
 		// $1 of each run taken with each of its steps, ordered by rank and
 		// position; a run taken without steps comes as one row of NULLs.
 		// $1 workflow_ids, $2 byte budget.
-		LoadStepsMany: r(`WITH ids AS (
+		loadStepsMany: r(`WITH ids AS (
 	SELECT id, n FROM unnest($1::text[]) WITH ORDINALITY AS i(id, n)),
 sized AS (
 	SELECT ids.n, ids.id, sum(sum(coalesce(pg_column_size(s.output), 0) + coalesce(pg_column_size(s.error), 0)))
@@ -222,7 +222,7 @@ ORDER BY t.n, s.pos`),
 		// written" and then finds the record.
 		// $1 workflow_id, $2 pos, $3 name, $4 status, $5 output, $6 error,
 		// $7 attempts, $8 started_at, $9 epoch.
-		InsertStep: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
+		insertStep: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8
 FROM {{schema}}.workflows w
 WHERE w.id = $1 AND w.epoch = $9 AND w.status = 'pending'
@@ -232,18 +232,17 @@ FOR SHARE OF w`),
 		// written; a missing one was fenced. A row already recorded (an
 		// earlier try whose acknowledgement was lost) fails the statement
 		// with a unique violation, and the caller then writes the rows one by
-		// one (InsertStep): no ON CONFLICT clause, whose speculative insertion made each
-		// row ~1.5x the cost of a plain insert (100,000 rows: 624-788 ms
-		// against 399-515). Each run's
+		// one (InsertStep): no ON CONFLICT clause, whose speculative
+		// insertion costs more per row than a plain insert. Each run's
 		// row is found by its primary key alone, in a LATERAL subquery that
 		// also takes the lock: a join of the array with the table leaves
 		// the access path to the statistics, and when those say few runs are
 		// pending (gathered before a burst) the planner scans all pending
-		// runs once per row (1.5 s for 500 rows with 10,000 pending). Rows
-		// are locked in ID order, as the other batch statements do.
+		// runs once per row. Rows are locked in ID order, as the other
+		// batch statements do.
 		// $1 workflow_ids, $2 positions, $3 names, $4 statuses, $5 outputs,
 		// $6 errors, $7 attempts, $8 started_at, $9 epochs.
-		InsertSteps: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
+		insertSteps: r(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
 SELECT u.workflow_id, u.pos, u.name, u.status, u.output, u.error, u.attempts, u.started_at
 FROM (SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::json[], $6::json[], $7::int[], $8::timestamptz[], $9::bigint[])
 	AS u(workflow_id, pos, name, status, output, error, attempts, started_at, epoch) ORDER BY workflow_id) u
@@ -254,7 +253,7 @@ RETURNING workflow_id, pos`),
 		// FinishOne for many runs at once (group commit), waking parked
 		// parents and notifying in the same statement. See finishMany.
 		// $1 ids, $2 epochs, $3 statuses, $4 outputs, $5 errors.
-		FinishWorkflows: r(finishMany(n, false)),
+		finishWorkflows: r(finishMany(n, false)),
 
 		// FinishWorkflows that also records the runs' last step checkpoints
 		// (deferred to the finish, see pending.go in the engine) for the runs
@@ -262,12 +261,12 @@ RETURNING workflow_id, pos`),
 		// $1-$5 as FinishWorkflows; $6 the steps' workflow_ids, $7 positions,
 		// $8 names, $9 statuses, $10 outputs, $11 errors, $12 attempts,
 		// $13 started_at.
-		FinishStepsMany: r(finishMany(n, true)),
+		finishStepsMany: r(finishMany(n, true)),
 
 		// InsertStep for a transaction step: instead of touching no row it
 		// raises SQLSTATE DU001, which aborts the transaction (see
 		// checkpoint_refused in schema.sql).
-		InsertStepTx: r(`WITH ins AS (
+		insertStepTx: r(`WITH ins AS (
 	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at, finished_at)
 	SELECT $1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp()
 	FROM {{schema}}.workflows w
@@ -278,7 +277,7 @@ RETURNING workflow_id, pos`),
 SELECT CASE WHEN count(*) = 1 THEN 1 ELSE {{schema}}.checkpoint_refused() END FROM ins`),
 
 		// $1 workflow_id, $2 pos, $3 status, $4 output, $5 error, $6 attempts, $7 epoch.
-		CompleteIntent: r(`UPDATE {{schema}}.steps s SET status = $3, output = $4, error = $5, attempts = $6, finished_at = now()
+		completeIntent: r(`UPDATE {{schema}}.steps s SET status = $3, output = $4, error = $5, attempts = $6, finished_at = now()
 FROM (SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $7 AND status = 'pending' FOR SHARE) w
 WHERE s.workflow_id = w.id AND s.pos = $2 AND s.status = 'intent'`),
 
@@ -432,7 +431,7 @@ RETURNING id, name, input, epoch, recovery_attempts, deadline, queue_name, trace
 WHERE id = $1 AND epoch = $2 AND executor_id = $3 AND status = 'pending' AND wake_at IS NULL AND queue_name IS NOT NULL
 RETURNING queue_name`),
 
-		ListenStmt: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
+		listen: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 	}
 }
 
