@@ -6,18 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/durable-go/durable/internal/dispatch"
+	"github.com/durable-go/durable/internal/errs"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Queue errors.
 var (
 	// ErrQueueNotFound: no queue of that name is declared in the database.
-	ErrQueueNotFound = errors.New("durable: queue not found")
+	ErrQueueNotFound = errs.QueueNotFound
 	// ErrDuplicate: a run with the same deduplication ID is queued or running.
 	ErrDuplicate = errors.New("durable: duplicate run")
 )
@@ -36,14 +37,7 @@ func (e *DuplicateError) Error() string {
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // QueueBatchMax bounds how many runs one dispatch claims.
-const QueueBatchMax = 1000
-
-// queueBatchFirst is how many runs a dispatch claims after an idle spell.
-// Each dispatch that takes all it asked for doubles the next one, up to
-// QueueBatchMax: a backlog is claimed in big batches, but its first runs
-// start after a claim of a few runs instead of one of a thousand (~30 ms
-// on the bench's machine before any of them starts).
-const queueBatchFirst = 64
+const QueueBatchMax = dispatch.BatchMax
 
 // QueueOpts are the limits of a queue. Zero means unlimited for each.
 type QueueOpts struct {
@@ -112,11 +106,8 @@ type Queue struct {
 	e      *Engine
 	name   string
 	opts   QueueOpts
-	worked bool // declared by RegisterQueue: this executor runs its work
-
-	mu      sync.Mutex
-	running int // runs of this queue executing in this process
-	kick    chan struct{}
+	worked bool            // declared by RegisterQueue: this executor runs its work
+	lane   *dispatch.Queue // its dispatch state, when worked here
 }
 
 // Name returns the queue's name.
@@ -153,7 +144,7 @@ func TryRegisterQueue(e *Engine, name string, opts *QueueOpts) (*Queue, error) {
 	if _, dup := e.queues[name]; dup {
 		return nil, fmt.Errorf("%w: queue %q is already registered", ErrInvalidArgument, name)
 	}
-	q := &Queue{e: e, name: name, opts: o, worked: true, kick: make(chan struct{}, 1)}
+	q := &Queue{e: e, name: name, opts: o, worked: true, lane: dispatch.NewQueue(name)}
 	e.queues[name] = q
 	return q, nil
 }
@@ -392,10 +383,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db sysdb.DBTX, q *Queue, i
 
 // queueReady tells dispatchers that q has new work, after an enqueue has
 // committed: this process's own dispatcher directly, the others by a
-// notification. A NOTIFY takes a server-wide lock until commit, so one per
-// enqueue would make concurrent enqueues commit one at a time: at most one
-// notification per queue is in flight from this process, and enqueues that
-// arrive meanwhile share the next one (no added delay when idle).
+// notification (coalesced: see dispatch.Notifier).
 func (e *Engine) queueReady(q *Queue) {
 	if q.worked && q.e == e {
 		q.wake()
@@ -403,27 +391,7 @@ func (e *Engine) queueReady(q *Queue) {
 	if e.cfg.PollOnly {
 		return
 	}
-	e.notifyMu.Lock()
-	if e.notifyInflight[q.name] {
-		e.notifyPending[q.name] = true
-		e.notifyMu.Unlock()
-		return
-	}
-	e.notifyInflight[q.name] = true
-	e.notifyMu.Unlock()
-	go func() {
-		for {
-			e.sendQueueNotify(q.name)
-			e.notifyMu.Lock()
-			if !e.notifyPending[q.name] {
-				e.notifyInflight[q.name] = false
-				e.notifyMu.Unlock()
-				return
-			}
-			e.notifyPending[q.name] = false
-			e.notifyMu.Unlock()
-		}
-	}()
+	e.notifier.Notify(q.name)
 }
 
 func (e *Engine) sendQueueNotify(name string) {
@@ -434,24 +402,15 @@ func (e *Engine) sendQueueNotify(name string) {
 
 // wake makes this process's dispatcher of q look for work.
 func (q *Queue) wake() {
-	if q.kick == nil {
-		return
-	}
-	select {
-	case q.kick <- struct{}{}:
-	default:
+	if q.lane != nil {
+		q.lane.Wake()
 	}
 }
 
 // release gives back the slot of a run of q that ended in this process.
 func (q *Queue) release() { q.releaseN(1) }
 
-func (q *Queue) releaseN(n int) {
-	q.mu.Lock()
-	q.running -= n
-	q.mu.Unlock()
-	q.wake()
-}
+func (q *Queue) releaseN(n int) { q.lane.Release(n) }
 
 // declareQueues writes the declared settings of every queue worked here.
 func (e *Engine) declareQueues(ctx context.Context) error {
@@ -465,181 +424,36 @@ func (e *Engine) declareQueues(ctx context.Context) error {
 	return nil
 }
 
-// requeue returns queued runs without a live owner to their queues (with
-// own, also this executor's runs left by its previous incarnation). The
-// runs of executors whose lease expired go back only when this executor
-// judges leases (judgesLeases), decided once it holds a connection (see
-// claimOrphans).
-func (e *Engine) requeue(ctx context.Context, own bool) error {
-	conn, err := e.pool.Acquire(ctx)
-	if err != nil {
-		return err
+// newDispatcher returns the dispatcher of the queues worked here, at
+// Launch once the workflows are registered.
+func (e *Engine) newDispatcher() *dispatch.Dispatcher {
+	var lanes []*dispatch.Queue
+	for _, q := range e.queues {
+		lanes = append(lanes, q.lane)
 	}
-	defer conn.Release()
-	back, err := e.qq.Requeue(ctx, conn, sysdb.RequeueParams{ExecutorID: e.cfg.ExecutorID, Own: own, ExpiredLeases: e.judgesLeases()})
-	if err != nil {
-		return err
-	}
-	for _, b := range back {
-		if b.Requeued > 0 { // else only slots of cancelled runs came back
-			e.log.Info("durable: runs of a dead executor returned to their queue", "queue", b.Queue, "count", b.Requeued)
-		}
-		if q := e.queues[b.Queue]; q != nil {
-			q.wake()
-		}
-	}
-	return nil
-}
-
-// dispatchLoop starts the queue's runs in this executor as its limits allow.
-func (e *Engine) dispatchLoop(q *Queue) func(ctx context.Context) {
-	return func(ctx context.Context) {
-		timer := time.NewTimer(0)
-		defer timer.Stop()
-		batch := queueBatchFirst
-		for {
-			wait, more := e.dispatch(ctx, q, batch)
-			if ctx.Err() != nil {
-				return
-			}
-			if more {
-				batch = min(2*batch, QueueBatchMax)
-				continue
-			}
-			batch = queueBatchFirst
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-q.kick:
-			case <-timer.C:
-			}
-		}
-	}
-}
-
-// dispatch runs one dispatch transaction for q, claiming at most batch
-// runs. It returns how long to wait before the next one when nothing wakes
-// the loop, and whether more work may be ready right away.
-func (e *Engine) dispatch(ctx context.Context, q *Queue, batch int) (time.Duration, bool) {
-	defer e.launches.enter()()
-	poll := e.pollInterval()
-	q.mu.Lock()
-	running := q.running
-	q.mu.Unlock()
-	var got []claimed
-	var wait time.Duration = poll
-	claimLimit := 0
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		row, err := e.qq.LockAndLoad(ctx, tx, q.name)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: %q was deleted", ErrQueueNotFound, q.name)
-		}
-		if err != nil || row.Paused {
-			return err
-		}
-		s := row.Settings
-		n := batch
-		if s.WorkerConcurrency > 0 {
-			n = min(n, s.WorkerConcurrency-running)
-		}
-		if n <= 0 {
-			wait = poll // a local finish wakes us
-			return nil
-		}
-		c, err := e.qq.Counts(ctx, tx, sysdb.QueueCountsParams{Queue: q.name, CountRunning: s.GlobalConcurrency > 0, RatePeriod: s.RatePeriod})
-		if err != nil {
-			return err
-		}
-		if c.NextDelayed != nil {
-			wait = min(wait, max(*c.NextDelayed, time.Millisecond))
-		}
-		if s.GlobalConcurrency > 0 {
-			n = min(n, s.GlobalConcurrency-c.Running)
-		}
-		if s.RateLimit > 0 {
-			if c.Recent >= s.RateLimit && c.RateFree != nil {
-				wait = min(wait, max(*c.RateFree, time.Millisecond))
-			}
-			n = min(n, s.RateLimit-c.Recent)
-		}
-		if n <= 0 {
-			return nil
-		}
-		claimLimit = n
-		if s.PartitionConcurrency > 0 {
-			got, err = e.claimPartitioned(ctx, tx, q.name, n, s.PartitionConcurrency, s.RateLimit > 0)
-		} else {
-			var rows []sysdb.ClaimedRow
-			rows, err = e.qq.ClaimSimple(ctx, tx, sysdb.ClaimSimpleParams{Queue: q.name, ExecutorID: e.cfg.ExecutorID,
-				AppVersion: e.cfg.AppVersion, Workflows: e.names, Limit: n, Rated: s.RateLimit > 0})
-			got = claimedRuns(rows)
-		}
-		return err
+	return dispatch.New(dispatch.Config{
+		Pool:         e.pool,
+		Queries:      e.qq,
+		ExecutorID:   e.cfg.ExecutorID,
+		AppVersion:   e.cfg.AppVersion,
+		Workflows:    e.names,
+		Queues:       lanes,
+		PollInterval: e.pollInterval,
+		Launch: func(ctx context.Context, lane *dispatch.Queue, got []sysdb.ClaimedRow) error {
+			return e.startClaimed(ctx, claimedRuns(got), e.queues[lane.Name()])
+		},
+		Launching:    e.launches.enter,
+		DBTrouble:    e.noteDBTrouble,
+		JudgesLeases: e.judgesLeases,
+		Logger:       e.log,
 	})
-	if err != nil {
-		e.noteDBTrouble()
-		if ctx.Err() == nil {
-			e.log.Warn("durable: dispatch failed", "queue", q.name, "err", err)
-		}
-		return min(poll, time.Second), false
-	}
-	if len(got) == 0 {
-		return wait, false
-	}
-	q.mu.Lock()
-	q.running += len(got)
-	q.mu.Unlock()
-	if err := e.startClaimed(ctx, got, q); err != nil {
-		e.noteDBTrouble()
-		if ctx.Err() == nil {
-			e.log.Warn("durable: start claimed runs", "queue", q.name, "err", err)
-		}
-	}
-	return wait, len(got) >= claimLimit
 }
 
-// claimPartitioned claims up to n runs, at most limit running per partition
-// key, from a window of candidates in priority order.
-func (e *Engine) claimPartitioned(ctx context.Context, tx pgx.Tx, queue string, n, limit int, rated bool) ([]claimed, error) {
-	cands, err := e.qq.Candidates(ctx, tx, sysdb.CandidatesParams{Queue: queue, AppVersion: e.cfg.AppVersion,
-		Workflows: e.names, Limit: min(n*8, QueueBatchMax*4)})
-	if err != nil || len(cands) == 0 {
-		return nil, err
-	}
-	keys := map[string]bool{}
-	for _, c := range cands {
-		keys[c.PartitionKey] = true
-	}
-	keyList := make([]string, 0, len(keys))
-	for k := range keys {
-		keyList = append(keyList, k)
-	}
-	load, err := e.qq.PartitionLoad(ctx, tx, sysdb.PartitionLoadParams{Queue: queue, Keys: keyList})
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, c := range cands {
-		if len(ids) == n {
-			break
-		}
-		if load[c.PartitionKey] < limit {
-			load[c.PartitionKey]++
-			ids = append(ids, c.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := e.qq.ClaimIDs(ctx, tx, sysdb.ClaimIDsParams{IDs: ids, ExecutorID: e.cfg.ExecutorID, AppVersion: e.cfg.AppVersion, Rated: rated})
-	return claimedRuns(rows), err
+// requeue returns queued runs without a live owner to their queues (with
+// own, also this executor's runs left by its previous incarnation; see
+// dispatch.Dispatcher.Requeue).
+func (e *Engine) requeue(ctx context.Context, own bool) error {
+	return e.dispatcher.Requeue(ctx, own)
 }
 
 // claimedRuns are the runs of rows.
