@@ -161,15 +161,20 @@ func (e *Engine) QueueRef(name string) *Queue {
 	return &Queue{e: e, name: name}
 }
 
-// Update changes the queue's limits while the system runs. Every executor
-// applies them at its next dispatch. They hold until a deploy declares
-// different limits in code.
-func (q *Queue) Update(ctx context.Context, opts QueueOpts) error {
-	if err := opts.validate(q.name); err != nil {
+// Update replaces the queue's limits while the system runs; opts nil
+// removes them all (the zero QueueOpts), as with RegisterQueue. Every
+// executor applies them at its next dispatch. They hold until a deploy
+// declares different limits in code.
+func (q *Queue) Update(ctx context.Context, opts *QueueOpts) error {
+	var o QueueOpts
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.validate(q.name); err != nil {
 		return err
 	}
 	return q.exec(ctx, "update", func(ctx context.Context) (bool, error) {
-		return q.e.qq.Update(ctx, q.e.pool, sysdb.QueueUpdateParams{Name: q.name, Settings: opts.settings()})
+		return q.e.qq.Update(ctx, q.e.pool, sysdb.QueueUpdateParams{Name: q.name, Settings: o.settings()})
 	})
 }
 
