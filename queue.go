@@ -103,11 +103,12 @@ func (o QueueOpts) validate(name string) error {
 // claims it until it finishes, including while it sleeps or waits, unless
 // the queue sets QueueOpts.ReleaseSlotWhileParked.
 type Queue struct {
-	e      *Engine
-	name   string
-	opts   QueueOpts
-	worked bool            // declared by RegisterQueue: this executor runs its work
-	lane   *dispatch.Queue // its dispatch state, when worked here
+	e    *Engine
+	name string
+	opts QueueOpts
+	// lane is the queue's dispatch state in this executor, which runs its
+	// work; nil for a QueueRef.
+	lane *dispatch.Queue
 }
 
 // Name returns the queue's name.
@@ -144,7 +145,7 @@ func TryRegisterQueue(e *Engine, name string, opts *QueueOpts) (*Queue, error) {
 	if _, dup := e.queues[name]; dup {
 		return nil, fmt.Errorf("%w: queue %q is already registered", ErrInvalidArgument, name)
 	}
-	q := &Queue{e: e, name: name, opts: o, worked: true, lane: dispatch.NewQueue(name)}
+	q := &Queue{e: e, name: name, opts: o, lane: dispatch.NewQueue(name)}
 	e.queues[name] = q
 	return q, nil
 }
@@ -390,7 +391,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db sysdb.DBTX, q *Queue, i
 // committed: this process's own dispatcher directly, the others by a
 // notification (coalesced: see dispatch.Notifier).
 func (e *Engine) queueReady(q *Queue) {
-	if q.worked && q.e == e {
+	if q.e == e {
 		q.wake()
 	}
 	if e.cfg.PollOnly {
@@ -405,7 +406,7 @@ func (e *Engine) sendQueueNotify(name string) {
 	}
 }
 
-// wake makes this process's dispatcher of q look for work.
+// wake makes this process's dispatcher of q, if it works q, look for work.
 func (q *Queue) wake() {
 	if q.lane != nil {
 		q.lane.Wake()
