@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/internal/commit"
+	"github.com/durable-go/durable/internal/dispatch"
 	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/schedule"
@@ -337,9 +338,8 @@ type Engine struct {
 
 	listenProbe chan struct{} // Launch's probe notification came back (startListener)
 
-	notifyMu       sync.Mutex
-	notifyInflight map[string]bool // queue -> a notification is being sent
-	notifyPending  map[string]bool // queue -> another one is wanted after it
+	notifier   *dispatch.Notifier   // wakes the queues' dispatchers in other processes
+	dispatcher *dispatch.Dispatcher // the queues' dispatch loops; set at Launch
 
 	sched   *schedule.Service // cron schedules (schedule.go, internal/schedule)
 	streamw streamService     // stream entries (internal/stream)
@@ -369,29 +369,28 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	hardCtx, hardCancel := context.WithCancelCause(context.Background())
 	q := sysdb.New(c.Schema, !c.PollOnly)
 	e := &Engine{
-		pool:           pool,
-		cfg:            c,
-		knobs:          knobs,
-		q:              q,
-		qq:             sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
-		wq:             sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
-		sq:             sysdb.NewStreamQueries(c.Schema, q.NotifyTo),
-		rq:             sysdb.NewRetentionQueries(c.Schema),
-		cq:             sysdb.NewControlQueries(c.Schema, q.NotifyTo),
-		iq:             sysdb.NewInspectQueries(c.Schema),
-		log:            c.Logger.With("durable.executor", c.ExecutorID),
-		incarnation:    randomHex(8),
-		defs:           map[string]*wfDef{},
-		queues:         map[string]*Queue{},
-		notifyInflight: map[string]bool{},
-		notifyPending:  map[string]bool{},
-		stopping:       make(chan struct{}),
-		hardCtx:        hardCtx,
-		hardCancel:     hardCancel,
-		hub:            notify.NewHub[*outcome](),
-		kick:           make(chan struct{}, 1),
+		pool:        pool,
+		cfg:         c,
+		knobs:       knobs,
+		q:           q,
+		qq:          sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
+		wq:          sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
+		sq:          sysdb.NewStreamQueries(c.Schema, q.NotifyTo),
+		rq:          sysdb.NewRetentionQueries(c.Schema),
+		cq:          sysdb.NewControlQueries(c.Schema, q.NotifyTo),
+		iq:          sysdb.NewInspectQueries(c.Schema),
+		log:         c.Logger.With("durable.executor", c.ExecutorID),
+		incarnation: randomHex(8),
+		defs:        map[string]*wfDef{},
+		queues:      map[string]*Queue{},
+		stopping:    make(chan struct{}),
+		hardCtx:     hardCtx,
+		hardCancel:  hardCancel,
+		hub:         notify.NewHub[*outcome](),
+		kick:        make(chan struct{}, 1),
 	}
 	e.recov.free = c.RecoveryConcurrency
+	e.notifier = dispatch.NewNotifier(e.sendQueueNotify)
 	e.pollEvery.Store(int64(c.PollInterval))
 	e.tracer = newTracer(c.TracerProvider)
 	e.commit = newCommitWriter(e)
@@ -432,6 +431,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	}
 	sort.Strings(e.names)
 	e.mu.Unlock()
+	e.dispatcher = e.newDispatcher()
 
 	if err := e.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("durable: launch: database unreachable: %w", err)
@@ -487,9 +487,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.reportOrphansElsewhere(ctx)
 	e.bg.start("heartbeat", e.heartbeatLoop)
 	e.bg.start("sweeper", e.sweepLoop)
-	for _, q := range e.queues {
-		e.bg.start("queue:"+q.name, e.dispatchLoop(q))
-	}
+	_ = e.dispatcher.Start(ctx)
 	e.startSchedules()
 	if e.cfg.Retention > 0 {
 		e.bg.start("retention", e.retentionLoop)
@@ -676,9 +674,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.bg.stop("sweeper")
 	e.bg.stop("retention")
 	e.stopSchedules()
-	for _, q := range e.queues {
-		e.bg.stop("queue:" + q.name)
-	}
+	_ = e.dispatcher.Stop(context.Background()) // no pass may launch runs past this point
 	drained := make(chan struct{})
 	go func() { e.runs.Wait(); close(drained) }()
 	var err error

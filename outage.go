@@ -269,21 +269,13 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 // release going through (an outage, a finish that found the run
 // cancelled before the cancel's notification arrived).
 func (e *Engine) releaseStopped(ctx context.Context, executing map[string]bool) error {
-	rows, err := e.pool.Query(ctx, e.qq.OwnStopping, e.cfg.ExecutorID)
-	if err != nil {
-		return err
-	}
-	type held struct {
-		ID    string
-		Epoch int64
-	}
-	hs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[held])
+	hs, err := e.qq.OwnStopping(ctx, e.pool, e.cfg.ExecutorID)
 	if err != nil {
 		return err
 	}
 	for _, h := range hs {
 		if !executing[h.ID] && e.active.load(h.ID) == nil {
-			if _, err := e.pool.Exec(ctx, e.qq.Release, h.ID, h.Epoch); err != nil {
+			if _, err := e.qq.Release(ctx, e.pool, sysdb.ReleaseParams{ID: h.ID, Epoch: h.Epoch}); err != nil {
 				return err
 			}
 		}

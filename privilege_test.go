@@ -307,7 +307,7 @@ func exerciseEngine(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schem
 	require.Equal(t, 42, n)
 	_, err = q.Stats(ctx)
 	require.NoError(t, err)
-	require.NoError(t, q.Update(ctx, durable.QueueOpts{GlobalConcurrency: 3}))
+	require.NoError(t, q.Update(ctx, &durable.QueueOpts{GlobalConcurrency: 3}))
 
 	// A scheduled tick runs.
 	require.Eventually(t, func() bool {

@@ -6,16 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/dispatch"
+	"github.com/durable-go/durable/internal/errs"
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Queue errors.
 var (
 	// ErrQueueNotFound: no queue of that name is declared in the database.
-	ErrQueueNotFound = errors.New("durable: queue not found")
+	ErrQueueNotFound = errs.QueueNotFound
 	// ErrDuplicate: a run with the same deduplication ID is queued or running.
 	ErrDuplicate = errors.New("durable: duplicate run")
 )
@@ -34,14 +37,7 @@ func (e *DuplicateError) Error() string {
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // QueueBatchMax bounds how many runs one dispatch claims.
-const QueueBatchMax = 1000
-
-// queueBatchFirst is how many runs a dispatch claims after an idle spell.
-// Each dispatch that takes all it asked for doubles the next one, up to
-// QueueBatchMax: a backlog is claimed in big batches, but its first runs
-// start after a claim of a few runs instead of one of a thousand (~30 ms
-// on the bench's machine before any of them starts).
-const queueBatchFirst = 64
+const QueueBatchMax = dispatch.BatchMax
 
 // QueueOpts are the limits of a queue. Zero means unlimited for each.
 type QueueOpts struct {
@@ -107,14 +103,12 @@ func (o QueueOpts) validate(name string) error {
 // claims it until it finishes, including while it sleeps or waits, unless
 // the queue sets QueueOpts.ReleaseSlotWhileParked.
 type Queue struct {
-	e      *Engine
-	name   string
-	opts   QueueOpts
-	worked bool // declared by RegisterQueue: this executor runs its work
-
-	mu      sync.Mutex
-	running int // runs of this queue executing in this process
-	kick    chan struct{}
+	e    *Engine
+	name string
+	opts QueueOpts
+	// lane is the queue's dispatch state in this executor, which runs its
+	// work; nil for a QueueRef.
+	lane *dispatch.Queue
 }
 
 // Name returns the queue's name.
@@ -151,7 +145,7 @@ func TryRegisterQueue(e *Engine, name string, opts *QueueOpts) (*Queue, error) {
 	if _, dup := e.queues[name]; dup {
 		return nil, fmt.Errorf("%w: queue %q is already registered", ErrInvalidArgument, name)
 	}
-	q := &Queue{e: e, name: name, opts: o, worked: true, kick: make(chan struct{}, 1)}
+	q := &Queue{e: e, name: name, opts: o, lane: dispatch.NewQueue(name)}
 	e.queues[name] = q
 	return q, nil
 }
@@ -168,40 +162,49 @@ func (e *Engine) QueueRef(name string) *Queue {
 	return &Queue{e: e, name: name}
 }
 
-// Update changes the queue's limits while the system runs. Every executor
-// applies them at its next dispatch. They hold until a deploy declares
-// different limits in code.
-func (q *Queue) Update(ctx context.Context, opts QueueOpts) error {
-	if err := opts.validate(q.name); err != nil {
+// Update replaces the queue's limits while the system runs; opts nil
+// removes them all (the zero QueueOpts), as with RegisterQueue. Every
+// executor applies them at its next dispatch. They hold until a deploy
+// declares different limits in code.
+func (q *Queue) Update(ctx context.Context, opts *QueueOpts) error {
+	var o QueueOpts
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.validate(q.name); err != nil {
 		return err
 	}
-	return q.exec(ctx, "update", q.e.qq.Update, q.name, opts.GlobalConcurrency, opts.WorkerConcurrency,
-		opts.PartitionConcurrency, opts.RateLimit, opts.RatePeriod.Milliseconds(), opts.ReleaseSlotWhileParked)
+	return q.exec(ctx, "update", func(ctx context.Context) (bool, error) {
+		return q.e.qq.Update(ctx, q.e.pool, sysdb.QueueUpdateParams{Name: q.name, Settings: o.settings()})
+	})
 }
 
 // Pause stops the queue from starting runs, on every executor; running
 // runs go on. It waits for a dispatch in flight, so once it returns no run
 // starts until Resume. Enqueueing still works.
 func (q *Queue) Pause(ctx context.Context) error {
-	return q.exec(ctx, "pause", q.e.qq.SetPaused, q.name, true)
+	return q.setPaused(ctx, "pause", true)
 }
 
 // Resume lets a paused queue start runs again.
 func (q *Queue) Resume(ctx context.Context) error {
-	return q.exec(ctx, "resume", q.e.qq.SetPaused, q.name, false)
+	return q.setPaused(ctx, "resume", false)
 }
 
-func (q *Queue) exec(ctx context.Context, what, sql string, args ...any) error {
+func (q *Queue) setPaused(ctx context.Context, what string, paused bool) error {
+	return q.exec(ctx, what, func(ctx context.Context) (bool, error) {
+		return q.e.qq.SetPaused(ctx, q.e.pool, sysdb.QueuePausedParams{Name: q.name, Paused: paused})
+	})
+}
+
+// exec runs the change what of the queue's row; write reports whether the
+// row exists.
+func (q *Queue) exec(ctx context.Context, what string, write func(ctx context.Context) (bool, error)) error {
 	if err := checkName("queue name", q.name); err != nil {
 		return err
 	}
-	rows, err := q.e.pool.Query(ctx, sql, args...)
+	found, err := write(ctx)
 	if err != nil {
-		return fmt.Errorf("durable: %s queue %q: %w", what, q.name, err)
-	}
-	found := rows.Next()
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("durable: %s queue %q: %w", what, q.name, err)
 	}
 	if !found {
@@ -226,20 +229,38 @@ func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 		return QueueStats{}, err
 	}
 	st := QueueStats{Name: q.name}
-	var period int64
-	err := q.e.pool.QueryRow(ctx, q.e.qq.Settings, q.name).Scan(&st.Settings.GlobalConcurrency, &st.Settings.WorkerConcurrency,
-		&st.Settings.PartitionConcurrency, &st.Settings.RateLimit, &period, &st.Paused, &st.Settings.ReleaseSlotWhileParked)
+	set, err := q.e.qq.Settings(ctx, q.e.pool, q.name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, fmt.Errorf("%w: %q", ErrQueueNotFound, q.name)
 	}
 	if err != nil {
 		return st, fmt.Errorf("durable: stats of queue %q: %w", q.name, err)
 	}
-	st.Settings.RatePeriod = time.Duration(period) * time.Millisecond
-	if err := q.e.pool.QueryRow(ctx, q.e.qq.Stats, q.name).Scan(&st.Ready, &st.Delayed, &st.Running); err != nil {
+	counts, err := q.e.qq.Stats(ctx, q.e.pool, q.name)
+	if err != nil {
 		return st, fmt.Errorf("durable: stats of queue %q: %w", q.name, err)
 	}
-	return st, nil
+	return queueStats(q.name, set, counts), nil
+}
+
+// queueStats is the snapshot of queue name from its row and its counts.
+func queueStats(name string, set sysdb.QueueSettingsRow, counts sysdb.QueueStatsRow) QueueStats {
+	return QueueStats{Name: name, Ready: counts.Ready, Delayed: counts.Delayed, Running: counts.Running,
+		Paused: set.Paused, Settings: queueOpts(set.Settings)}
+}
+
+// settings are o as a queue's row stores them.
+func (o QueueOpts) settings() sysdb.QueueSettings {
+	return sysdb.QueueSettings{GlobalConcurrency: o.GlobalConcurrency, WorkerConcurrency: o.WorkerConcurrency,
+		PartitionConcurrency: o.PartitionConcurrency, RateLimit: o.RateLimit, RatePeriod: o.RatePeriod,
+		ReleaseParked: o.ReleaseSlotWhileParked}
+}
+
+// queueOpts are the limits of a queue's row s.
+func queueOpts(s sysdb.QueueSettings) QueueOpts {
+	return QueueOpts{GlobalConcurrency: s.GlobalConcurrency, WorkerConcurrency: s.WorkerConcurrency,
+		PartitionConcurrency: s.PartitionConcurrency, RateLimit: s.RateLimit, RatePeriod: s.RatePeriod,
+		ReleaseSlotWhileParked: s.ReleaseParked}
 }
 
 // DedupPolicy says what an enqueue does when its dedup ID is taken.
@@ -297,7 +318,7 @@ func (w *Workflow[P, R]) EnqueueTx(ctx context.Context, tx pgx.Tx, q *Queue, in 
 	return w.enqueue(ctx, tx, q, in, opts, !w.e.cfg.PollOnly)
 }
 
-func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P, opts *EnqueueOpts, notify bool) (_ *Handle[R], err error) {
+func (w *Workflow[P, R]) enqueue(ctx context.Context, db sysdb.DBTX, q *Queue, in P, opts *EnqueueOpts, notify bool) (_ *Handle[R], err error) {
 	if q == nil {
 		return nil, fmt.Errorf("%w: enqueue needs a queue", ErrInvalidArgument)
 	}
@@ -337,25 +358,18 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 		d := time.Now().Add(o.Timeout)
 		deadline = &d
 	}
-	nullable := func(s string) any {
-		if s == "" {
-			return nil
-		}
-		return s
-	}
-	var queueFound, inserted int
-	var ignored *string
 	sp := w.e.traceEnqueue(ctx, w.def.name, id, q.name)
 	defer func() { sp.end(err) }()
-	err = db.QueryRow(ctx, w.e.qq.Enqueue, id, w.def.name, w.e.cfg.AppVersion, json.RawMessage(input), q.name, o.Priority,
-		nullable(o.PartitionKey), nullable(o.DedupID), notBefore, deadline, notify, nullString(sp.traceparent())).Scan(&queueFound, &inserted, &ignored)
+	res, err := w.e.qq.Enqueue(ctx, db, sysdb.EnqueueParams{ID: id, Workflow: w.def.name, AppVersion: w.e.cfg.AppVersion,
+		Input: input, Queue: q.name, Priority: o.Priority, PartitionKey: o.PartitionKey, DedupID: o.DedupID,
+		NotBefore: notBefore, Deadline: deadline, Notify: notify, TraceContext: sp.traceparent()})
 	if err != nil {
 		return nil, fmt.Errorf("durable: enqueue workflow %q on queue %q: %w", w.def.name, q.name, err)
 	}
 	switch {
-	case queueFound == 0:
+	case !res.QueueFound:
 		return nil, fmt.Errorf("%w: %q (declare it with RegisterQueue in some executor)", ErrQueueNotFound, q.name)
-	case inserted == 1:
+	case res.Inserted:
 		return &Handle[R]{e: w.e, id: id}, nil
 	}
 	// Not inserted: the ID exists, or the dedup ID is taken.
@@ -363,8 +377,8 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 	if h, err := w.existing(ctx, db, id, so.sameInput(input), ""); !errors.Is(err, ErrWorkflowNotFound) {
 		return h, err
 	}
-	var holder string
-	if err := db.QueryRow(ctx, w.e.qq.ByDedup, q.name, o.DedupID).Scan(&holder); err != nil {
+	holder, err := w.e.qq.ByDedup(ctx, db, sysdb.ByDedupParams{Queue: q.name, DedupID: o.DedupID})
+	if err != nil {
 		return nil, fmt.Errorf("durable: enqueue workflow %q on queue %q: run %q not inserted and no dedup holder found: %w", w.def.name, q.name, id, err)
 	}
 	if o.OnDuplicate == DedupReturnExisting {
@@ -375,38 +389,15 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db queryer, q *Queue, in P
 
 // queueReady tells dispatchers that q has new work, after an enqueue has
 // committed: this process's own dispatcher directly, the others by a
-// notification. A NOTIFY takes a server-wide lock until commit, so one per
-// enqueue would make concurrent enqueues commit one at a time: at most one
-// notification per queue is in flight from this process, and enqueues that
-// arrive meanwhile share the next one (no added delay when idle).
+// notification (coalesced: see dispatch.Notifier).
 func (e *Engine) queueReady(q *Queue) {
-	if q.worked && q.e == e {
+	if q.e == e {
 		q.wake()
 	}
 	if e.cfg.PollOnly {
 		return
 	}
-	e.notifyMu.Lock()
-	if e.notifyInflight[q.name] {
-		e.notifyPending[q.name] = true
-		e.notifyMu.Unlock()
-		return
-	}
-	e.notifyInflight[q.name] = true
-	e.notifyMu.Unlock()
-	go func() {
-		for {
-			e.sendQueueNotify(q.name)
-			e.notifyMu.Lock()
-			if !e.notifyPending[q.name] {
-				e.notifyInflight[q.name] = false
-				e.notifyMu.Unlock()
-				return
-			}
-			e.notifyPending[q.name] = false
-			e.notifyMu.Unlock()
-		}
-	}()
+	e.notifier.Notify(q.name)
 }
 
 func (e *Engine) sendQueueNotify(name string) {
@@ -415,282 +406,90 @@ func (e *Engine) sendQueueNotify(name string) {
 	}
 }
 
-// wake makes this process's dispatcher of q look for work.
+// wake makes this process's dispatcher of q, if it works q, look for work.
 func (q *Queue) wake() {
-	if q.kick == nil {
-		return
-	}
-	select {
-	case q.kick <- struct{}{}:
-	default:
+	if q.lane != nil {
+		q.lane.Wake()
 	}
 }
 
 // release gives back the slot of a run of q that ended in this process.
 func (q *Queue) release() { q.releaseN(1) }
 
-func (q *Queue) releaseN(n int) {
-	q.mu.Lock()
-	q.running -= n
-	q.mu.Unlock()
-	q.wake()
-}
+func (q *Queue) releaseN(n int) { q.lane.Release(n) }
 
 // declareQueues writes the declared settings of every queue worked here.
 func (e *Engine) declareQueues(ctx context.Context) error {
 	for _, q := range e.queues {
 		declared, _ := json.Marshal(q.opts)
-		if _, err := e.pool.Exec(ctx, e.qq.Declare, q.name, q.opts.GlobalConcurrency, q.opts.WorkerConcurrency,
-			q.opts.PartitionConcurrency, q.opts.RateLimit, q.opts.RatePeriod.Milliseconds(), string(declared),
-			q.opts.ReleaseSlotWhileParked); err != nil {
+		if err := e.qq.Declare(ctx, e.pool, sysdb.QueueDeclareParams{Name: q.name, Settings: q.opts.settings(),
+			Declared: string(declared)}); err != nil {
 			return fmt.Errorf("declare queue %q: %w", q.name, err)
 		}
 	}
 	return nil
 }
 
-// requeue returns queued runs without a live owner to their queues (with
-// own, also this executor's runs left by its previous incarnation). The
-// runs of executors whose lease expired go back only when this executor
-// judges leases (judgesLeases), decided once it holds a connection (see
-// claimOrphans).
-func (e *Engine) requeue(ctx context.Context, own bool) error {
-	conn, err := e.pool.Acquire(ctx)
-	if err != nil {
-		return err
+// newDispatcher returns the dispatcher of the queues worked here, at
+// Launch once the workflows are registered.
+func (e *Engine) newDispatcher() *dispatch.Dispatcher {
+	var lanes []*dispatch.Queue
+	for _, q := range e.queues {
+		lanes = append(lanes, q.lane)
 	}
-	defer conn.Release()
-	rows, err := conn.Query(ctx, e.qq.Requeue, e.cfg.ExecutorID, own, e.judgesLeases())
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var name string
-		var n int64
-		var ignored *string
-		if err := rows.Scan(&name, &n, &ignored); err != nil {
-			return err
-		}
-		if n > 0 { // else only slots of cancelled runs came back
-			e.log.Info("durable: runs of a dead executor returned to their queue", "queue", name, "count", n)
-		}
-		if q := e.queues[name]; q != nil {
-			q.wake()
-		}
-	}
-	return rows.Err()
-}
-
-// dispatchLoop starts the queue's runs in this executor as its limits allow.
-func (e *Engine) dispatchLoop(q *Queue) func(ctx context.Context) {
-	return func(ctx context.Context) {
-		timer := time.NewTimer(0)
-		defer timer.Stop()
-		batch := queueBatchFirst
-		for {
-			wait, more := e.dispatch(ctx, q, batch)
-			if ctx.Err() != nil {
-				return
-			}
-			if more {
-				batch = min(2*batch, QueueBatchMax)
-				continue
-			}
-			batch = queueBatchFirst
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-q.kick:
-			case <-timer.C:
-			}
-		}
-	}
-}
-
-// dispatch runs one dispatch transaction for q, claiming at most batch
-// runs. It returns how long to wait before the next one when nothing wakes
-// the loop, and whether more work may be ready right away.
-func (e *Engine) dispatch(ctx context.Context, q *Queue, batch int) (time.Duration, bool) {
-	defer e.launches.enter()()
-	poll := e.pollInterval()
-	q.mu.Lock()
-	running := q.running
-	q.mu.Unlock()
-	var got []claimed
-	var wait time.Duration = poll
-	claimLimit := 0
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		var s QueueOpts
-		var period int64
-		var paused bool
-		err := tx.QueryRow(ctx, e.qq.LockAndLoad, q.name).Scan(
-			&s.GlobalConcurrency, &s.WorkerConcurrency, &s.PartitionConcurrency, &s.RateLimit, &period, &paused,
-			&s.ReleaseSlotWhileParked)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: %q was deleted", ErrQueueNotFound, q.name)
-		}
-		if err != nil || paused {
-			return err
-		}
-		s.RatePeriod = time.Duration(period) * time.Millisecond
-		n := batch
-		if s.WorkerConcurrency > 0 {
-			n = min(n, s.WorkerConcurrency-running)
-		}
-		if n <= 0 {
-			wait = poll // a local finish wakes us
-			return nil
-		}
-		var globalRunning, recent int
-		var rateFree, nextDelayed *time.Duration
-		if err := tx.QueryRow(ctx, e.qq.Counts, q.name, s.GlobalConcurrency > 0, period).Scan(&globalRunning, &recent, &rateFree, &nextDelayed); err != nil {
-			return err
-		}
-		if nextDelayed != nil {
-			wait = min(wait, max(*nextDelayed, time.Millisecond))
-		}
-		if s.GlobalConcurrency > 0 {
-			n = min(n, s.GlobalConcurrency-globalRunning)
-		}
-		if s.RateLimit > 0 {
-			if recent >= s.RateLimit && rateFree != nil {
-				wait = min(wait, max(*rateFree, time.Millisecond))
-			}
-			n = min(n, s.RateLimit-recent)
-		}
-		if n <= 0 {
-			return nil
-		}
-		claimLimit = n
-		if s.PartitionConcurrency > 0 {
-			got, err = e.claimPartitioned(ctx, tx, q.name, n, s.PartitionConcurrency, s.RateLimit > 0)
-		} else {
-			got, err = scanClaimed(tx.Query(ctx, e.qq.ClaimSimple, q.name, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, n, s.RateLimit > 0))
-		}
-		return err
+	return dispatch.New(dispatch.Config{
+		Pool:         e.pool,
+		Queries:      e.qq,
+		ExecutorID:   e.cfg.ExecutorID,
+		AppVersion:   e.cfg.AppVersion,
+		Workflows:    e.names,
+		Queues:       lanes,
+		PollInterval: e.pollInterval,
+		Launch: func(ctx context.Context, lane *dispatch.Queue, got []sysdb.ClaimedRow) error {
+			return e.startClaimed(ctx, claimedRuns(got), e.queues[lane.Name()])
+		},
+		Launching:    e.launches.enter,
+		DBTrouble:    e.noteDBTrouble,
+		JudgesLeases: e.judgesLeases,
+		Logger:       e.log,
 	})
-	if err != nil {
-		e.noteDBTrouble()
-		if ctx.Err() == nil {
-			e.log.Warn("durable: dispatch failed", "queue", q.name, "err", err)
-		}
-		return min(poll, time.Second), false
-	}
-	if len(got) == 0 {
-		return wait, false
-	}
-	q.mu.Lock()
-	q.running += len(got)
-	q.mu.Unlock()
-	if err := e.startClaimed(ctx, got, q); err != nil {
-		e.noteDBTrouble()
-		if ctx.Err() == nil {
-			e.log.Warn("durable: start claimed runs", "queue", q.name, "err", err)
-		}
-	}
-	return wait, len(got) >= claimLimit
 }
 
-// claimPartitioned claims up to n runs, at most limit running per partition
-// key, from a window of candidates in priority order.
-func (e *Engine) claimPartitioned(ctx context.Context, tx pgx.Tx, queue string, n, limit int, rated bool) ([]claimed, error) {
-	rows, err := tx.Query(ctx, e.qq.Candidates, queue, e.cfg.AppVersion, e.names, min(n*8, QueueBatchMax*4))
-	if err != nil {
-		return nil, err
-	}
-	type cand struct{ id, key string }
-	var cands []cand
-	keys := map[string]bool{}
-	for rows.Next() {
-		var c cand
-		if err := rows.Scan(&c.id, &c.key); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		cands = append(cands, c)
-		keys[c.key] = true
-	}
-	if err := rows.Err(); err != nil || len(cands) == 0 {
-		return nil, err
-	}
-	keyList := make([]string, 0, len(keys))
-	for k := range keys {
-		keyList = append(keyList, k)
-	}
-	load := map[string]int{}
-	rows, err = tx.Query(ctx, e.qq.PartitionLoad, queue, keyList)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var k string
-		var c int
-		if err := rows.Scan(&k, &c); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		load[k] = c
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, c := range cands {
-		if len(ids) == n {
-			break
-		}
-		if load[c.key] < limit {
-			load[c.key]++
-			ids = append(ids, c.id)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	return scanClaimed(tx.Query(ctx, e.qq.ClaimIDs, ids, e.cfg.ExecutorID, e.cfg.AppVersion, rated))
+// requeue returns queued runs without a live owner to their queues (with
+// own, also this executor's runs left by its previous incarnation; see
+// dispatch.Dispatcher.Requeue).
+func (e *Engine) requeue(ctx context.Context, own bool) error {
+	return e.dispatcher.Requeue(ctx, own)
 }
 
-func scanClaimed(rows pgx.Rows, err error) ([]claimed, error) {
-	if err != nil {
-		return nil, err
+// claimedRuns are the runs of rows.
+func claimedRuns(rows []sysdb.ClaimedRow) []claimed {
+	if len(rows) == 0 {
+		return nil
 	}
-	var got []claimed
-	for rows.Next() {
-		var c claimed
-		if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue, &c.trace, &c.queued); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		got = append(got, c)
+	got := make([]claimed, len(rows))
+	for i, r := range rows {
+		got[i] = claimed{id: r.ID, name: r.Name, input: r.Input, epoch: r.Epoch, attempts: r.Attempts,
+			deadline: r.Deadline, queue: r.Queue, trace: r.Trace, queued: r.Queued}
 	}
-	return got, rows.Err()
+	return got
 }
 
 // enqueueDef enqueues a run of def on q under id, unless the ID exists
 // (created false); a run of another workflow under id is a
 // [*ConflictError]. It is the untyped path used by schedules.
 func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string, input []byte) (created bool, err error) {
-	var queueFound, inserted int
-	var ignored *string
 	sp := e.traceEnqueue(ctx, def.name, id, q.name)
 	defer func() { sp.end(err) }()
-	err = e.pool.QueryRow(ctx, e.qq.Enqueue, id, def.name, e.cfg.AppVersion, json.RawMessage(input), q.name, 0,
-		nil, nil, nil, nil, false, nullString(sp.traceparent())).Scan(&queueFound, &inserted, &ignored)
+	res, err := e.qq.Enqueue(ctx, e.pool, sysdb.EnqueueParams{ID: id, Workflow: def.name, AppVersion: e.cfg.AppVersion,
+		Input: input, Queue: q.name, TraceContext: sp.traceparent()})
 	if err != nil {
 		return false, fmt.Errorf("durable: enqueue workflow %q id %q on queue %q: %w", def.name, id, q.name, err)
 	}
-	if queueFound == 0 {
+	if !res.QueueFound {
 		return false, fmt.Errorf("%w: %q", ErrQueueNotFound, q.name)
 	}
-	if inserted == 1 {
+	if res.Inserted {
 		e.queueReady(q)
 		return true, nil
 	}

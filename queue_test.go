@@ -68,6 +68,9 @@ func TestQueueInvalidDeclarations(t *testing.T) {
 		_, err := durable.TryRegisterQueue(e, "q", &opts)
 		require.ErrorIs(t, err, durable.ErrInvalidArgument, "%+v", opts)
 		require.ErrorContains(t, err, "QueueOpts.")
+		err = e.QueueRef("q").Update(context.Background(), &opts)
+		require.ErrorIs(t, err, durable.ErrInvalidArgument, "Update %+v", opts)
+		require.ErrorContains(t, err, "QueueOpts.")
 	}
 	_, err = durable.TryRegisterQueue(e, "", nil)
 	require.ErrorIs(t, err, durable.ErrInvalidArgument)
@@ -109,7 +112,7 @@ func TestQueuePriorityPauseAndLiveSettings(t *testing.T) {
 	require.Equal(t, len(prios), st.Ready)
 	require.Zero(t, st.Running)
 
-	require.NoError(t, q.Update(ctx, durable.QueueOpts{WorkerConcurrency: 1, GlobalConcurrency: 7}))
+	require.NoError(t, q.Update(ctx, &durable.QueueOpts{WorkerConcurrency: 1, GlobalConcurrency: 7}))
 	st, err = q.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 7, st.Settings.GlobalConcurrency)
@@ -122,6 +125,11 @@ func TestQueuePriorityPauseAndLiveSettings(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int{0, 1, 2, 3, 5, 7, 9}, order)
+
+	require.NoError(t, q.Update(ctx, nil), "nil removes every limit")
+	st, err = q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, durable.QueueOpts{}, st.Settings)
 }
 
 // TestQueueRateLimitCountsStartsWhileLimited: a rate limit counts the starts
@@ -150,7 +158,7 @@ func TestQueueRateLimitCountsStartsWhileLimited(t *testing.T) {
 		_, err := h.Result(ctx)
 		require.NoError(t, err)
 	}
-	require.NoError(t, q.Update(ctx, durable.QueueOpts{RateLimit: 2, RatePeriod: time.Hour}))
+	require.NoError(t, q.Update(ctx, &durable.QueueOpts{RateLimit: 2, RatePeriod: time.Hour}))
 	hs := run(3, 4)
 	finished := 0
 	for finished < 2 {
@@ -170,7 +178,7 @@ func TestQueueRateLimitCountsStartsWhileLimited(t *testing.T) {
 	require.Equal(t, 2, st.Ready, "the limit holds back the other two for the hour")
 	require.Zero(t, st.Running)
 
-	require.NoError(t, q.Update(ctx, durable.QueueOpts{RateLimit: 4, RatePeriod: time.Hour}))
+	require.NoError(t, q.Update(ctx, &durable.QueueOpts{RateLimit: 4, RatePeriod: time.Hour}))
 	for _, h := range hs {
 		_, err := h.Result(ctx)
 		require.NoError(t, err)
@@ -423,7 +431,7 @@ func TestQueueDeclaredVersusLiveSettings(t *testing.T) {
 	}
 	declared := durable.QueueOpts{GlobalConcurrency: 3}
 	e1, q1 := launch(declared)
-	require.NoError(t, q1.Update(ctx, durable.QueueOpts{GlobalConcurrency: 9}))
+	require.NoError(t, q1.Update(ctx, &durable.QueueOpts{GlobalConcurrency: 9}))
 	require.NoError(t, e1.Shutdown(ctx))
 
 	e2, q2 := launch(declared) // same code restarted

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // claimed is a run this executor just took ownership of.
@@ -309,4 +311,21 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 		case <-e.kick:
 		}
 	}
+}
+
+// scanClaimed reads the rows of a claim statement.
+func scanClaimed(rows pgx.Rows, err error) ([]claimed, error) {
+	if err != nil {
+		return nil, err
+	}
+	var got []claimed
+	for rows.Next() {
+		var c claimed
+		if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue, &c.trace, &c.queued); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		got = append(got, c)
+	}
+	return got, rows.Err()
 }

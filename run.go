@@ -558,7 +558,7 @@ func (e *Engine) handBack(r *run) {
 // failure the next sweep releases it (releaseStopped).
 func (e *Engine) releaseSlot(r *run) {
 	err := e.retryBG(e.hardCtx, "release queue slot", func(ctx context.Context) error {
-		_, err := e.pool.Exec(ctx, e.qq.Release, r.id, r.epoch)
+		_, err := e.qq.Release(ctx, e.pool, sysdb.ReleaseParams{ID: r.id, Epoch: r.epoch})
 		return err
 	})
 	if err != nil {

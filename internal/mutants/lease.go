@@ -32,9 +32,9 @@ func init() {
 		Mutant{
 			Name:      "lease/requeue-judged-with-connection",
 			Mechanism: "the requeue of dead executors' queued runs decides whether leases may be judged once it holds a connection",
-			Edits: []Edit{{File: "queue.go",
-				Find:    "\tconn, err := e.pool.Acquire(ctx)\n\tif err != nil {\n\t\treturn err\n\t}\n\tdefer conn.Release()\n\trows, err := conn.Query(ctx, e.qq.Requeue, e.cfg.ExecutorID, own, e.judgesLeases())",
-				Replace: "\tjudges := e.judgesLeases()\n\tconn, err := e.pool.Acquire(ctx)\n\tif err != nil {\n\t\treturn err\n\t}\n\tdefer conn.Release()\n\trows, err := conn.Query(ctx, e.qq.Requeue, e.cfg.ExecutorID, own, judges)"}},
+			Edits: []Edit{{File: "internal/dispatch/dispatch.go",
+				Find:    "\tconn, err := d.cfg.Pool.Acquire(ctx)\n\tif err != nil {\n\t\treturn err\n\t}\n\tdefer conn.Release()\n\tback, err := d.cfg.Queries.Requeue(ctx, conn, sysdb.RequeueParams{ExecutorID: d.cfg.ExecutorID, Own: own, ExpiredLeases: d.cfg.JudgesLeases()})",
+				Replace: "\tjudges := d.cfg.JudgesLeases()\n\tconn, err := d.cfg.Pool.Acquire(ctx)\n\tif err != nil {\n\t\treturn err\n\t}\n\tdefer conn.Release()\n\tback, err := d.cfg.Queries.Requeue(ctx, conn, sysdb.RequeueParams{ExecutorID: d.cfg.ExecutorID, Own: own, ExpiredLeases: judges})"}},
 			Pkg: ".", Tests: "TestLeaseJudgedWithConnectionInHand",
 		},
 		Mutant{

@@ -3,10 +3,9 @@ package sysdb
 // queueCounts is the FROM items that count the runs of the queue named by
 // the SQL expression name: e.ready and e.delayed (queued, ready now or
 // later) and r.running (see running). Each count reads its runs from a
-// partial index (queued: workflows_queue_claim_idx).
-// One scan for status IN ('enqueued', 'pending') matched no index's
-// predicate, and read the whole table, history included (~0.3-0.5 s per
-// queue with 1,000,000 finished runs). Queue.Stats and ListQueues share it.
+// partial index (queued: workflows_queue_claim_idx): one scan for status
+// IN ('enqueued', 'pending') matches no index's predicate and reads the
+// whole table, history included. Stats and List share it.
 func queueCounts(name string) string {
 	return `LATERAL (SELECT
 	count(*) FILTER (WHERE w.not_before IS NULL OR w.not_before <= now()) AS ready,
@@ -15,15 +14,10 @@ func queueCounts(name string) string {
 CROSS JOIN LATERAL (SELECT ` + running(name) + ` AS running) r`
 }
 
-// ListQueues renders the statement listing every declared queue of schema
-// with its live settings and counts (queueCounts), by name. Columns: name,
-// global_concurrency, worker_concurrency, partition_concurrency,
-// rate_limit, rate_period_ms, paused, release_parked, ready, delayed,
-// running.
-func ListQueues(schema string) string {
-	return Render(`SELECT q.name, q.global_concurrency, q.worker_concurrency, q.partition_concurrency,
+// listQueues lists every declared queue with its live settings and counts
+// (queueCounts), by name.
+var listQueues = `SELECT q.name, q.global_concurrency, q.worker_concurrency, q.partition_concurrency,
 	q.rate_limit, q.rate_period_ms, q.paused, q.release_parked, e.ready, e.delayed, r.running
 FROM {{schema}}.queues q
-CROSS JOIN `+queueCounts("q.name")+`
-ORDER BY q.name`, schema)
-}
+CROSS JOIN ` + queueCounts("q.name") + `
+ORDER BY q.name`

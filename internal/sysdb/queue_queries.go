@@ -1,24 +1,32 @@
 package sysdb
 
-// QueueQueries are the statements of queues.
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// QueueQueries are the statements of queues, rendered for one schema.
 type QueueQueries struct {
-	Declare       string
-	Settings      string
-	Update        string
-	SetPaused     string
-	Enqueue       string
-	LockAndLoad   string
-	Counts        string
-	ClaimSimple   string
-	Candidates    string
-	PartitionLoad string
-	ClaimIDs      string
-	Requeue       string
-	Release       string
-	OwnStopping   string
-	Stats         string
-	ByDedup       string
-	Names         string
+	declare       string
+	settings      string
+	update        string
+	setPaused     string
+	enqueue       string
+	lockAndLoad   string
+	counts        string
+	claimSimple   string
+	candidates    string
+	partitionLoad string
+	claimIDs      string
+	requeue       string
+	release       string
+	ownStopping   string
+	stats         string
+	byDedup       string
+	list          string
 }
 
 // stopping is the condition of a cancelled queued run whose code may
@@ -40,13 +48,11 @@ func NewQueueQueries(schema, channel string) *QueueQueries {
 	n := notifier(channel)
 	r := func(s string) string { return Render(s, schema) }
 	return &QueueQueries{
-		Names: r(`SELECT name FROM {{schema}}.queues ORDER BY name`),
-
 		// Code declares a queue at Launch. A declaration different from the
 		// last one (a deploy changed the code) overwrites the live settings;
 		// the same declaration keeps changes made at run time.
 		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms, $7 declared, $8 release parked.
-		Declare: r(`INSERT INTO {{schema}}.queues AS q (name, global_concurrency, worker_concurrency,
+		declare: r(`INSERT INTO {{schema}}.queues AS q (name, global_concurrency, worker_concurrency,
 	partition_concurrency, rate_limit, rate_period_ms, declared, release_parked)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (name) DO UPDATE SET global_concurrency = EXCLUDED.global_concurrency,
@@ -55,17 +61,17 @@ ON CONFLICT (name) DO UPDATE SET global_concurrency = EXCLUDED.global_concurrenc
 	release_parked = EXCLUDED.release_parked, declared = EXCLUDED.declared, updated_at = now()
 WHERE q.declared IS DISTINCT FROM EXCLUDED.declared`),
 
-		Settings: r(`SELECT global_concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_period_ms, paused, release_parked
+		settings: r(`SELECT global_concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_period_ms, paused, release_parked
 FROM {{schema}}.queues WHERE name = $1`),
 
 		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms, $7 release parked.
-		Update: r(`WITH u AS (
+		update: r(`WITH u AS (
 	UPDATE {{schema}}.queues SET global_concurrency = $2, worker_concurrency = $3, partition_concurrency = $4,
 		rate_limit = $5, rate_period_ms = $6, release_parked = $7, updated_at = now()
 	WHERE name = $1 RETURNING name)
 SELECT ` + n(`'q:' || name`) + ` FROM u`),
 
-		SetPaused: r(`WITH u AS (
+		setPaused: r(`WITH u AS (
 	UPDATE {{schema}}.queues SET paused = $2, updated_at = now() WHERE name = $1 RETURNING name)
 SELECT ` + n(`'q:' || name`) + ` FROM u`),
 
@@ -74,7 +80,7 @@ SELECT ` + n(`'q:' || name`) + ` FROM u`),
 		// $1 id, $2 name, $3 app_version, $4 input, $5 queue, $6 priority,
 		// $7 partition_key, $8 dedup_id, $9 not_before, $10 deadline, $11 notify (bool),
 		// $12 trace_context.
-		Enqueue: r(`WITH q AS (SELECT name FROM {{schema}}.queues WHERE name = $5),
+		enqueue: r(`WITH q AS (SELECT name FROM {{schema}}.queues WHERE name = $5),
 ins AS (
 	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input,
 		queue_name, priority, partition_key, dedup_id, not_before, deadline, trace_context)
@@ -91,14 +97,14 @@ SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
 		// they left it (a row lock re-reads the latest version, an advisory
 		// lock would not).
 		// $1 name.
-		LockAndLoad: r(`SELECT global_concurrency, worker_concurrency,
+		lockAndLoad: r(`SELECT global_concurrency, worker_concurrency,
 	partition_concurrency, rate_limit, rate_period_ms, paused, release_parked
 FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
 
 		// Recent starts are those with rate_start, which the claims set
 		// only while the queue has a rate limit.
 		// $1 name, $2 count running (bool), $3 rate period ms (0: none).
-		Counts: r(`SELECT
+		counts: r(`SELECT
 	CASE WHEN $2::bool THEN ` + running("$1") + ` ELSE 0 END,
 	CASE WHEN $3::bigint > 0 THEN (SELECT count(*) FROM {{schema}}.workflows
 		WHERE queue_name = $1 AND rate_start > now() - $3 * interval '1 millisecond') ELSE 0 END,
@@ -115,7 +121,7 @@ FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
 		// workflows_queue_claim_idx, so the scan stops after $5 entries.
 		// $1 name, $2 executor, $3 app_version, $4 names, $5 limit,
 		// $6 rate limited (bool: record rate_start).
-		ClaimSimple: r(`UPDATE {{schema}}.workflows w
+		claimSimple: r(`UPDATE {{schema}}.workflows w
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
 	rate_start = CASE WHEN $6::bool THEN now() END,
 	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
@@ -129,12 +135,12 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 
 		// With partition limits the choice is made in Go from a window of
 		// candidates. $1 name, $2 app_version, $3 names, $4 limit.
-		Candidates: r(`SELECT id, coalesce(partition_key, '') FROM {{schema}}.workflows
+		candidates: r(`SELECT id, coalesce(partition_key, '') FROM {{schema}}.workflows
 WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
 	AND name = ANY($3::text[]) AND (epoch = 0 OR app_version = $2)
 ORDER BY priority, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`),
 
-		PartitionLoad: r(`SELECT k, count(*) FROM (
+		partitionLoad: r(`SELECT k, count(*) FROM (
 	SELECT coalesce(partition_key, '') AS k FROM {{schema}}.workflows
 	WHERE queue_name = $1 AND status = 'pending' AND coalesce(partition_key, '') = ANY($2::text[])
 	UNION ALL
@@ -143,7 +149,7 @@ ORDER BY priority, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`),
 GROUP BY 1`),
 
 		// $1 ids, $2 executor, $3 app_version, $4 rate limited.
-		ClaimIDs: r(`UPDATE {{schema}}.workflows w
+		claimIDs: r(`UPDATE {{schema}}.workflows w
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
 	rate_start = CASE WHEN $4::bool THEN now() END,
 	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
@@ -160,7 +166,7 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 		// executors whose lease expired (bool).
 		// Cancelled runs such an executor was stopping give their slots
 		// back. Columns: queue, runs requeued, (notify).
-		Requeue: r(`WITH r AS (
+		requeue: r(`WITH r AS (
 	UPDATE {{schema}}.workflows o SET status = 'enqueued', executor_id = NULL, epoch = o.epoch + 1, updated_at = now()
 	WHERE o.status = 'pending' AND o.queue_name IS NOT NULL AND o.wake_at IS NULL
 	AND ((o.executor_id = $1 AND $2::bool) OR o.executor_id IS NULL OR (o.executor_id <> $1 AND $3::bool AND NOT EXISTS (
@@ -177,7 +183,7 @@ FROM (SELECT queue_name, true AS requeued FROM r UNION ALL SELECT queue_name, fa
 
 		// Release gives back the slot of a cancelled run whose code has
 		// stopped in this executor. $1 id, $2 epoch.
-		Release: r(`WITH u AS (
+		release: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET executor_id = NULL
 	WHERE id = $1 AND epoch = $2 AND ` + stopping + `
 	RETURNING queue_name)
@@ -185,13 +191,378 @@ SELECT ` + n(`'q:' || queue_name`) + `::text FROM u`),
 
 		// Cancelled runs holding a slot for this executor (adoptStrays
 		// releases those not executing). $1 executor_id.
-		OwnStopping: r(`SELECT id, epoch FROM {{schema}}.workflows WHERE ` + stopping + ` AND executor_id = $1`),
+		ownStopping: r(`SELECT id, epoch FROM {{schema}}.workflows WHERE ` + stopping + ` AND executor_id = $1`),
 
 		// See queueCounts. $1 name.
-		Stats: r(`SELECT e.ready, e.delayed, r.running FROM ` + queueCounts("$1")),
+		stats: r(`SELECT e.ready, e.delayed, r.running FROM ` + queueCounts("$1")),
+
+		// Every declared queue with its settings and counts, by name.
+		list: r(listQueues),
 
 		// $1 queue, $2 dedup_id.
-		ByDedup: r(`SELECT id FROM {{schema}}.workflows
+		byDedup: r(`SELECT id FROM {{schema}}.workflows
 WHERE queue_name = $1 AND dedup_id = $2 AND status IN ('enqueued', 'pending')`),
 	}
+}
+
+// QueueSettings are a queue's limits as its row stores them; zero means
+// unlimited for each.
+type QueueSettings struct {
+	GlobalConcurrency    int
+	WorkerConcurrency    int
+	PartitionConcurrency int
+	RateLimit            int
+	RatePeriod           time.Duration // stored in whole milliseconds
+	ReleaseParked        bool          // a parked run gives its slot back
+}
+
+// QueueDeclareParams are a queue's settings as code declares them.
+type QueueDeclareParams struct {
+	Name     string
+	Settings QueueSettings
+	// Declared identifies the declaration (the encoded settings): a
+	// declaration equal to the stored one leaves the live settings alone.
+	Declared string
+}
+
+// Declare inserts queue p.Name or, when its declaration differs from the
+// stored one, overwrites its live settings with the declared ones.
+func (q *QueueQueries) Declare(ctx context.Context, db DBTX, p QueueDeclareParams) error {
+	s := p.Settings
+	_, err := db.Exec(ctx, q.declare, p.Name, s.GlobalConcurrency, s.WorkerConcurrency, s.PartitionConcurrency,
+		s.RateLimit, s.RatePeriod.Milliseconds(), p.Declared, s.ReleaseParked)
+	return err
+}
+
+// QueueSettingsRow is a queue's live settings and whether it is paused.
+type QueueSettingsRow struct {
+	Settings QueueSettings
+	Paused   bool
+}
+
+func scanSettings(row pgx.Row) (QueueSettingsRow, error) {
+	var r QueueSettingsRow
+	var periodMs int64
+	s := &r.Settings
+	err := row.Scan(&s.GlobalConcurrency, &s.WorkerConcurrency, &s.PartitionConcurrency, &s.RateLimit, &periodMs,
+		&r.Paused, &s.ReleaseParked)
+	s.RatePeriod = time.Duration(periodMs) * time.Millisecond
+	return r, err
+}
+
+// Settings returns the live settings of queue name; pgx.ErrNoRows when no
+// queue has that name.
+func (q *QueueQueries) Settings(ctx context.Context, db DBTX, name string) (QueueSettingsRow, error) {
+	return scanSettings(db.QueryRow(ctx, q.settings, name))
+}
+
+// LockAndLoad locks the row of queue name until the end of the
+// transaction tx, serialising the dispatches of the queue across
+// executors, and returns its live settings; pgx.ErrNoRows when no queue
+// has that name.
+func (q *QueueQueries) LockAndLoad(ctx context.Context, tx DBTX, name string) (QueueSettingsRow, error) {
+	return scanSettings(tx.QueryRow(ctx, q.lockAndLoad, name))
+}
+
+// QueueUpdateParams are the new live settings of a queue.
+type QueueUpdateParams struct {
+	Name     string
+	Settings QueueSettings
+}
+
+// Update sets the live settings of queue p.Name, waking its dispatchers,
+// and reports whether the queue exists.
+func (q *QueueQueries) Update(ctx context.Context, db DBTX, p QueueUpdateParams) (bool, error) {
+	s := p.Settings
+	return someRow(db.Query(ctx, q.update, p.Name, s.GlobalConcurrency, s.WorkerConcurrency, s.PartitionConcurrency,
+		s.RateLimit, s.RatePeriod.Milliseconds(), s.ReleaseParked))
+}
+
+// QueuePausedParams pause or resume a queue.
+type QueuePausedParams struct {
+	Name   string
+	Paused bool
+}
+
+// SetPaused pauses or resumes queue p.Name, waking its dispatchers, and
+// reports whether the queue exists.
+func (q *QueueQueries) SetPaused(ctx context.Context, db DBTX, p QueuePausedParams) (bool, error) {
+	return someRow(db.Query(ctx, q.setPaused, p.Name, p.Paused))
+}
+
+// someRow reports whether rows has a row, and closes it.
+func someRow(rows pgx.Rows, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	found := rows.Next()
+	rows.Close()
+	return found, rows.Err()
+}
+
+// EnqueueParams are a run to put on a queue.
+type EnqueueParams struct {
+	ID           string
+	Workflow     string
+	AppVersion   string
+	Input        []byte // JSON
+	Queue        string
+	Priority     int
+	PartitionKey string     // "": none
+	DedupID      string     // "": none
+	NotBefore    *time.Time // nil: ready at once
+	Deadline     *time.Time // nil: none
+	// Notify makes the commit wake the queue's dispatchers; an enqueue
+	// outside the caller's transaction wakes them itself, and coalesces.
+	Notify       bool
+	TraceContext string // W3C traceparent; "": none
+}
+
+// EnqueueRow says what Enqueue did.
+type EnqueueRow struct {
+	QueueFound bool // the queue exists
+	Inserted   bool // false: the ID or the dedup ID is taken
+}
+
+// Enqueue inserts run p, queued, unless its queue does not exist or its ID
+// or its dedup ID is taken.
+func (q *QueueQueries) Enqueue(ctx context.Context, db DBTX, p EnqueueParams) (EnqueueRow, error) {
+	var queueFound, inserted int
+	var note *string
+	err := db.QueryRow(ctx, q.enqueue, p.ID, p.Workflow, p.AppVersion, json.RawMessage(p.Input), p.Queue, p.Priority,
+		orNull(p.PartitionKey), orNull(p.DedupID), p.NotBefore, p.Deadline, p.Notify, orNull(p.TraceContext)).
+		Scan(&queueFound, &inserted, &note)
+	return EnqueueRow{QueueFound: queueFound > 0, Inserted: inserted > 0}, err
+}
+
+// orNull is s, or SQL NULL for "".
+func orNull(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// QueueCountsParams say what a dispatch needs counted.
+type QueueCountsParams struct {
+	Queue        string
+	CountRunning bool          // count the runs holding a slot (a global limit)
+	RatePeriod   time.Duration // count the starts within it (0: no rate limit)
+}
+
+// QueueCountsRow is what a dispatch counted in its queue.
+type QueueCountsRow struct {
+	Running     int            // runs holding a slot, in any executor (0 unless counted)
+	Recent      int            // starts within the rate period
+	RateFree    *time.Duration // with Recent > 0: when the oldest of them leaves the period
+	NextDelayed *time.Duration // when the next delayed run is due; nil: none
+}
+
+// Counts counts the runs of p.Queue that its limits depend on.
+func (q *QueueQueries) Counts(ctx context.Context, tx DBTX, p QueueCountsParams) (QueueCountsRow, error) {
+	var r QueueCountsRow
+	err := tx.QueryRow(ctx, q.counts, p.Queue, p.CountRunning, p.RatePeriod.Milliseconds()).
+		Scan(&r.Running, &r.Recent, &r.RateFree, &r.NextDelayed)
+	return r, err
+}
+
+// ClaimSimpleParams claim the first ready runs of a queue.
+type ClaimSimpleParams struct {
+	Queue      string
+	ExecutorID string
+	AppVersion string
+	Workflows  []string // the workflows the executor runs
+	Limit      int
+	Rated      bool // the queue has a rate limit: record each start
+}
+
+// ClaimSimple claims up to p.Limit ready runs of p.Queue, in priority
+// order, for executor p.ExecutorID; locked ones are skipped. A run that
+// never started may run on any application version, a re-queued one only
+// on its own.
+func (q *QueueQueries) ClaimSimple(ctx context.Context, tx DBTX, p ClaimSimpleParams) ([]ClaimedRow, error) {
+	return scanClaimed(tx.Query(ctx, q.claimSimple, p.Queue, p.ExecutorID, p.AppVersion, p.Workflows, p.Limit, p.Rated))
+}
+
+// CandidatesParams select the first ready runs of a queue.
+type CandidatesParams struct {
+	Queue      string
+	AppVersion string
+	Workflows  []string
+	Limit      int
+}
+
+// CandidateRow is a ready run and its partition key ("": none).
+type CandidateRow struct {
+	ID           string
+	PartitionKey string
+}
+
+// Candidates locks and returns up to p.Limit ready runs of p.Queue in
+// priority order (those ClaimSimple would claim), for a choice by
+// partition.
+func (q *QueueQueries) Candidates(ctx context.Context, tx DBTX, p CandidatesParams) ([]CandidateRow, error) {
+	rows, err := tx.Query(ctx, q.candidates, p.Queue, p.AppVersion, p.Workflows, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (CandidateRow, error) {
+		var c CandidateRow
+		err := row.Scan(&c.ID, &c.PartitionKey)
+		return c, err
+	})
+}
+
+// PartitionLoadParams name partitions of a queue.
+type PartitionLoadParams struct {
+	Queue string
+	Keys  []string // partition keys ("": runs without one)
+}
+
+// PartitionLoad returns how many runs of each partition of p.Keys hold a
+// slot of p.Queue; a partition without any is left out.
+func (q *QueueQueries) PartitionLoad(ctx context.Context, tx DBTX, p PartitionLoadParams) (map[string]int, error) {
+	rows, err := tx.Query(ctx, q.partitionLoad, p.Queue, p.Keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	load := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, err
+		}
+		load[k] = n
+	}
+	return load, rows.Err()
+}
+
+// ClaimIDsParams claim chosen queued runs.
+type ClaimIDsParams struct {
+	IDs        []string
+	ExecutorID string
+	AppVersion string
+	Rated      bool // the queue has a rate limit: record each start
+}
+
+// ClaimIDs claims the runs of p.IDs that are still queued, for executor
+// p.ExecutorID.
+func (q *QueueQueries) ClaimIDs(ctx context.Context, tx DBTX, p ClaimIDsParams) ([]ClaimedRow, error) {
+	return scanClaimed(tx.Query(ctx, q.claimIDs, p.IDs, p.ExecutorID, p.AppVersion, p.Rated))
+}
+
+// RequeueParams say whose queued runs go back to their queue.
+type RequeueParams struct {
+	ExecutorID string
+	Own        bool // the executor's own runs (left by its previous incarnation)
+	// ExpiredLeases: the runs of other executors whose lease expired.
+	// Runs without an owner always go back.
+	ExpiredLeases bool
+}
+
+// RequeueRow is a queue that got runs or slots back.
+type RequeueRow struct {
+	Queue    string
+	Requeued int64 // runs back in the queue (0: only slots of cancelled runs came back)
+}
+
+// Requeue returns the pending queued runs p selects to their queue,
+// keeping their place and recorded steps, at a new epoch; cancelled runs
+// those executors were stopping give their slots back. It wakes the
+// queues' dispatchers.
+func (q *QueueQueries) Requeue(ctx context.Context, db DBTX, p RequeueParams) ([]RequeueRow, error) {
+	rows, err := db.Query(ctx, q.requeue, p.ExecutorID, p.Own, p.ExpiredLeases)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (RequeueRow, error) {
+		var r RequeueRow
+		var note *string
+		err := row.Scan(&r.Queue, &r.Requeued, &note)
+		return r, err
+	})
+}
+
+// ReleaseParams name a run at an epoch.
+type ReleaseParams struct {
+	ID    string
+	Epoch int64
+}
+
+// Release gives back the queue slot of run p.ID, cancelled at epoch
+// p.Epoch and still held by an executor, waking its queue's dispatchers,
+// and reports whether it did.
+func (q *QueueQueries) Release(ctx context.Context, db DBTX, p ReleaseParams) (bool, error) {
+	tag, err := db.Exec(ctx, q.release, p.ID, p.Epoch)
+	return tag.RowsAffected() > 0, err
+}
+
+// OwnStoppingRow is a cancelled run whose slot an executor holds.
+type OwnStoppingRow struct {
+	ID    string
+	Epoch int64
+}
+
+// OwnStopping returns the cancelled runs whose slot executor holds.
+func (q *QueueQueries) OwnStopping(ctx context.Context, db DBTX, executor string) ([]OwnStoppingRow, error) {
+	rows, err := db.Query(ctx, q.ownStopping, executor)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[OwnStoppingRow])
+}
+
+// QueueStatsRow counts a queue's runs.
+type QueueStatsRow struct {
+	Ready   int // queued and due
+	Delayed int // queued with a start time in the future
+	Running int // holding a slot: claimed and not finished, or cancelled and still stopping
+}
+
+// Stats counts the runs of queue name (see queueCounts).
+func (q *QueueQueries) Stats(ctx context.Context, db DBTX, name string) (QueueStatsRow, error) {
+	var r QueueStatsRow
+	err := db.QueryRow(ctx, q.stats, name).Scan(&r.Ready, &r.Delayed, &r.Running)
+	return r, err
+}
+
+// ByDedupParams name a dedup ID in a queue.
+type ByDedupParams struct {
+	Queue   string
+	DedupID string
+}
+
+// ByDedup returns the ID of the queued or running run that holds dedup ID
+// p.DedupID in p.Queue; pgx.ErrNoRows when none does.
+func (q *QueueQueries) ByDedup(ctx context.Context, db DBTX, p ByDedupParams) (string, error) {
+	var id string
+	err := db.QueryRow(ctx, q.byDedup, p.Queue, p.DedupID).Scan(&id)
+	return id, err
+}
+
+// QueueListRow is a declared queue with its settings and counts.
+type QueueListRow struct {
+	Name string
+	QueueSettingsRow
+	QueueStatsRow
+}
+
+// List returns every declared queue with its live settings and counts, by
+// name.
+func (q *QueueQueries) List(ctx context.Context, db DBTX) ([]QueueListRow, error) {
+	rows, err := db.Query(ctx, q.list)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueueListRow, error) {
+		var r QueueListRow
+		var periodMs int64
+		s := &r.Settings
+		err := row.Scan(&r.Name, &s.GlobalConcurrency, &s.WorkerConcurrency, &s.PartitionConcurrency, &s.RateLimit,
+			&periodMs, &r.Paused, &s.ReleaseParked, &r.Ready, &r.Delayed, &r.Running)
+		s.RatePeriod = time.Duration(periodMs) * time.Millisecond
+		return r, err
+	})
 }

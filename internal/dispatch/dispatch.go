@@ -1,0 +1,303 @@
+// Package dispatch starts the runs of the queues that an executor works,
+// as the queues' limits allow, and returns the queued runs of dead
+// executors to their queues.
+//
+// Each queue has its own dispatch loop. One pass is one transaction: it
+// locks the queue's row, which serialises the passes of that queue across
+// all executors, so the counts it reads stay true until it commits; it
+// counts what the limits depend on and claims at most what each leaves.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/internal/errs"
+	"github.com/durable-go/durable/internal/service"
+	"github.com/durable-go/durable/internal/sysdb"
+	"github.com/durable-go/durable/internal/testsignal"
+)
+
+// BatchMax bounds how many runs one pass claims.
+const BatchMax = 1000
+
+// batchFirst is how many runs a pass claims after an idle spell. Each pass
+// that takes all it asked for doubles the next one, up to BatchMax: a
+// backlog is claimed in big batches, but its first runs start after a
+// claim of a few runs instead of one of a thousand.
+const batchFirst = 64
+
+// Config is what a Dispatcher needs from the engine.
+type Config struct {
+	Pool    *pgxpool.Pool
+	Queries *sysdb.QueueQueries
+	// ExecutorID and AppVersion identify this executor; a claimed run
+	// takes both.
+	ExecutorID string
+	AppVersion string
+	// Workflows are the names of the workflows this executor runs: it
+	// claims only their runs.
+	Workflows []string
+	// Queues are the queues this executor works, one dispatch loop each.
+	Queues []*Queue
+	// PollInterval returns how long a loop waits for a wake-up before it
+	// looks again; it may change while the Dispatcher runs.
+	PollInterval func() time.Duration
+	// Launch executes the runs just claimed from q. They hold q's slots
+	// here until q.Release gives them back, also for the runs it does not
+	// start. Its error is logged.
+	Launch func(ctx context.Context, q *Queue, claimed []sysdb.ClaimedRow) error
+	// Launching marks a pass in flight, from before its claim until its
+	// runs are launched; it returns the func that ends the mark. Defaults
+	// to no marking.
+	Launching func() (done func())
+	// DBTrouble is called after a pass failed: a claim may have committed
+	// without its answer arriving. Defaults to nothing.
+	DBTrouble func()
+	// JudgesLeases reports whether this executor may take the runs of
+	// executors whose lease expired (Requeue). Defaults to never.
+	JudgesLeases func() bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Dispatcher runs the dispatch loop of every queue this executor works.
+// One service for all the queues: they start and stop together with the
+// engine, and their loops share the engine's callbacks.
+type Dispatcher struct {
+	service.Loop
+	cfg     Config
+	byName  map[string]*Queue
+	signals Signals
+}
+
+// Signals tell tests what a Dispatcher did.
+type Signals struct {
+	Pass testsignal.Signal[Pass] // a pass ended
+}
+
+// Pass is what a pass of a queue's loop did.
+type Pass struct {
+	Queue   string
+	Claimed int           // runs claimed and handed to Launch
+	More    bool          // more may be ready: the next pass follows at once
+	Wait    time.Duration // else how long the loop waits for a wake-up
+	Err     error         // the pass failed
+}
+
+// New returns a Dispatcher of the queues of cfg.
+func New(cfg Config) *Dispatcher {
+	if cfg.Launching == nil {
+		cfg.Launching = func() func() { return func() {} }
+	}
+	if cfg.DBTrouble == nil {
+		cfg.DBTrouble = func() {}
+	}
+	if cfg.JudgesLeases == nil {
+		cfg.JudgesLeases = func() bool { return false }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	d := &Dispatcher{cfg: cfg, byName: make(map[string]*Queue, len(cfg.Queues))}
+	for _, q := range cfg.Queues {
+		d.byName[q.name] = q
+	}
+	return d
+}
+
+// Start starts the dispatch loop of every queue. Each makes a pass at
+// once, then whenever its queue is woken or its wait is over.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	return d.StartLoop(ctx, func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for _, q := range d.cfg.Queues {
+			wg.Go(func() { d.loop(ctx, q) })
+		}
+		wg.Wait()
+	})
+}
+
+// Stop stops every loop and waits for them to end: a pass in flight is
+// cancelled, and its claimed runs, if any, are handed to Launch first.
+func (d *Dispatcher) Stop(ctx context.Context) error { return d.Loop.Stop(ctx) }
+
+// Requeue returns the queued runs without a live owner to their queues
+// (with own, also this executor's runs left by its previous incarnation)
+// and wakes the dispatchers of those worked here. The runs of executors
+// whose lease expired go back only when JudgesLeases says so, asked once
+// this holds a connection: a wait for one (the pool busy with the
+// application's work) must not stretch a judgement made before it.
+func (d *Dispatcher) Requeue(ctx context.Context, own bool) error {
+	conn, err := d.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	back, err := d.cfg.Queries.Requeue(ctx, conn, sysdb.RequeueParams{ExecutorID: d.cfg.ExecutorID, Own: own, ExpiredLeases: d.cfg.JudgesLeases()})
+	if err != nil {
+		return err
+	}
+	for _, b := range back {
+		if b.Requeued > 0 { // else only slots of cancelled runs came back
+			d.cfg.Logger.Info("durable: runs of a dead executor returned to their queue", "queue", b.Queue, "count", b.Requeued)
+		}
+		if q := d.byName[b.Queue]; q != nil {
+			q.Wake()
+		}
+	}
+	return nil
+}
+
+// loop starts q's runs in this executor as its limits allow, until ctx
+// ends.
+func (d *Dispatcher) loop(ctx context.Context, q *Queue) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	batch := batchFirst
+	for {
+		wait, more := d.pass(ctx, q, batch)
+		if ctx.Err() != nil {
+			return
+		}
+		if more {
+			batch = min(2*batch, BatchMax)
+			continue
+		}
+		batch = batchFirst
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// pass runs one dispatch transaction for q, claiming at most batch runs.
+// It returns how long to wait before the next one when nothing wakes the
+// loop, and whether more work may be ready right away.
+func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.Duration, more bool) {
+	defer d.cfg.Launching()()
+	poll := d.cfg.PollInterval()
+	running := q.Running()
+	var got []sysdb.ClaimedRow
+	wait = poll
+	claimLimit := 0
+	err := pgx.BeginFunc(ctx, d.cfg.Pool, func(tx pgx.Tx) error {
+		row, err := d.cfg.Queries.LockAndLoad(ctx, tx, q.name)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %q was deleted", errs.QueueNotFound, q.name)
+		}
+		if err != nil || row.Paused {
+			return err
+		}
+		s := row.Settings
+		n := batch
+		if s.WorkerConcurrency > 0 {
+			n = min(n, s.WorkerConcurrency-running)
+		}
+		if n <= 0 {
+			wait = poll // a local finish wakes us
+			return nil
+		}
+		c, err := d.cfg.Queries.Counts(ctx, tx, sysdb.QueueCountsParams{Queue: q.name, CountRunning: s.GlobalConcurrency > 0, RatePeriod: s.RatePeriod})
+		if err != nil {
+			return err
+		}
+		if c.NextDelayed != nil {
+			wait = min(wait, max(*c.NextDelayed, time.Millisecond))
+		}
+		if s.GlobalConcurrency > 0 {
+			n = min(n, s.GlobalConcurrency-c.Running)
+		}
+		if s.RateLimit > 0 {
+			if c.Recent >= s.RateLimit && c.RateFree != nil {
+				wait = min(wait, max(*c.RateFree, time.Millisecond))
+			}
+			n = min(n, s.RateLimit-c.Recent)
+		}
+		if n <= 0 {
+			return nil
+		}
+		claimLimit = n
+		if s.PartitionConcurrency > 0 {
+			got, err = d.claimPartitioned(ctx, tx, q.name, n, s.PartitionConcurrency, s.RateLimit > 0)
+		} else {
+			got, err = d.cfg.Queries.ClaimSimple(ctx, tx, sysdb.ClaimSimpleParams{Queue: q.name, ExecutorID: d.cfg.ExecutorID,
+				AppVersion: d.cfg.AppVersion, Workflows: d.cfg.Workflows, Limit: n, Rated: s.RateLimit > 0})
+		}
+		return err
+	})
+	if err != nil {
+		d.cfg.DBTrouble()
+		if ctx.Err() == nil {
+			d.cfg.Logger.Warn("durable: dispatch failed", "queue", q.name, "err", err)
+		}
+		wait = min(poll, time.Second)
+		d.signals.Pass.Signal(Pass{Queue: q.name, Wait: wait, Err: err})
+		return wait, false
+	}
+	if len(got) > 0 {
+		q.take(len(got))
+		if err := d.cfg.Launch(ctx, q, got); err != nil {
+			d.cfg.DBTrouble()
+			if ctx.Err() == nil {
+				d.cfg.Logger.Warn("durable: start claimed runs", "queue", q.name, "err", err)
+			}
+		}
+		more = len(got) >= claimLimit
+	}
+	d.signals.Pass.Signal(Pass{Queue: q.name, Claimed: len(got), More: more, Wait: wait})
+	return wait, more
+}
+
+// claimPartitioned claims up to n runs, at most limit running per partition
+// key, from a window of candidates in priority order.
+func (d *Dispatcher) claimPartitioned(ctx context.Context, tx pgx.Tx, queue string, n, limit int, rated bool) ([]sysdb.ClaimedRow, error) {
+	cands, err := d.cfg.Queries.Candidates(ctx, tx, sysdb.CandidatesParams{Queue: queue, AppVersion: d.cfg.AppVersion,
+		Workflows: d.cfg.Workflows, Limit: min(n*8, BatchMax*4)})
+	if err != nil || len(cands) == 0 {
+		return nil, err
+	}
+	keys := map[string]bool{}
+	for _, c := range cands {
+		keys[c.PartitionKey] = true
+	}
+	keyList := make([]string, 0, len(keys))
+	for k := range keys {
+		keyList = append(keyList, k)
+	}
+	load, err := d.cfg.Queries.PartitionLoad(ctx, tx, sysdb.PartitionLoadParams{Queue: queue, Keys: keyList})
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, c := range cands {
+		if len(ids) == n {
+			break
+		}
+		if load[c.PartitionKey] < limit {
+			load[c.PartitionKey]++
+			ids = append(ids, c.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return d.cfg.Queries.ClaimIDs(ctx, tx, sysdb.ClaimIDsParams{IDs: ids, ExecutorID: d.cfg.ExecutorID, AppVersion: d.cfg.AppVersion, Rated: rated})
+}
