@@ -61,5 +61,13 @@ func init() {
 				Replace: "steps, total, err := listStepWindow(c.eng, ctx, id, from, durable.StepWindowMax)"}},
 			Pkg: "cmd/durable", Tests: "TestShowManySteps",
 		},
+		Mutant{
+			Name:      "cli/global-flags-before",
+			Mechanism: "the flags every command takes also work before the command name",
+			Edits: []Edit{{File: "cmd/durable/main.go",
+				Find:    "setErr = cmp.Or(setErr, fs.Set(f.Name, f.Value.String()))",
+				Replace: "setErr = cmp.Or(setErr, nil)"}},
+			Pkg: "cmd/durable", Tests: "TestGlobalFlagsBeforeCommand",
+		},
 	)
 }
