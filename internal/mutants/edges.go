@@ -69,5 +69,13 @@ func init() {
 				Replace: "setErr = cmp.Or(setErr, nil)"}},
 			Pkg: "cmd/durable", Tests: "TestGlobalFlagsBeforeCommand",
 		},
+		Mutant{
+			Name:      "proctest/child-main",
+			Mechanism: "a test binary started as a child runs the child's entry point, not the tests",
+			Edits: []Edit{{File: "internal/proctest/main.go",
+				Find:    "\tif os.Getenv(env) != \"\" {",
+				Replace: "\tif false {"}},
+			Pkg: "./internal/proctest", Tests: "TestMainRunsChild",
+		},
 	)
 }
