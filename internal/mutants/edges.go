@@ -77,5 +77,13 @@ func init() {
 				Replace: "\tif false {"}},
 			Pkg: "./internal/proctest", Tests: "TestMainRunsChild",
 		},
+		Mutant{
+			Name:      "agentkit/test-knobs",
+			Mechanism: "agentkit.Define takes the test knobs attached to its engine and name (hooks.SetAgent)",
+			Edits: []Edit{{File: "agentkit/agent.go",
+				Find:    "knobs: hooks.TakeAgent(e, name)}",
+				Replace: "knobs: hooks.TakeAgent(nil, name)}"}},
+			Pkg: "./agentkit", Tests: "TestCrashAtTurnLimit",
+		},
 	)
 }
