@@ -242,14 +242,17 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-//go:embed schema.sql
-var baselineSQL string
-
+// migrationFS holds the migrations, 001_baseline.sql first. Every install,
+// new or old, is made by applying them in order: one code path, the one
+// that upgrades production schemas, run by every test. schema.sql (the
+// whole current schema, for reading) is not applied; TestSchemaSQL proves
+// it is what the migrations build.
+//
 //go:embed migrations
 var migrationFS embed.FS
 
 func migrations() []sysdb.Migration {
-	migs, err := sysdb.LoadMigrations(baselineSQL, migrationFS, "migrations")
+	migs, err := sysdb.LoadMigrations(migrationFS, "migrations")
 	if err != nil {
 		panic("durable: embedded migrations are broken: " + err.Error())
 	}

@@ -1,8 +1,54 @@
--- durable baseline schema (migration 1).
--- {{schema}} is replaced by the configured schema name, sanitised as one identifier.
+-- The whole current schema of durable, as the migrations in migrations/
+-- leave a new install: every table, column, constraint, index and function,
+-- in one place for a DBA to read.
+--
+-- {{schema}} stands for the configured schema name (Config.Schema,
+-- "durable" by default). This file is not what installs or upgrades a
+-- schema: Launch (or durable.Migrate) applies migrations/NNN_*.sql in
+-- order, and durable.MigrationSQL (`durable migrate --print-sql`) prints
+-- them as one idempotent script to review and run by hand. TestSchemaSQL
+-- applies this file and the migrations to two fresh schemas and requires
+-- the same catalog, so the two cannot drift apart.
+--
+-- Identifier columns (run IDs, executor IDs, queue names, partition and
+-- dedup keys, topics, keys) compare as bytes: COLLATE "C". An install that
+-- held runs when it upgraded past migration 015 keeps the database's
+-- collation there (see migrations/015_identifiers_collate_c.sql).
 
-CREATE TABLE IF NOT EXISTS {{schema}}.executors (
-    id               text PRIMARY KEY,
+-- The migrations applied to the schema: one row per file of migrations/.
+-- Launch refuses a schema whose version is behind the library's when
+-- Config.SkipMigrate is set.
+CREATE TABLE {{schema}}.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
+    (1, 'baseline'),
+    (2, 'queues'),
+    (3, 'schedules'),
+    (4, 'waits'),
+    (5, 'streams'),
+    (6, 'queue_delay_index'),
+    (7, 'queue_release_parked'),
+    (8, 'queue_claim_order'),
+    (9, 'trace_context'),
+    (10, 'retention'),
+    (11, 'partial_index_traps'),
+    (12, 'queue_rate_start'),
+    (13, 'unowned_runs'),
+    (14, 'failed_runs_index'),
+    (15, 'identifiers_collate_c'),
+    (16, 'cancelled_runs_hold_slots');
+
+-- ---------------------------------------------------------------------------
+-- Executors: one row per live or recently live process. Its lease
+-- (lease_expires_at, renewed by heartbeats) is what lets other executors
+-- take over its runs once it is gone.
+CREATE TABLE {{schema}}.executors (
+    id               text COLLATE "C" PRIMARY KEY,
+    -- A new random value at every start of an engine with this ID.
     incarnation      text NOT NULL,
     app_version      text NOT NULL,
     hostname         text NOT NULL DEFAULT '',
@@ -12,40 +58,126 @@ CREATE TABLE IF NOT EXISTS {{schema}}.executors (
     lease_expires_at timestamptz NOT NULL
 );
 
--- One row per workflow run. The row is narrow on purpose: the hot columns are
--- status, executor_id and epoch; payloads are written once.
-CREATE TABLE IF NOT EXISTS {{schema}}.workflows (
-    id                text PRIMARY KEY,
+-- ---------------------------------------------------------------------------
+-- Runs: one row per workflow run. The row is narrow on purpose: the hot
+-- columns are status, executor_id and epoch; payloads are written once.
+CREATE TABLE {{schema}}.workflows (
+    id                text COLLATE "C" PRIMARY KEY,
     name              text NOT NULL,
-    status            text NOT NULL CHECK (status IN ('pending', 'success', 'error', 'cancelled', 'dead')),
+    -- enqueued: waiting in a queue for an executor to claim it; pending:
+    -- running, sleeping or waiting; the others are final.
+    status            text NOT NULL
+        CONSTRAINT workflows_status_check
+        CHECK (status IN ('enqueued', 'pending', 'success', 'error', 'cancelled', 'dead')),
     app_version       text NOT NULL,
-    -- executor_id is the owner of a pending run; NULL means unowned (any
-    -- compatible executor may claim it).
-    executor_id       text,
-    -- epoch is the fencing token: it grows on every change of owner, and every
-    -- write made on behalf of a run checks it.
+    -- The owner of a pending run; NULL means unowned (any compatible
+    -- executor may claim it). A cancelled queued run keeps its owner until
+    -- its code has stopped, which holds its queue slot till then.
+    executor_id       text COLLATE "C",
+    -- The fencing token: it grows on every change of owner, and every write
+    -- made on behalf of a run checks it.
     epoch             bigint NOT NULL DEFAULT 0,
     recovery_attempts integer NOT NULL DEFAULT 0,
-    -- notify asks the finishing executor for a NOTIFY: set by a waiter in
-    -- another process. Runs nobody waits for remotely finish without one,
-    -- which keeps commits free of the server-wide notification lock.
+    -- Asks the finishing executor for a NOTIFY: set by a waiter in another
+    -- process. Runs nobody waits for remotely finish without one, which
+    -- keeps commits free of the server-wide notification lock.
     notify            boolean NOT NULL DEFAULT false,
-    parent_id         text,
+    parent_id         text COLLATE "C",
     input             json,
     output            json,
     error             json,
     created_at        timestamptz NOT NULL DEFAULT now(),
-    updated_at        timestamptz NOT NULL DEFAULT now()
+    updated_at        timestamptz NOT NULL DEFAULT now(),
+
+    -- Queued runs (NULL queue_name: started directly).
+    queue_name        text COLLATE "C",
+    priority          integer NOT NULL DEFAULT 0,
+    partition_key     text COLLATE "C",
+    dedup_id          text COLLATE "C",
+    -- Not claimed before this time (a delayed enqueue, or a parked run
+    -- that gave its slot back).
+    not_before        timestamptz,
+    -- The end of the run's StartOpts.Timeout; NULL: none.
+    deadline          timestamptz,
+    -- When an executor claimed the queued run.
+    started_at        timestamptz,
+
+    -- A parked run is pending with no owner and a wake-up time: it holds no
+    -- goroutine anywhere, and any compatible executor resumes it (by replay)
+    -- when wake_at passes (infinity: it waits for a message without a
+    -- timeout). wait_topic names the topic it waits for, so a Send can wake
+    -- it early.
+    wake_at           timestamptz,
+    wait_topic        text,
+
+    -- The W3C traceparent of the span that started the run, so every
+    -- execution of it joins one trace; NULL without a tracer provider.
+    trace_context     text,
+
+    -- The claim time, set only while the run's queue has a rate limit: the
+    -- rate limit counts these recent starts.
+    rate_start        timestamptz
 );
 
-CREATE INDEX IF NOT EXISTS workflows_pending_owner_idx
-    ON {{schema}}.workflows (executor_id) WHERE status = 'pending';
-CREATE INDEX IF NOT EXISTS workflows_parent_idx
-    ON {{schema}}.workflows (parent_id) WHERE parent_id IS NOT NULL;
+-- The indexes below on workflows are all partial but the primary key and
+-- workflows_created_idx. Each one's predicate holds a condition on a
+-- column that its own queries test and a lookup by ID does not, so an
+-- UPDATE ... WHERE id = $1 AND status = 'pending' can only use the
+-- primary key, whatever the statistics say about how few runs match.
 
--- One row per recorded step, keyed by the step's position in its run.
-CREATE TABLE IF NOT EXISTS {{schema}}.steps (
-    workflow_id text NOT NULL,
+-- Pending runs by owner (an executor's own runs, those of a dead one).
+CREATE INDEX workflows_owned_idx
+    ON {{schema}}.workflows (executor_id) WHERE status = 'pending' AND executor_id IS NOT NULL;
+-- Child runs of a run.
+CREATE INDEX workflows_parent_idx
+    ON {{schema}}.workflows (parent_id) WHERE parent_id IS NOT NULL;
+-- Listing: newest first, keyset paging on (created_at, id); the other
+-- filters are applied along this scan.
+CREATE INDEX workflows_created_idx
+    ON {{schema}}.workflows (created_at, id);
+-- Listing of failed, cancelled and dead runs, without walking every
+-- successful run; a successful finish never enters it.
+CREATE INDEX workflows_failed_idx
+    ON {{schema}}.workflows (created_at, id) WHERE status IN ('error', 'cancelled', 'dead');
+-- Retention: finished runs by finish time, oldest first.
+CREATE INDEX workflows_finished_at_idx
+    ON {{schema}}.workflows (updated_at, id)
+    WHERE status IN ('success', 'error', 'cancelled', 'dead') AND updated_at IS NOT NULL;
+-- Parked runs by wake-up time.
+CREATE INDEX workflows_parked_due_idx
+    ON {{schema}}.workflows (wake_at) WHERE status = 'pending' AND executor_id IS NULL AND wake_at IS NOT NULL;
+-- Pending runs with no owner and no wake-up time (started in the caller's
+-- transaction, forked or handed back), for the takeover sweep.
+CREATE INDEX workflows_unowned_idx
+    ON {{schema}}.workflows (created_at) WHERE status = 'pending' AND executor_id IS NULL AND wake_at IS NULL;
+
+-- Queues. The claim of a queue's next runs, in dispatch order: it reads N
+-- entries and stops, with no sort.
+CREATE INDEX workflows_queue_claim_idx
+    ON {{schema}}.workflows (queue_name, priority, created_at, id)
+    WHERE status = 'enqueued' AND queue_name IS NOT NULL;
+-- The next delayed run of a queue.
+CREATE INDEX workflows_queue_delayed_idx
+    ON {{schema}}.workflows (queue_name, not_before) WHERE status = 'enqueued' AND not_before IS NOT NULL;
+-- Running work per queue and partition (concurrency limits) ...
+CREATE INDEX workflows_queue_running_idx
+    ON {{schema}}.workflows (queue_name, partition_key) WHERE status = 'pending' AND queue_name IS NOT NULL;
+-- ... and the cancelled runs whose code has not stopped yet, which still
+-- hold their slots.
+CREATE INDEX workflows_queue_stopping_idx
+    ON {{schema}}.workflows (queue_name, partition_key)
+    WHERE status = 'cancelled' AND executor_id IS NOT NULL AND queue_name IS NOT NULL;
+-- Recent starts of rate-limited queues.
+CREATE INDEX workflows_queue_rate_idx
+    ON {{schema}}.workflows (queue_name, rate_start) WHERE rate_start IS NOT NULL;
+-- Deduplication: one queued or running run per queue and dedup ID.
+CREATE UNIQUE INDEX workflows_queue_dedup_idx
+    ON {{schema}}.workflows (queue_name, dedup_id) WHERE dedup_id IS NOT NULL AND status IN ('enqueued', 'pending');
+
+-- ---------------------------------------------------------------------------
+-- Steps: one row per recorded step, keyed by the step's position in its run.
+CREATE TABLE {{schema}}.steps (
+    workflow_id text COLLATE "C" NOT NULL,
     pos         integer NOT NULL,
     name        text NOT NULL,
     -- done: output recorded; error: failure recorded; intent: an effect was
@@ -63,9 +195,118 @@ CREATE TABLE IF NOT EXISTS {{schema}}.steps (
 -- run changed owner or ended, or the step is already recorded): the error
 -- aborts the caller's transaction, so the COMMIT pipelined behind it rolls
 -- back instead of committing app writes without their checkpoint.
-CREATE OR REPLACE FUNCTION {{schema}}.checkpoint_refused() RETURNS integer
+CREATE FUNCTION {{schema}}.checkpoint_refused() RETURNS integer
 LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'durable: checkpoint refused' USING ERRCODE = 'DU001';
 END
 $$;
+
+-- ---------------------------------------------------------------------------
+-- Queues: declared settings, changeable while the system runs.
+CREATE TABLE {{schema}}.queues (
+    name                  text COLLATE "C" PRIMARY KEY,
+    -- 0 means unlimited for every limit below.
+    global_concurrency    integer NOT NULL DEFAULT 0,
+    worker_concurrency    integer NOT NULL DEFAULT 0,
+    partition_concurrency integer NOT NULL DEFAULT 0,
+    rate_limit            integer NOT NULL DEFAULT 0,
+    rate_period_ms        bigint NOT NULL DEFAULT 0,
+    paused                boolean NOT NULL DEFAULT false,
+    -- The settings last declared by code; a deploy that declares different
+    -- ones overwrites the live settings, a restart with the same code keeps
+    -- changes made at run time.
+    declared              text NOT NULL DEFAULT '',
+    updated_at            timestamptz NOT NULL DEFAULT now(),
+    -- Give back the slot of a run that parks (a long sleep or wait): it
+    -- re-enters the queue, delayed until its wake-up time.
+    release_parked        boolean NOT NULL DEFAULT false
+);
+
+-- ---------------------------------------------------------------------------
+-- Cron schedules. Every executor that declares a schedule evaluates it from
+-- its row, with no leader: the deterministic workflow ID of each tick makes
+-- a duplicate start impossible, and version turns each change of the row
+-- into a compare-and-set.
+CREATE TABLE {{schema}}.schedules (
+    name          text PRIMARY KEY,
+    workflow_name text NOT NULL,
+    -- The spec and time zone in force: set by the code at Launch, or
+    -- changed at run time (a change made at run time stays until the code
+    -- declares another spec).
+    spec          text NOT NULL,
+    location      text NOT NULL DEFAULT 'UTC',
+    -- How many missed ticks are run, besides the most recent due one, after
+    -- a downtime.
+    catch_up      integer NOT NULL DEFAULT 0 CHECK (catch_up >= 0),
+    paused        boolean NOT NULL DEFAULT false,
+    -- Ticks at or before cursor_at were started or skipped.
+    cursor_at     timestamptz NOT NULL,
+    last_tick     timestamptz,
+    last_run_id   text,
+    -- First tick after cursor_at, for people reading this table; NULL while
+    -- paused or when the spec never fires again.
+    next_tick     timestamptz,
+    -- The spec, time zone and catch-up last declared by code: a Launch only
+    -- overwrites the values in force when the code's declaration changed.
+    code_spec     text NOT NULL,
+    code_location text NOT NULL,
+    code_catch_up integer NOT NULL,
+    version       bigint NOT NULL DEFAULT 1,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    -- Manual ticks asked for by a process that does not declare the
+    -- schedule (the CLI): an executor that declares it starts each one and
+    -- removes it.
+    triggers      timestamptz[] NOT NULL DEFAULT '{}'
+);
+
+-- ---------------------------------------------------------------------------
+-- Messages sent to runs (Send / Recv), consumed once each.
+CREATE TABLE {{schema}}.messages (
+    id          bigserial PRIMARY KEY,
+    workflow_id text COLLATE "C" NOT NULL,
+    topic       text COLLATE "C" NOT NULL,
+    payload     json,
+    -- A Send with an idempotency key delivers once however often retried.
+    idem_key    text COLLATE "C",
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    consumed_at timestamptz
+);
+CREATE INDEX messages_unconsumed_idx
+    ON {{schema}}.messages (workflow_id, topic, id) WHERE consumed_at IS NULL;
+CREATE UNIQUE INDEX messages_idem_idx
+    ON {{schema}}.messages (workflow_id, idem_key) WHERE idem_key IS NOT NULL;
+-- All of a run's messages, consumed or not, for retention.
+CREATE INDEX messages_workflow_idx
+    ON {{schema}}.messages (workflow_id);
+
+-- Events a run publishes (SetEvent, read by GetEvent): the latest value per key.
+CREATE TABLE {{schema}}.events (
+    workflow_id text COLLATE "C" NOT NULL,
+    key         text COLLATE "C" NOT NULL,
+    value       json,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workflow_id, key)
+);
+
+-- ---------------------------------------------------------------------------
+-- Streams: an ordered, offset-addressed side channel per run and key (model
+-- tokens, lifecycle events).
+CREATE TABLE {{schema}}.streams (
+    workflow_id text COLLATE "C" NOT NULL,
+    key         text COLLATE "C" NOT NULL,
+    -- 0, 1, 2, ... per (workflow_id, key) in write order, without gaps.
+    off         bigint NOT NULL,
+    value       json,
+    -- The close marker: the last entry of a closed stream, with no value.
+    closed      boolean NOT NULL DEFAULT false,
+    -- Entries written by workflow code (not by a step) carry their rank
+    -- among the run's workflow-code stream calls, so a replay of the
+    -- workflow skips the ones already written. NULL: written by a step.
+    wseq        bigint,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workflow_id, key, off)
+);
+CREATE INDEX streams_wseq_idx
+    ON {{schema}}.streams (workflow_id, key, wseq) WHERE wseq IS NOT NULL;

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/hooks"
 )
 
 // Defaults of [AgentConfig] and [Limits].
@@ -155,15 +156,6 @@ type AgentConfig struct {
 	// messages) in Result.Messages, to carry a conversation into the next
 	// run. Defaults to false.
 	ReturnMessages bool
-	// Test holds knobs for tests. Leave it zero in production.
-	Test AgentTestConfig
-}
-
-// AgentTestConfig holds test-only knobs of [AgentConfig].
-type AgentTestConfig struct {
-	// AfterModel is called in workflow code after each turn's model step,
-	// live tells whether the call was made now (false: replayed).
-	AfterModel func(runID string, turn int, live bool)
 }
 
 // Outcome is how a run ended. Limits, denials and timeouts are outcomes,
@@ -236,6 +228,7 @@ type Agent struct {
 	tools     map[string]*Tool
 	specs     []ToolSpec
 	modelOpts *durable.StepOpts
+	knobs     hooks.AgentKnobs // test knobs (hooks.SetAgent)
 }
 
 // Define defines the agent name on engine e, registering the workflow
@@ -275,7 +268,7 @@ func TryDefine(e *durable.Engine, name string, cfg AgentConfig) (*Agent, error) 
 	cfg.BlobThreshold = cmp.Or(cfg.BlobThreshold, BlobThresholdDefault)
 	cfg.DeltaInterval = cmp.Or(cfg.DeltaInterval, DeltaIntervalDefault)
 	cfg.Continue.SummaryPrompt = cmp.Or(cfg.Continue.SummaryPrompt, SummaryPromptDefault)
-	a := &Agent{name: name, cfg: cfg, e: e, tools: map[string]*Tool{}}
+	a := &Agent{name: name, cfg: cfg, e: e, tools: map[string]*Tool{}, knobs: hooks.TakeAgent(e, name)}
 	for i, t := range cfg.Tools {
 		if t == nil {
 			return nil, bad("AgentConfig.Tools[%d] is nil", i)
@@ -412,7 +405,7 @@ func (a *Agent) run(wctx durable.Context, in Input) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if h := a.cfg.Test.AfterModel; h != nil {
+		if h := a.knobs.AfterModel; h != nil {
 			h(rs.runID, turn, live)
 		}
 		msg := resp.Message

@@ -27,6 +27,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit"
+	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/proctest"
 )
 
@@ -125,17 +126,17 @@ func runChild() error {
 	}
 	maxTurns, _ := strconv.Atoi(os.Getenv("AGENTKIT_MAX_TURNS"))
 	killAfterModel, _ := strconv.Atoi(os.Getenv("AGENTKIT_KILL_AFTER_MODEL"))
+	hooks.SetAgent(e, "crash", hooks.AgentKnobs{AfterModel: func(_ string, turn int, live bool) {
+		if live && turn == killAfterModel {
+			killSelf() // the turn's answer is recorded; nothing after it ran
+		}
+	}})
 	a := agentkit.Define(e, "crash", agentkit.AgentConfig{
 		Model:  model,
 		System: "You are the crash-test agent.",
 		Tools:  crashTools(schema, os.Getenv("AGENTKIT_PROVIDER_URL"), os.Getenv("AGENTKIT_KILL_KEY")),
 		Limits: agentkit.Limits{MaxTurns: maxTurns},
 		Stream: true,
-		Test: agentkit.AgentTestConfig{AfterModel: func(_ string, turn int, live bool) {
-			if live && turn == killAfterModel {
-				killSelf() // the turn's answer is recorded; nothing after it ran
-			}
-		}},
 	})
 	if err := e.Launch(ctx); err != nil {
 		return err

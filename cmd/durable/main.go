@@ -3,18 +3,25 @@
 // send messages and approve pending tool calls, look at queues and
 // schedules, prune old runs, and serve the dashboard (durable ui).
 //
-//	durable [command] [flags] [arguments]
+//	durable [flags] <command> [flags] [arguments]
 //
 // Every command takes --database-url (default $DATABASE_URL), --schema
-// (default "durable") and --json (machine-readable output). Exit status: 0
-// on success, 1 on an error, 2 on a usage error. Run "durable help" for the
-// list of commands.
+// (default "durable") and --json (machine-readable output), before or after
+// the command name. Exit status: 0 on success, 1 on an error, 2 on a usage
+// error. Run "durable help" for the list of commands.
+//
+// Install it with
+//
+//	go install github.com/durable-go/durable/cmd/durable@latest
+//
+// or run it from a checkout of the repository with "go run ./cmd/durable".
 //
 // The command works on the database only: it starts no workers and
 // recovers nothing, so it is safe to run next to live executors.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -190,12 +197,12 @@ func defaultApprover() string {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "usage: durable <command> [flags] [arguments]\n\ncommands:\n")
+	fmt.Fprintf(w, "usage: durable [flags] <command> [flags] [arguments]\n\ncommands:\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %-28s %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintf(w, `
-flags of every command:
+flags of every command (before or after it):
   --database-url URL   Postgres URL (default $DATABASE_URL)
   --schema NAME        schema of the durable tables (default %q)
   --json               machine-readable output
@@ -204,14 +211,36 @@ flags of every command:
 `, durable.SchemaDefault)
 }
 
+// globalFlags declares the flags every command takes on fs.
+func (c *cli) globalFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.dbURL, "database-url", "", "Postgres URL (default $DATABASE_URL)")
+	fs.StringVar(&c.schema, "schema", durable.SchemaDefault, "schema of the durable tables")
+	fs.BoolVar(&c.asJSON, "json", false, "machine-readable output")
+}
+
 // run executes one command line and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// The flags every command takes may also come before the command
+	// ("durable --schema x list"): parse those first, and hand their values
+	// to the command's own flag set below.
+	var pre cli
+	gfs := flag.NewFlagSet("durable", flag.ContinueOnError)
+	gfs.SetOutput(stderr)
+	pre.globalFlags(gfs)
+	gfs.Usage = func() { usage(stderr) }
+	if err := gfs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return exitOK
+		}
+		return exitUsage // the flag package printed the problem, then the usage
+	}
+	args = gfs.Args()
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
 	}
-	switch args[0] {
-	case "help", "-h", "--help", "-help":
+	if args[0] == "help" {
 		usage(stdout)
 		return exitOK
 	}
@@ -229,11 +258,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &cli{stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("durable "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.dbURL, "database-url", "", "Postgres URL (default $DATABASE_URL)")
-	fs.StringVar(&c.schema, "schema", durable.SchemaDefault, "schema of the durable tables")
-	fs.BoolVar(&c.asJSON, "json", false, "machine-readable output")
+	c.globalFlags(fs)
 	if cmd.flags != nil {
 		cmd.flags(fs, c)
+	}
+	var setErr error
+	gfs.Visit(func(f *flag.Flag) { setErr = cmp.Or(setErr, fs.Set(f.Name, f.Value.String())) })
+	if setErr != nil {
+		fmt.Fprintf(stderr, "durable: %v\n", setErr)
+		return exitUsage
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: durable %s [flags] %s\n  %s\n\nflags:\n", cmd.name, cmd.args, cmd.summary)

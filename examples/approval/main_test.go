@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,27 +14,19 @@ import (
 	"github.com/durable-go/durable/internal/proctest"
 )
 
-// envArgs makes the test binary run cli with these JSON-encoded arguments,
-// as the example's binary would.
+// envArgs makes the test binary run cli with the arguments proctest.ArgsEnv
+// put in it, as the example's binary would.
 const envArgs = "APPROVAL_TEST_ARGS"
 
 func TestMain(m *testing.M) {
-	if a := os.Getenv(envArgs); a != "" {
-		var args []string
-		if err := json.Unmarshal([]byte(a), &args); err != nil {
-			os.Exit(2)
-		}
-		os.Exit(cli(context.Background(), os.Stdout, args))
-	}
-	os.Exit(m.Run())
+	proctest.MainArgs(m, envArgs, func(args []string) int { return cli(context.Background(), os.Stdout, args) })
 }
 
 // startCLI runs the example as a child process.
 func startCLI(t *testing.T, out *proctest.Buffer, args ...string) *exec.Cmd {
 	t.Helper()
-	b, _ := json.Marshal(args)
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), envArgs+"="+string(b))
+	cmd.Env = append(os.Environ(), proctest.ArgsEnv(envArgs, args...))
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

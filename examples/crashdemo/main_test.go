@@ -10,16 +10,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 // TestMain lets the test binary act as a worker: the demo re-executes its
 // own binary (here, the test binary) with CRASHDEMO_WORKER set.
-func TestMain(m *testing.M) {
-	if os.Getenv(envWorker) != "" {
-		os.Exit(workerMain())
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { proctest.Main(m, envWorker, workerMain) }
 
 // TestCrashDemo runs the whole demo, with faster steps, in schemas of its
 // own: once killing worker 1 inside charge-card after the charge and before

@@ -9,16 +9,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/durable-go/durable/internal/proctest"
 )
 
 // TestMain lets the test binary act as a worker: the demo re-executes its
 // own binary (here, the test binary) with ONBOARDING_WORKER set.
-func TestMain(m *testing.M) {
-	if os.Getenv(envWorker) != "" {
-		os.Exit(workerMain())
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { proctest.Main(m, envWorker, workerMain) }
 
 // TestOnboardingDemo runs the whole demo with short steps, killing worker 1
 // after the subscription was created and after the second welcome email

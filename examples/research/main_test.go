@@ -9,15 +9,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/durable-go/durable/internal/proctest"
 )
 
-// TestMain lets the test binary act as a replica.
-func TestMain(m *testing.M) {
-	if os.Getenv(envReplica) != "" {
-		os.Exit(replicaMain())
-	}
-	os.Exit(m.Run())
-}
+// TestMain lets the test binary act as a replica: the demo re-executes its
+// own binary (here, the test binary) with RESEARCH_REPLICA set.
+func TestMain(m *testing.M) { proctest.Main(m, envReplica, replicaMain) }
 
 // TestResearchDemo runs the schedule every second on two replicas for
 // three ticks and checks that each tick ran once.

@@ -61,5 +61,29 @@ func init() {
 				Replace: "steps, total, err := listStepWindow(c.eng, ctx, id, from, durable.StepWindowMax)"}},
 			Pkg: "cmd/durable", Tests: "TestShowManySteps",
 		},
+		Mutant{
+			Name:      "cli/global-flags-before",
+			Mechanism: "the flags every command takes also work before the command name",
+			Edits: []Edit{{File: "cmd/durable/main.go",
+				Find:    "setErr = cmp.Or(setErr, fs.Set(f.Name, f.Value.String()))",
+				Replace: "setErr = cmp.Or(setErr, nil)"}},
+			Pkg: "cmd/durable", Tests: "TestGlobalFlagsBeforeCommand",
+		},
+		Mutant{
+			Name:      "proctest/child-main",
+			Mechanism: "a test binary started as a child runs the child's entry point, not the tests",
+			Edits: []Edit{{File: "internal/proctest/main.go",
+				Find:    "\tif os.Getenv(env) != \"\" {",
+				Replace: "\tif false {"}},
+			Pkg: "./internal/proctest", Tests: "TestMainRunsChild",
+		},
+		Mutant{
+			Name:      "agentkit/test-knobs",
+			Mechanism: "agentkit.Define takes the test knobs attached to its engine and name (hooks.SetAgent)",
+			Edits: []Edit{{File: "agentkit/agent.go",
+				Find:    "knobs: hooks.TakeAgent(e, name)}",
+				Replace: "knobs: hooks.TakeAgent(nil, name)}"}},
+			Pkg: "./agentkit", Tests: "TestCrashAtTurnLimit",
+		},
 	)
 }

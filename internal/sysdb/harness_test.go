@@ -17,9 +17,7 @@ import (
 func migrated(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
 	pool, schema := pgtest.Pool(tb), pgtest.Schema(tb)
-	baseline, err := os.ReadFile("../../schema.sql")
-	require.NoError(tb, err)
-	migs, err := LoadMigrations(string(baseline), os.DirFS("../.."), "migrations")
+	migs, err := LoadMigrations(os.DirFS("../.."), "migrations")
 	require.NoError(tb, err)
 	conn, err := pool.Acquire(context.Background())
 	require.NoError(tb, err)

@@ -20,23 +20,23 @@ type Migration struct {
 	SQL     string // with the schema marker
 }
 
-// LoadMigrations returns the baseline (version 1) followed by the numbered
-// files NNN_name.sql found in dir of fsys, in version order.
-func LoadMigrations(baseline string, fsys fs.FS, dir string) ([]Migration, error) {
-	migs := []Migration{{Version: 1, Name: "baseline", SQL: baseline}}
+// LoadMigrations returns the numbered files NNN_name.sql found in dir of
+// fsys, in version order, starting with the baseline 001_baseline.sql.
+func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+	var migs []Migration
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
-	seen := map[int]string{1: "schema.sql"}
+	seen := map[int]string{}
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
 			continue
 		}
 		num, rest, ok := strings.Cut(strings.TrimSuffix(e.Name(), ".sql"), "_")
 		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 2 {
-			return nil, fmt.Errorf("migration file %q: want NNN_name.sql with NNN >= 2", e.Name())
+		if !ok || err != nil || v < 1 {
+			return nil, fmt.Errorf("migration file %q: want NNN_name.sql with NNN >= 1", e.Name())
 		}
 		if prev, dup := seen[v]; dup {
 			return nil, fmt.Errorf("migration version %d used by %q and %q", v, prev, e.Name())
@@ -49,6 +49,9 @@ func LoadMigrations(baseline string, fsys fs.FS, dir string) ([]Migration, error
 		migs = append(migs, Migration{Version: v, Name: rest, SQL: string(b)})
 	}
 	sort.Slice(migs, func(i, j int) bool { return migs[i].Version < migs[j].Version })
+	if len(migs) == 0 || migs[0].Version != 1 {
+		return nil, fmt.Errorf("no baseline migration 001_*.sql in %s", dir)
+	}
 	return migs, nil
 }
 

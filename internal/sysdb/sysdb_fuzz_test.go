@@ -74,12 +74,15 @@ func FuzzChannelName(f *testing.F) {
 }
 
 // FuzzLoadMigrations: any set of file names in the migrations folder
-// loads as versions in strictly increasing order after the baseline, or
-// fails with an error naming the bad file.
+// loads as versions in strictly increasing order from the baseline
+// (version 1), or fails with an error naming the bad file or the missing
+// baseline.
 func FuzzLoadMigrations(f *testing.F) {
-	f.Add("002_queues.sql\n003_schedules.sql\nREADME.md")
-	f.Add("002_a.sql\n002_b.sql")
+	f.Add("001_baseline.sql\n002_queues.sql\n003_schedules.sql\nREADME.md")
+	f.Add("001_baseline.sql\n002_a.sql\n002_b.sql")
+	f.Add("002_queues.sql")
 	f.Add("001_x.sql")
+	f.Add("000_x.sql\n001_x.sql")
 	f.Add("abc.sql\n_.sql\n-1_x.sql\n99999999999999999999_x.sql\n0002_x.sql")
 	f.Fuzz(func(t *testing.T, names string) {
 		fsys := fstest.MapFS{}
@@ -89,7 +92,7 @@ func FuzzLoadMigrations(f *testing.F) {
 			}
 			fsys["m/"+n] = &fstest.MapFile{Data: []byte("SELECT 1;")}
 		}
-		migs, err := LoadMigrations("SELECT 0;", fsys, "m")
+		migs, err := LoadMigrations(fsys, "m")
 		if err != nil {
 			return
 		}
