@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/sysdb"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -26,24 +26,7 @@ func testWriter(t *testing.T) (context.Context, *Writer, *pgxpool.Pool, string) 
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
-	baseline, err := os.ReadFile("../../schema.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	migs, err := sysdb.LoadMigrations(string(baseline), os.DirFS("../.."), "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = sysdb.Migrate(ctx, conn.Conn(), migs, schema)
-	conn.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, schema := sysdbtest.Migrated(t)
 	w := New(Config{
 		DB: pool, Queries: sysdb.New(schema, true), AppVersion: "test", ExecutorID: "me", Ctx: ctx,
 		IsTransient: func(error) bool { return false },

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/sysdb"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -48,16 +48,7 @@ func newFix(t *testing.T, s sysdb.QueueSettings) *fix {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
-	baseline, err := os.ReadFile("../../schema.sql")
-	require.NoError(t, err)
-	migs, err := sysdb.LoadMigrations(string(baseline), os.DirFS("../.."), "migrations")
-	require.NoError(t, err)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	_, err = sysdb.Migrate(ctx, conn.Conn(), migs, schema)
-	conn.Release()
-	require.NoError(t, err)
+	pool, schema := sysdbtest.Migrated(t)
 
 	f := &fix{t: t, ctx: ctx, pool: pool, schema: schema, qq: sysdb.NewQueueQueries(schema, ""),
 		q: NewQueue("q"), launched: make(chan []sysdb.ClaimedRow, 100)}

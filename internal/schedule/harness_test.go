@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/durable-go/durable/internal/errs"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/sysdb"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -48,18 +48,9 @@ type harness struct {
 
 func newHarness(t *testing.T, now time.Time) *harness {
 	t.Helper()
-	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
-	baseline, err := os.ReadFile("../../schema.sql")
-	require.NoError(t, err)
-	migs, err := sysdb.LoadMigrations(string(baseline), os.DirFS("../.."), "migrations")
-	require.NoError(t, err)
+	pool, schema := sysdbtest.Migrated(t)
 	ctx := context.Background()
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	_, err = sysdb.Migrate(ctx, conn.Conn(), migs, schema)
-	conn.Release()
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, sysdb.Render(`CREATE TABLE {{schema}}.test_runs (id text PRIMARY KEY, workflow text NOT NULL,
+	_, err := pool.Exec(ctx, sysdb.Render(`CREATE TABLE {{schema}}.test_runs (id text PRIMARY KEY, workflow text NOT NULL,
 		queue text NOT NULL, input text NOT NULL)`, schema))
 	require.NoError(t, err)
 	return &harness{pool: pool, schema: schema, q: sysdb.NewScheduleQueries(schema, sysdb.ChannelName(schema)),

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/durable-go/durable/internal/errs"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/sysdb"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -46,16 +46,8 @@ func newRig(t *testing.T, cfg Config) *rig {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	r := &rig{t: t, ctx: ctx, pool: pgtest.Pool(t), schema: pgtest.Schema(t)}
-	baseline, err := os.ReadFile("../../schema.sql")
-	require.NoError(t, err)
-	migs, err := sysdb.LoadMigrations(string(baseline), os.DirFS("../.."), "migrations")
-	require.NoError(t, err)
-	conn, err := r.pool.Acquire(ctx)
-	require.NoError(t, err)
-	_, err = sysdb.Migrate(ctx, conn.Conn(), migs, r.schema)
-	conn.Release()
-	require.NoError(t, err)
+	r := &rig{t: t, ctx: ctx}
+	r.pool, r.schema = sysdbtest.Migrated(t)
 
 	if cfg.DB == nil {
 		cfg.DB = r.pool
