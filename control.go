@@ -176,7 +176,7 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 	} else if len(version) > maxNameLen {
 		return "", fmt.Errorf("%w: ForkOpts.AppVersion is longer than %d bytes", ErrInvalidArgument, maxNameLen)
 	}
-	sp := e.traceFork(ctx, name, newID, id, fromStep)
+	sp := e.tr.fork(ctx, name, newID, id, fromStep)
 	defer func() { sp.end(err) }()
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		n, err := e.cq.CountSteps(ctx, tx, id)

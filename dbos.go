@@ -310,7 +310,7 @@ type Engine struct {
 	cq          *sysdb.ControlQueries
 	iq          *sysdb.InspectQueries
 	log         *slog.Logger
-	tracer      trace.Tracer // nil: tracing off
+	tr          tracer // the engine's spans
 	incarnation string
 
 	mu       sync.Mutex
@@ -395,7 +395,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	e.recov.free = c.RecoveryConcurrency
 	e.notifier = dispatch.NewNotifier(e.sendQueueNotify)
 	e.pollEvery.Store(int64(c.PollInterval))
-	e.tracer = newTracer(c.TracerProvider)
+	e.tr = tracer{t: newTracer(c.TracerProvider), appVersion: c.AppVersion, executorID: c.ExecutorID}
 	e.commit = newCommitWriter(e)
 	e.stepDelay = stepFlushDelay
 	e.workers = newWorkerPool()

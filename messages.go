@@ -117,7 +117,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 		return msg, false, err
 	}
 	if rec == nil {
-		ws := r.traceRecv(topic, deadline)
+		ws := r.trace().recv(topic, deadline)
 		defer func() { ws.end(err) }()
 		started := time.Now()
 		waiting := false // the wait topic is recorded

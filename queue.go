@@ -358,7 +358,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db sysdb.DBTX, q *Queue, i
 		d := time.Now().Add(o.Timeout)
 		deadline = &d
 	}
-	sp := w.e.traceEnqueue(ctx, w.def.name, id, q.name)
+	sp := w.e.tr.enqueue(ctx, w.def.name, id, q.name)
 	defer func() { sp.end(err) }()
 	res, err := w.e.qq.Enqueue(ctx, db, sysdb.EnqueueParams{ID: id, Workflow: w.def.name, AppVersion: w.e.cfg.AppVersion,
 		Input: input, Queue: q.name, Priority: o.Priority, PartitionKey: o.PartitionKey, DedupID: o.DedupID,
@@ -479,7 +479,7 @@ func claimedRuns(rows []sysdb.ClaimedRow) []claimed {
 // (created false); a run of another workflow under id is a
 // [*ConflictError]. It is the untyped path used by schedules.
 func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string, input []byte) (created bool, err error) {
-	sp := e.traceEnqueue(ctx, def.name, id, q.name)
+	sp := e.tr.enqueue(ctx, def.name, id, q.name)
 	defer func() { sp.end(err) }()
 	res, err := e.qq.Enqueue(ctx, e.pool, sysdb.EnqueueParams{ID: id, Workflow: def.name, AppVersion: e.cfg.AppVersion,
 		Input: input, Queue: q.name, TraceContext: sp.traceparent()})

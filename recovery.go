@@ -204,7 +204,7 @@ func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
 	}
 	e.log.Error("durable: run dead-lettered: its executor kept dying while running it", "workflow_id", c.id,
 		"workflow", c.name, "recovery_attempts", c.attempts-1, "limit", limit)
-	e.traceDeadLetter(&c, limit, dle)
+	e.tr.deadLetter(&c, limit, dle)
 	e.hub.Wake(c.id, &outcome{status: StatusDead, err: errb})
 }
 

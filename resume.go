@@ -145,7 +145,7 @@ func (e *Engine) resumeOne(c claimed, steps map[int]*stepRecord, q *Queue) {
 	}
 	r := e.newRun(c.id, c.name, c.epoch, steps, c.deadline)
 	r.queue = q
-	e.traceClaimed(r, &c)
+	e.tr.claimed(r, &c)
 	var done func()
 	if q == nil {
 		done = func() { e.giveSlots(1) }

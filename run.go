@@ -454,7 +454,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 			if errors.Is(h, ErrShutdown) {
 				e.handBack(r)
 			}
-			r.traceStopped(h)
+			r.trace().stopped(h)
 			e.hub.Wake(r.id, nil)
 			return
 		}
@@ -467,7 +467,7 @@ func (e *Engine) execute(r *run, def *wfDef, input []byte) {
 		// The code gave up because the engine is stopping (or passed on the
 		// shutdown error of a step): the run is handed back to the next owner.
 		e.handBack(r)
-		r.traceStopped(err)
+		r.trace().stopped(err)
 		e.hub.Wake(r.id, nil)
 		return
 	}
@@ -494,7 +494,7 @@ func (e *Engine) finish(r *run, o *outcome, steps []*sysdb.InsertStepParams) {
 		for _, s := range steps {
 			if err := r.writeCheckpoint(s); err != nil {
 				if e.notOursToFinish(err) {
-					r.traceStopped(err)
+					r.trace().stopped(err)
 					e.hub.Wake(r.id, nil)
 					return
 				}
@@ -515,7 +515,7 @@ func (e *Engine) finish(r *run, o *outcome, steps []*sysdb.InsertStepParams) {
 			e.noteDBTrouble() // cancelled without our knowing? its slot is released by the next sweep
 		}
 	}
-	r.traceFinished(o)
+	r.trace().finished(o)
 	r.logFinished(o)
 	e.hub.Wake(r.id, o)
 }

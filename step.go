@@ -226,7 +226,7 @@ func runStep[R any](r *run, pos int, name string, rec *stepRecord, fn func(ctx c
 	}
 	policy, timeout := r.stepPolicy(opts)
 	started := time.Now()
-	sp := r.traceStep(pos, name, stepKindPlain)
+	sp := r.trace().step(pos, name, stepKindPlain)
 	out, attempts, err := attempt(r, sp, pos, name, policy, timeout, fn)
 	if h := r.halted(); h != nil {
 		sp.end(h)
@@ -429,7 +429,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		o.ConflictRetries = TxConflictRetriesDefault
 	}
 	started := time.Now()
-	sp := r.traceStep(pos, name, stepKindTx)
+	sp := r.trace().step(pos, name, stepKindTx)
 	defer func() { sp.end(err) }()
 	conflicts := 0
 	for n := 1; ; {
@@ -589,7 +589,7 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 	}
 	policy, timeout := r.stepPolicy(opts)
 	started := time.Now()
-	sp := r.traceStep(pos, name, stepKindIntent)
+	sp := r.trace().step(pos, name, stepKindIntent)
 	defer func() { sp.end(err) }()
 	var out R
 	attempts := 0

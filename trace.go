@@ -83,47 +83,61 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(tracerName)
 }
 
-// tracing reports whether the engine makes spans.
-func (e *Engine) tracing() bool { return e.tracer != nil }
+// tracer makes the engine's spans; with a nil Tracer it makes none, and
+// every hook costs a nil check.
+type tracer struct {
+	t          trace.Tracer // nil: tracing off
+	appVersion string
+	executorID string
+}
 
-// traceStart starts the span of a call that creates run id of workflow
+// on reports whether the engine makes spans.
+func (t *tracer) on() bool { return t.t != nil }
+
+// runTracer makes the spans of one run's durable calls.
+type runTracer struct{ r *run }
+
+// trace returns the maker of r's spans.
+func (r *run) trace() runTracer { return runTracer{r} }
+
+// start starts the span of a call that creates run id of workflow
 // (op is durable.start, durable.enqueue or durable.fork). It is a child of
 // the span in ctx, if any, and is stored with the run as its trace parent.
-func (e *Engine) traceStart(ctx context.Context, op, workflow, id string) *tspan {
-	if e.tracer == nil {
+func (t *tracer) start(ctx context.Context, op, workflow, id string) *tspan {
+	if t.t == nil {
 		return nil
 	}
-	sctx, span := e.tracer.Start(ctx, op+" "+workflow, trace.WithSpanKind(trace.SpanKindProducer),
+	sctx, span := t.t.Start(ctx, op+" "+workflow, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attrWorkflowID.String(id), attrWorkflowName.String(workflow)))
 	return &tspan{span: span, ctx: sctx}
 }
 
-// traceEnqueue starts the span of an enqueue of run id of workflow on queue.
-func (e *Engine) traceEnqueue(ctx context.Context, workflow, id, queue string) *tspan {
-	if e.tracer == nil {
+// enqueue starts the span of an enqueue of run id of workflow on queue.
+func (t *tracer) enqueue(ctx context.Context, workflow, id, queue string) *tspan {
+	if t.t == nil {
 		return nil
 	}
-	sp := e.traceStart(ctx, "durable.enqueue", workflow, id)
+	sp := t.start(ctx, "durable.enqueue", workflow, id)
 	sp.span.SetAttributes(attrQueue.String(queue))
 	return sp
 }
 
-// traceFork starts the span of a fork of run source from step from as the
+// fork starts the span of a fork of run source from step from as the
 // new run id.
-func (e *Engine) traceFork(ctx context.Context, workflow, id, source string, from int) *tspan {
-	if e.tracer == nil {
+func (t *tracer) fork(ctx context.Context, workflow, id, source string, from int) *tspan {
+	if t.t == nil {
 		return nil
 	}
-	sp := e.traceStart(ctx, "durable.fork", workflow, id)
+	sp := t.start(ctx, "durable.fork", workflow, id)
 	sp.span.SetAttributes(attrForkOf.String(source), attrForkFrom.Int(from))
 	return sp
 }
 
-// traceRun starts the span of this execution of r, as a child of parent (the
+// run starts the span of this execution of r, as a child of parent (the
 // run's start span, from memory or from the database), and makes r's
 // context carry it. It is called before r's goroutine starts.
-func (e *Engine) traceRun(r *run, parent trace.SpanContext, recovery int, queue *string, queued *time.Duration) {
-	if e.tracer == nil {
+func (t *tracer) run(r *run, parent trace.SpanContext, recovery int, queue *string, queued *time.Duration) {
+	if t.t == nil {
 		return
 	}
 	ctx := r.ctx
@@ -132,7 +146,7 @@ func (e *Engine) traceRun(r *run, parent trace.SpanContext, recovery int, queue 
 	}
 	attrs := []attribute.KeyValue{
 		attrWorkflowID.String(r.id), attrWorkflowName.String(r.name),
-		attrAppVersion.String(e.cfg.AppVersion), attrExecutor.String(e.cfg.ExecutorID),
+		attrAppVersion.String(t.appVersion), attrExecutor.String(t.executorID),
 		attrRecovery.Int(recovery), attrEpoch.Int64(r.epoch), attrReplayed.Int(len(r.steps)),
 	}
 	if queue != nil {
@@ -141,129 +155,129 @@ func (e *Engine) traceRun(r *run, parent trace.SpanContext, recovery int, queue 
 			attrs = append(attrs, attrQueueWait.Int64(max(queued.Milliseconds(), 0)))
 		}
 	}
-	sctx, span := e.tracer.Start(ctx, "durable.run "+r.name, trace.WithSpanKind(trace.SpanKindConsumer),
+	sctx, span := t.t.Start(ctx, "durable.run "+r.name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrs...))
 	r.tr = &tspan{span: span, ctx: sctx}
 	r.ctx = sctx
 }
 
-// traceClaimed starts the span of a claimed run's execution, its parent
+// claimed starts the span of a claimed run's execution, its parent
 // read from the run's stored trace context.
-func (e *Engine) traceClaimed(r *run, c *claimed) {
-	if e.tracer == nil {
+func (t *tracer) claimed(r *run, c *claimed) {
+	if t.t == nil {
 		return
 	}
 	var queued *time.Duration
 	if c.queue != nil && c.epoch == 1 { // the first start of an enqueued run
 		queued = c.queued
 	}
-	e.traceRun(r, parseTraceparent(c.trace), c.attempts, c.queue, queued)
+	t.run(r, parseTraceparent(c.trace), c.attempts, c.queue, queued)
 }
 
-// traceStopped ends the run span of an execution that stopped without
+// stopped ends the run span of an execution that stopped without
 // finishing the run (parked, shut down, fenced, cancelled).
-func (r *run) traceStopped(reason error) {
-	if r.tr == nil {
+func (rt runTracer) stopped(reason error) {
+	if rt.r.tr == nil {
 		return
 	}
 	status := statusStoppedHere
 	if errors.Is(reason, ErrCancelled) {
 		status = string(StatusCancelled)
 	}
-	r.tr.span.SetAttributes(attrStatus.String(status))
-	r.tr.end(reason)
+	rt.r.tr.span.SetAttributes(attrStatus.String(status))
+	rt.r.tr.end(reason)
 }
 
-// traceFinished ends the run span with the recorded outcome (nil: not
+// finished ends the run span with the recorded outcome (nil: not
 // recorded by this execution).
-func (r *run) traceFinished(o *outcome) {
-	if r.tr == nil {
+func (rt runTracer) finished(o *outcome) {
+	if rt.r.tr == nil {
 		return
 	}
 	if o == nil {
-		r.tr.span.SetAttributes(attrStatus.String(statusStoppedHere), attrStopReason.String(stopFenced))
-		r.tr.end(nil)
+		rt.r.tr.span.SetAttributes(attrStatus.String(statusStoppedHere), attrStopReason.String(stopFenced))
+		rt.r.tr.end(nil)
 		return
 	}
-	r.tr.span.SetAttributes(attrStatus.String(string(o.status)))
+	rt.r.tr.span.SetAttributes(attrStatus.String(string(o.status)))
 	if o.status == StatusSuccess {
-		r.tr.span.SetStatus(codes.Ok, "")
-		r.tr.end(nil)
+		rt.r.tr.span.SetStatus(codes.Ok, "")
+		rt.r.tr.end(nil)
 		return
 	}
-	r.tr.end(decodeError(o.err))
+	rt.r.tr.end(decodeError(o.err))
 }
 
-// traceDeadLetter records a run dead-lettered at claim time as a run span
+// deadLetter records a run dead-lettered at claim time as a run span
 // of its trace that ends at once.
-func (e *Engine) traceDeadLetter(c *claimed, limit int, err error) {
-	if e.tracer == nil {
+func (t *tracer) deadLetter(c *claimed, limit int, err error) {
+	if t.t == nil {
 		return
 	}
 	ctx := context.Background()
 	if p := parseTraceparent(c.trace); p.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, p)
 	}
-	_, span := e.tracer.Start(ctx, "durable.run "+c.name, trace.WithSpanKind(trace.SpanKindConsumer),
+	_, span := t.t.Start(ctx, "durable.run "+c.name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrWorkflowID.String(c.id), attrWorkflowName.String(c.name),
-			attrAppVersion.String(e.cfg.AppVersion), attrExecutor.String(e.cfg.ExecutorID),
+			attrAppVersion.String(t.appVersion), attrExecutor.String(t.executorID),
 			attrRecovery.Int(c.attempts), attrDeadLimit.Int(limit), attrStatus.String(string(StatusDead))))
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
 	span.End()
 }
 
-// traceStep starts the span of an executed step at pos, a child of the run
+// step starts the span of an executed step at pos, a child of the run
 // span. Replayed steps get none: the run span counts them
 // (durable.replayed_steps).
-func (r *run) traceStep(pos int, name, kind string) *tspan {
-	if r.tr == nil {
+func (rt runTracer) step(pos int, name, kind string) *tspan {
+	if rt.r.tr == nil {
 		return nil
 	}
-	ctx, span := r.e.tracer.Start(r.ctx, "durable.step "+name, trace.WithAttributes(
+	ctx, span := rt.r.e.tr.t.Start(rt.r.ctx, "durable.step "+name, trace.WithAttributes(
 		attrStepName.String(name), attrStepPos.Int(pos), attrStepKind.String(kind)))
 	return &tspan{span: span, ctx: ctx, attempts: 1}
 }
 
-// traceStartChild starts the start span of a child workflow of r, at
+// startChild starts the start span of a child workflow of r, at
 // step pos: a child of r's run span, so the child's executions are in the
 // parent's trace.
-func (r *run) traceStartChild(workflow, id string, pos int) *tspan {
-	if r.tr == nil {
+func (rt runTracer) startChild(workflow, id string, pos int) *tspan {
+	if rt.r.tr == nil {
 		return nil
 	}
-	sp := r.e.traceStart(r.ctx, "durable.start", workflow, id)
-	sp.span.SetAttributes(attrParentID.String(r.id), attrStepPos.Int(pos))
+	sp := rt.r.e.tr.start(rt.r.ctx, "durable.start", workflow, id)
+	sp.span.SetAttributes(attrParentID.String(rt.r.id), attrStepPos.Int(pos))
 	return sp
 }
 
-// traceSleep starts the span of an in-memory sleep until wake.
-func (r *run) traceSleep(wake time.Time) *tspan {
-	if r.tr == nil {
+// sleep starts the span of an in-memory sleep until wake.
+func (rt runTracer) sleep(wake time.Time) *tspan {
+	if rt.r.tr == nil {
 		return nil
 	}
-	return r.traceWait("durable.sleep", attrWaitUntil.String(wake.UTC().Format(time.RFC3339Nano)))
+	return rt.wait("durable.sleep", attrWaitUntil.String(wake.UTC().Format(time.RFC3339Nano)))
 }
 
-// traceRecv starts the span of a wait for a message on topic.
-func (r *run) traceRecv(topic string, deadline time.Time) *tspan {
-	if r.tr == nil {
+// recv starts the span of a wait for a message on topic.
+func (rt runTracer) recv(topic string, deadline time.Time) *tspan {
+	if rt.r.tr == nil {
 		return nil
 	}
-	return r.traceWait("durable.recv "+topic, attrWaitTopic.String(topic),
+	return rt.wait("durable.recv "+topic, attrWaitTopic.String(topic),
 		attrWaitUntil.String(deadline.UTC().Format(time.RFC3339Nano)))
 }
 
-// traceAwait starts the span of a wait for the child run id to finish.
-func (r *run) traceAwait(id string) *tspan {
-	if r.tr == nil {
+// await starts the span of a wait for the child run id to finish.
+func (rt runTracer) await(id string) *tspan {
+	if rt.r.tr == nil {
 		return nil
 	}
-	return r.traceWait("durable.await", attrWaitChild.String(id))
+	return rt.wait("durable.await", attrWaitChild.String(id))
 }
 
-func (r *run) traceWait(name string, attrs ...attribute.KeyValue) *tspan {
-	ctx, span := r.e.tracer.Start(r.ctx, name, trace.WithAttributes(attrs...))
+func (rt runTracer) wait(name string, attrs ...attribute.KeyValue) *tspan {
+	ctx, span := rt.r.e.tr.t.Start(rt.r.ctx, name, trace.WithAttributes(attrs...))
 	return &tspan{span: span, ctx: ctx}
 }
 

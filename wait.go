@@ -26,7 +26,7 @@ func Sleep(wctx Context, d time.Duration) (err error) {
 	}
 	r := wctx.workflowRun()
 	if time.Until(wake) > 0 {
-		ws := r.traceSleep(wake)
+		ws := r.trace().sleep(wake)
 		defer func() { ws.end(err) }()
 	}
 	for {

@@ -178,7 +178,7 @@ func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (_ *H
 	if err != nil {
 		return nil, err
 	}
-	sp := e.traceStart(ctx, "durable.start", w.def.name, id)
+	sp := e.tr.start(ctx, "durable.start", w.def.name, id)
 	defer func() { sp.end(err) }()
 	return w.insertAndRun(ctx, sp, id, input, "", deadline, opts.sameInput(input))
 }
@@ -243,7 +243,7 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 		return w.existing(ctx, e.pool, id, want, parent)
 	}
 	r := e.newRun(id, w.def.name, 1, nil, deadline)
-	e.traceRun(r, sp.spanContext(), 0, nil, nil)
+	e.tr.run(r, sp.spanContext(), 0, nil, nil)
 	e.launch(r, w.def, input)
 	return &Handle[R]{e: e, id: id, local: local}, nil
 }
@@ -302,7 +302,7 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	if err != nil {
 		return nil, err
 	}
-	sp := w.e.traceStart(ctx, "durable.start", w.def.name, id)
+	sp := w.e.tr.start(ctx, "durable.start", w.def.name, id)
 	defer func() { sp.end(err) }()
 	inserted, err := w.e.q.InsertWorkflow(ctx, tx, sysdb.InsertWorkflowParams{ID: id, Name: w.def.name, AppVersion: w.e.cfg.AppVersion,
 		Input: input, NotifyPayload: "n:" + id, Deadline: deadline, TraceContext: sp.traceparent()})
@@ -348,7 +348,7 @@ func (w *Workflow[P, R]) StartChild(wctx Context, in P, opts *StartOpts) (*Handl
 	}
 	// The child's start span is a child of the parent's run span: the
 	// child's executions are in the parent's trace.
-	sp := r.traceStartChild(w.def.name, id, pos)
+	sp := r.trace().startChild(w.def.name, id, pos)
 	var h *Handle[R]
 	err = r.retryDB("start child", func(ctx context.Context) error {
 		var err error
@@ -525,7 +525,7 @@ func NewID(wctx Context) (string, error) {
 // schedules.
 func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
 	defer e.launches.enter()()
-	sp := e.traceStart(ctx, "durable.start", def.name, id)
+	sp := e.tr.start(ctx, "durable.start", def.name, id)
 	defer func() { sp.end(err) }()
 	created, err = e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: def.name, Input: input, TraceContext: sp.traceparent()})
 	if err != nil {
@@ -537,7 +537,7 @@ func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []by
 		return false, e.checkExisting(ctx, e.pool, id, def.name, nil, "")
 	}
 	r := e.newRun(id, def.name, 1, nil, nil)
-	e.traceRun(r, sp.spanContext(), 0, nil, nil)
+	e.tr.run(r, sp.spanContext(), 0, nil, nil)
 	e.launch(r, def, input)
 	return true, nil
 }
@@ -563,7 +563,7 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 		return zero, err
 	}
 	if rec == nil {
-		ws := r.traceAwait(h.id)
+		ws := r.trace().await(h.id)
 		defer func() { ws.end(err) }()
 		started := time.Now()
 		waitUntil := started.Add(r.e.cfg.ParkThreshold)
