@@ -113,17 +113,15 @@ func (e *Engine) prune(ctx context.Context, before time.Time, o PruneOpts, exclu
 		if o.MaxRuns > 0 {
 			limit = min(limit, o.MaxRuns-int(total.Runs))
 		}
-		var b PruneResult
-		var lastAt *time.Time
-		var lastID *string
-		batch := func(q queryer) error {
-			return q.QueryRow(ctx, e.rq.PruneBatch, before, afterAt, afterID, limit).
-				Scan(&b.Runs, &b.Steps, &b.Messages, &b.Events, &b.Streams, &lastAt, &lastID)
+		var row sysdb.PruneBatchRow
+		batch := func(db sysdb.DBTX) (err error) {
+			row, err = e.rq.PruneBatch(ctx, db, sysdb.PruneBatchParams{Before: before, AfterAt: afterAt, AfterID: afterID, Limit: limit})
+			return err
 		}
 		if exclusive {
 			err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-				var got bool
-				if err := tx.QueryRow(ctx, e.rq.TryLock, sysdb.RetentionLockKey(e.cfg.Schema)).Scan(&got); err != nil {
+				got, err := e.rq.TryLock(ctx, tx)
+				if err != nil {
 					return err
 				}
 				if !got {
@@ -141,15 +139,15 @@ func (e *Engine) prune(ctx context.Context, before time.Time, o PruneOpts, exclu
 		if skipped {
 			return total, true, nil
 		}
-		if b.Runs > 0 {
-			b.Batches = 1
-			total.add(b)
+		if row.Runs > 0 {
+			total.add(PruneResult{Runs: row.Runs, Steps: row.Steps, Messages: row.Messages, Events: row.Events,
+				Streams: row.Streams, Batches: 1})
 		}
 		// Fewer than asked: nothing unlocked and due is left past the walk.
-		if lastAt == nil || b.Runs < int64(limit) {
+		if row.LastAt == nil || row.Runs < int64(limit) {
 			break
 		}
-		afterAt, afterID = *lastAt, *lastID
+		afterAt, afterID = *row.LastAt, *row.LastID
 	}
 	return total, false, nil
 }
