@@ -301,6 +301,8 @@ type Engine struct {
 	qq          *sysdb.QueueQueries
 	wq          *sysdb.WaitQueries
 	rq          *sysdb.RetentionQueries
+	lq          *sysdb.LeaseQueries
+	rcq         *sysdb.RecoveryQueries
 	log         *slog.Logger
 	tracer      trace.Tracer // nil: tracing off
 	incarnation string
@@ -374,6 +376,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		qq:             sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
 		wq:             sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		rq:             sysdb.NewRetentionQueries(c.Schema),
+		lq:             sysdb.NewLeaseQueries(c.Schema),
+		rcq:            sysdb.NewRecoveryQueries(c.Schema, q.NotifyTo),
 		log:            c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation:    randomHex(8),
 		defs:           map[string]*wfDef{},
@@ -453,7 +457,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 		e.pollInstead()
 		// The check waited listenProbeTimeout, maybe longer than the lease
 		// registered meanwhile: renew it before this executor claims runs.
-		if _, err := e.lease.pool.Exec(ctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds()); err != nil {
+		if _, err := e.lq.Heartbeat(ctx, e.lease.pool, sysdb.HeartbeatParams{ExecutorID: e.cfg.ExecutorID, Incarnation: e.incarnation, LeaseTTL: e.cfg.LeaseTTL}); err != nil {
 			return fail(fmt.Errorf("durable: launch: renew lease: %w", err))
 		}
 	} else if err != nil {
@@ -510,13 +514,12 @@ func (e *Engine) prepareLaunch(ctx context.Context) error {
 		return err
 	}
 	host, _ := os.Hostname()
-	var idCollation, dbCollate string
-	var dbProvider *string
-	if err := e.pool.QueryRow(ctx, e.q.RegisterExecutor, e.cfg.ExecutorID, e.incarnation, e.cfg.AppVersion,
-		host, os.Getpid(), e.cfg.LeaseTTL.Milliseconds()).Scan(&idCollation, &dbCollate, &dbProvider); err != nil {
+	reg, err := e.lq.RegisterExecutor(ctx, e.pool, sysdb.RegisterExecutorParams{ExecutorID: e.cfg.ExecutorID,
+		Incarnation: e.incarnation, AppVersion: e.cfg.AppVersion, Hostname: host, PID: os.Getpid(), LeaseTTL: e.cfg.LeaseTTL})
+	if err != nil {
 		return fmt.Errorf("durable: launch: register executor %q: %w", e.cfg.ExecutorID, err)
 	}
-	e.hintIDCollation(idCollation, dbCollate, dbProvider)
+	e.hintIDCollation(reg.IDCollation, reg.DBCollate, reg.DBProvider)
 
 	if err := e.declareQueues(ctx); err != nil {
 		return fmt.Errorf("durable: launch: %w", err)
@@ -682,7 +685,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	e.bg.stop("heartbeat")
 	if err == nil {
 		// Every run stopped: let peers take over our pending runs now.
-		if _, rerr := e.lease.pool.Exec(ctx, e.q.ReleaseLease, e.cfg.ExecutorID, e.incarnation); rerr != nil {
+		if rerr := e.lq.ReleaseLease(ctx, e.lease.pool, sysdb.ReleaseLeaseParams{ExecutorID: e.cfg.ExecutorID, Incarnation: e.incarnation}); rerr != nil {
 			e.log.Warn("durable: shutdown: release lease", "err", rerr)
 		}
 	}

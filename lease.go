@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // The lease's connections. The heartbeat that renews this executor's lease
@@ -50,18 +52,18 @@ func (e *Engine) closeLeasePool() {
 	}
 }
 
-// fenceCheck reads one row of a fence check (sql, args) into dest on the
-// lease's pool. When the engine has hard-stopped (its pool may be closed)
-// it returns ErrShutdown.
-func (e *Engine) fenceCheck(ctx context.Context, sql string, args []any, dest ...any) error {
+// fenceCheck runs the ownership check of a fence check on the lease's
+// pool. When the engine has hard-stopped (its pool may be closed) it
+// returns ErrShutdown.
+func (e *Engine) fenceCheck(ctx context.Context, p sysdb.OwnershipCheckParams) (sysdb.OwnershipCheckRow, error) {
 	if e.hardCtx.Err() != nil {
-		return fmt.Errorf("durable: fence check: %w", ErrShutdown)
+		return sysdb.OwnershipCheckRow{}, fmt.Errorf("durable: fence check: %w", ErrShutdown)
 	}
 	select {
 	case e.lease.fence <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return sysdb.OwnershipCheckRow{}, ctx.Err()
 	}
 	defer func() { <-e.lease.fence }()
-	return e.lease.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+	return e.lq.OwnershipCheck(ctx, e.lease.pool, p)
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // Riding out database outages. While Postgres is away (restarted, failed
@@ -162,13 +164,6 @@ func (g *launchGate) settled(mark int64) bool {
 	return true
 }
 
-// stray is a pending run owned by this executor that is not executing here.
-type stray struct {
-	id     string
-	epoch  int64
-	queued bool
-}
-
 // adoptStrays resumes the pending runs owned by this executor that are not
 // executing in this process and not parked. They exist when a database
 // outage cut a connection after a claim or a start committed but before
@@ -189,21 +184,10 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 		e.noteDBTrouble()
 		return err
 	}
-	rows, err := e.pool.Query(ctx, e.q.OwnUnparked, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
+	candidates, err := e.rcq.OwnUnparked(ctx, e.pool, sysdb.OwnUnparkedParams{
+		ExecutorID: e.cfg.ExecutorID, AppVersion: e.cfg.AppVersion, Names: e.names})
 	if err != nil {
 		e.noteDBTrouble()
-		return err
-	}
-	var candidates []stray
-	for rows.Next() {
-		var s stray
-		if err := rows.Scan(&s.id, &s.epoch, &s.queued); err != nil {
-			rows.Close()
-			return err
-		}
-		candidates = append(candidates, s)
-	}
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	if len(candidates) == 0 {
@@ -223,23 +207,23 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	var found []stray
+	var found []sysdb.OwnUnparkedRow
 	for _, s := range candidates {
-		if !executing[s.id] && e.active.load(s.id) == nil {
+		if !executing[s.ID] && e.active.load(s.ID) == nil {
 			found = append(found, s)
 		}
 	}
 	for _, s := range found {
-		if s.queued {
-			var queue string
-			err := e.pool.QueryRow(ctx, e.q.RequeueStray, s.id, s.epoch, e.cfg.ExecutorID).Scan(&queue)
+		p := sysdb.StrayParams{ID: s.ID, Epoch: s.Epoch, ExecutorID: e.cfg.ExecutorID}
+		if s.Queued {
+			queue, ok, err := e.rcq.RequeueStray(ctx, e.pool, p)
 			if err != nil {
-				if !errors.Is(err, pgx.ErrNoRows) {
-					e.noteDBTrouble() // look again on the next sweep
-				}
+				e.noteDBTrouble() // look again on the next sweep
+			}
+			if !ok {
 				continue
 			}
-			e.log.Info("durable: stray run of this executor returned to its queue", "workflow_id", s.id, "queue", queue)
+			e.log.Info("durable: stray run of this executor returned to its queue", "workflow_id", s.ID, "queue", queue)
 			if q := e.queues[queue]; q != nil {
 				q.wake()
 			}
@@ -249,8 +233,7 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 			e.noteDBTrouble() // no recovery slot free (resume.go): look again on the next sweep
 			continue
 		}
-		rows, err := e.pool.Query(ctx, e.q.ClaimStray, s.id, s.epoch, e.cfg.ExecutorID)
-		got, err := scanClaimed(rows, err)
+		got, err := e.rcq.ClaimStray(ctx, e.pool, p)
 		if err != nil {
 			e.noteDBTrouble()
 		}
@@ -258,8 +241,8 @@ func (e *Engine) adoptStrays(ctx context.Context) error {
 			e.recov.give(1)
 			continue
 		}
-		e.log.Info("durable: resuming a stray run of this executor", "workflow_id", s.id)
-		if err := e.startClaimed(ctx, got, nil); err != nil {
+		e.log.Info("durable: resuming a stray run of this executor", "workflow_id", s.ID)
+		if err := e.startClaimed(ctx, claimedFrom(got), nil); err != nil {
 			return err
 		}
 	}

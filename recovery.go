@@ -2,10 +2,11 @@ package durable
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // claimed is a run this executor just took ownership of.
@@ -20,6 +21,21 @@ type claimed struct {
 	queued   *time.Duration // time since the run was created (enqueued)
 }
 
+// claimedOf is the claimed run of a claim statement's row.
+func claimedOf(c sysdb.ClaimedRow) claimed {
+	return claimed{id: c.ID, name: c.Name, input: c.Input, epoch: c.Epoch, attempts: c.Attempts,
+		deadline: c.Deadline, queue: c.Queue, trace: c.Trace, queued: c.Queued}
+}
+
+// claimedFrom is claimedOf for rows.
+func claimedFrom(rows []sysdb.ClaimedRow) []claimed {
+	out := make([]claimed, len(rows))
+	for i, c := range rows {
+		out[i] = claimedOf(c)
+	}
+	return out
+}
+
 // claimOwn runs at Launch, before the engine is launched: it hands back
 // pending runs of this executor ID that this binary cannot run, and claims
 // the others (left by an earlier incarnation) as far as the recovery slots
@@ -30,20 +46,13 @@ func (e *Engine) claimOwn(ctx context.Context) ([]claimed, error) {
 	if err := e.requeue(ctx, true); err != nil {
 		return nil, err
 	}
-	rows, err := e.pool.Query(ctx, e.q.ReleaseUnrunnable, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
+	released, err := e.rcq.ReleaseUnrunnable(ctx, e.pool, sysdb.ReleaseUnrunnableParams{
+		ExecutorID: e.cfg.ExecutorID, AppVersion: e.cfg.AppVersion, Names: e.names})
 	if err != nil {
 		return nil, err
 	}
-	for rows.Next() {
-		var id, name, version string
-		if err := rows.Scan(&id, &name, &version); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		e.reportUnrunnable(id, name, version)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	for _, r := range released {
+		e.reportUnrunnable(r.ID, r.Name, r.AppVersion)
 	}
 	slots := e.recov.take(e.cfg.RecoveryConcurrency)
 	all, err := e.claimOwnUpTo(ctx, slots)
@@ -59,9 +68,9 @@ func (e *Engine) claimOwn(ctx context.Context) ([]claimed, error) {
 	for i, c := range all {
 		ids[i] = c.id
 	}
-	var n int64
-	var ignored *string
-	if err := e.pool.QueryRow(ctx, e.q.HandBackOwn, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, ids).Scan(&n, &ignored); err != nil {
+	n, err := e.rcq.HandBackOwn(ctx, e.pool, sysdb.HandBackOwnParams{
+		ExecutorID: e.cfg.ExecutorID, AppVersion: e.cfg.AppVersion, Names: e.names, Claimed: ids})
+	if err != nil {
 		e.recov.give(len(all))
 		return nil, err
 	}
@@ -79,28 +88,18 @@ func (e *Engine) claimOwnUpTo(ctx context.Context, limit int) ([]claimed, error)
 	afterCreated, afterID := time.Time{}, ""
 	for len(all) < limit {
 		batch := min(RecoveryBatchDefault, limit-len(all))
-		rows, err := e.pool.Query(ctx, e.q.ClaimOwn, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, batch, afterCreated, afterID)
+		got, err := e.rcq.ClaimOwn(ctx, e.pool, sysdb.ClaimOwnParams{ExecutorID: e.cfg.ExecutorID, AppVersion: e.cfg.AppVersion,
+			Names: e.names, Limit: batch, AfterCreated: afterCreated, AfterID: afterID})
 		if err != nil {
 			return nil, err
 		}
-		n := 0
-		for rows.Next() {
-			var c claimed
-			var created time.Time
-			if err := rows.Scan(&c.id, &c.name, &c.input, &c.epoch, &c.attempts, &c.deadline, &c.queue, &c.trace, &c.queued, &created); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			all = append(all, c)
-			n++
-			if created.After(afterCreated) || (created.Equal(afterCreated) && c.id > afterID) {
-				afterCreated, afterID = created, c.id
+		for _, c := range got {
+			all = append(all, claimedOf(c.ClaimedRow))
+			if c.Created.After(afterCreated) || (c.Created.Equal(afterCreated) && c.ID > afterID) {
+				afterCreated, afterID = c.Created, c.ID
 			}
 		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		if n < batch {
+		if len(got) < batch {
 			break
 		}
 	}
@@ -122,27 +121,11 @@ func (e *Engine) reportUnrunnable(id, name, version string) {
 // executor will not take: another application version, or a workflow name
 // this binary does not register.
 func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
-	rows, err := e.pool.Query(ctx, e.q.CountOtherVersions, e.cfg.AppVersion, e.names)
+	groups, err := e.rcq.CountOtherVersions(ctx, e.pool, sysdb.CountOtherVersionsParams{AppVersion: e.cfg.AppVersion, Names: e.names})
 	if err != nil {
 		if ctx.Err() == nil { // not the engine stopping
 			e.log.Warn("durable: count runs of other versions", "err", err)
 		}
-		return
-	}
-	type group struct {
-		name, version string
-		n             int64
-	}
-	var groups []group
-	for rows.Next() {
-		var g group
-		if rows.Scan(&g.name, &g.version, &g.n) != nil {
-			rows.Close()
-			return
-		}
-		groups = append(groups, g)
-	}
-	if rows.Err() != nil {
 		return
 	}
 	// Log only when the picture changed, not on every sweep.
@@ -152,7 +135,7 @@ func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
 	}
 	e.lastOrphanReport = summary
 	for _, g := range groups {
-		name, version, n := g.name, g.version, g.n
+		name, version, n := g.Name, g.AppVersion, g.Count
 		if version != e.cfg.AppVersion {
 			e.log.Warn("durable: pending runs wait for an executor of their application version",
 				"workflow", name, "run_app_version", version, "count", n)
@@ -171,10 +154,11 @@ func (e *Engine) reportOrphansElsewhere(ctx context.Context) {
 // pool busy with the application's work, must not stretch a judgement made
 // before it, in which time this executor's heartbeat may have failed.
 func (e *Engine) claimOrphans(ctx context.Context, limit int) (int, error) {
-	var got []claimed
+	var got []sysdb.ClaimedRow
 	conn, err := e.pool.Acquire(ctx)
 	if err == nil {
-		got, err = scanClaimed(conn.Query(ctx, e.q.ClaimOrphans, e.cfg.ExecutorID, e.cfg.AppVersion, e.names, limit, e.judgesLeases()))
+		got, err = e.rcq.ClaimOrphans(ctx, conn, sysdb.ClaimOrphansParams{ExecutorID: e.cfg.ExecutorID,
+			AppVersion: e.cfg.AppVersion, Names: e.names, Limit: limit, TakeExpired: e.judgesLeases()})
 		conn.Release()
 	}
 	if err != nil {
@@ -185,18 +169,13 @@ func (e *Engine) claimOrphans(ctx context.Context, limit int) (int, error) {
 	if len(got) == limit && limit < RecoveryBatchDefault {
 		e.recov.starve() // more may wait for a slot
 	}
-	return len(got), e.startClaimed(ctx, got, nil)
+	return len(got), e.startClaimed(ctx, claimedFrom(got), nil)
 }
 
 func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
 	dle := &DeadLetterError{WorkflowID: c.id, Attempts: c.attempts - 1, Limit: limit}
 	errb := encodeError(dle)
-	rows, err := e.pool.Query(ctx, e.q.DeadLetter, c.id, c.epoch, json.RawMessage(errb))
-	if err == nil {
-		rows.Close()
-		err = rows.Err()
-	}
-	if err != nil {
+	if _, err := e.rcq.DeadLetter(ctx, e.pool, sysdb.DeadLetterParams{ID: c.id, Epoch: c.epoch, Error: errb}); err != nil {
 		e.log.Warn("durable: dead-letter run", "workflow_id", c.id, "err", err)
 		return
 	}
@@ -223,7 +202,7 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 		}
 		hctx, cancel := context.WithTimeout(ctx, period)
 		// On the lease's own pool (lease.go): never behind the application's work.
-		tag, err := e.lease.pool.Exec(hctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds())
+		renewed, err := e.lq.Heartbeat(hctx, e.lease.pool, sysdb.HeartbeatParams{ExecutorID: e.cfg.ExecutorID, Incarnation: e.incarnation, LeaseTTL: e.cfg.LeaseTTL})
 		cancel()
 		if err != nil {
 			e.cutOffAt.Store(time.Now().UnixNano())
@@ -239,7 +218,7 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 			if ctx.Err() == nil {
 				e.log.Warn("durable: heartbeat failed", "err", err, "retry_in", retry)
 			}
-		case tag.RowsAffected() == 0:
+		case !renewed:
 			// The row is gone or another process took this executor ID.
 			e.log.Error("durable: executor lease lost: another process uses this ExecutorID, or the row was deleted; runs in flight here will be fenced",
 				"executor_id", e.cfg.ExecutorID)
@@ -286,7 +265,7 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 		e.reportOrphansElsewhere(ctx)
 		if time.Since(lastCleanup) > 10*time.Minute {
 			lastCleanup = time.Now()
-			if _, err := e.pool.Exec(ctx, e.q.DeleteDeadExecutors); err != nil && ctx.Err() == nil {
+			if _, err := e.rcq.DeleteDeadExecutors(ctx, e.pool); err != nil && ctx.Err() == nil {
 				e.log.Warn("durable: delete dead executors", "err", err)
 			}
 		}
