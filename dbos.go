@@ -23,7 +23,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/internal/hooks"
+	"github.com/durable-go/durable/internal/lease"
+	"github.com/durable-go/durable/internal/maintenance"
 	"github.com/durable-go/durable/internal/notify"
+	"github.com/durable-go/durable/internal/recovery"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -300,7 +303,6 @@ type Engine struct {
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
 	wq          *sysdb.WaitQueries
-	rq          *sysdb.RetentionQueries
 	lq          *sysdb.LeaseQueries
 	rcq         *sysdb.RecoveryQueries
 	log         *slog.Logger
@@ -318,22 +320,17 @@ type Engine struct {
 	hardCancel context.CancelCauseFunc
 	runs       sync.WaitGroup
 	workers    *workerPool
-	active     activeRuns // the runs executing here
-	launches   launchGate
-	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
-	pollEvery  atomic.Int64 // the polling period: Config.PollInterval, or less when LISTEN is deaf (pollInstead)
-	recov      resumer      // recovery slots (resume.go)
-	lease      *leasePool   // the heartbeat's and fence checks' connections (lease.go); set at Launch
-	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
+	active     activeRuns             // the runs executing here
+	pollEvery  atomic.Int64           // the polling period: Config.PollInterval, or less when LISTEN is deaf (pollInstead)
+	lease      *lease.Service         // the lease, its heartbeat and connections, the outage judgement (lease.go)
+	recov      *recovery.Service      // the sweeper and the recovery slots (recovery.go)
+	retention  *maintenance.Retention // the retention pass (retention.go)
 
 	hub         *hub
-	kick        chan struct{} // wakes the sweeper
 	startBatch  *batcher[*startWrite]
 	stepBatch   *batcher[*stepWrite]
 	finishBatch *batcher[*finishWrite]
 	stepDelay   time.Duration // longest wait of a deferred step checkpoint (pending.go)
-
-	lastOrphanReport string // sweeper goroutine only
 
 	listenProbe chan struct{} // Launch's probe notification came back (startListener)
 
@@ -375,7 +372,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		q:              q,
 		qq:             sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
 		wq:             sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
-		rq:             sysdb.NewRetentionQueries(c.Schema),
 		lq:             sysdb.NewLeaseQueries(c.Schema),
 		rcq:            sysdb.NewRecoveryQueries(c.Schema, q.NotifyTo),
 		log:            c.Logger.With("durable.executor", c.ExecutorID),
@@ -388,9 +384,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		hardCtx:        hardCtx,
 		hardCancel:     hardCancel,
 		hub:            newHub(),
-		kick:           make(chan struct{}, 1),
 	}
-	e.recov.free = c.RecoveryConcurrency
+	e.lease = e.newLease()
+	e.recov = e.newRecovery()
+	e.retention = e.newRetention()
 	e.pollEvery.Store(int64(c.PollInterval))
 	e.tracer = newTracer(c.TracerProvider)
 	e.initBatchers()
@@ -434,7 +431,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if err := e.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("durable: launch: database unreachable: %w", err)
 	}
-	if err := e.openLeasePool(); err != nil {
+	if err := e.lease.Open(); err != nil {
 		return err
 	}
 	// The LISTEN connection opens while the schema is checked and the
@@ -447,7 +444,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	fail := func(err error) error {
 		cancelListen()
 		e.bg.stopAll()
-		e.closeLeasePool()
+		e.lease.Close()
 		return err
 	}
 	if err := e.prepareLaunch(ctx); err != nil {
@@ -457,7 +454,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 		e.pollInstead()
 		// The check waited listenProbeTimeout, maybe longer than the lease
 		// registered meanwhile: renew it before this executor claims runs.
-		if _, err := e.lq.Heartbeat(ctx, e.lease.pool, sysdb.HeartbeatParams{ExecutorID: e.cfg.ExecutorID, Incarnation: e.incarnation, LeaseTTL: e.cfg.LeaseTTL}); err != nil {
+		if _, err := e.lease.Renew(ctx); err != nil {
 			return fail(fmt.Errorf("durable: launch: renew lease: %w", err))
 		}
 	} else if err != nil {
@@ -465,29 +462,29 @@ func (e *Engine) Launch(ctx context.Context) error {
 	}
 	// A new executor cannot tell whether the database was just away:
 	// it gives peers the same time to renew their leases (judgesLeases).
-	e.cutOffAt.Store(time.Now().UnixNano())
+	e.lease.CutOff(time.Now())
 	// This executor's own runs are claimed before it is launched: no run
 	// of this incarnation exists yet to be mistaken for an earlier one's.
-	own, err := e.claimOwn(ctx)
+	own, err := e.recov.ClaimOwn(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("durable: launch: recovery: %w", err))
 	}
 	e.mu.Lock()
 	e.state = stateLaunched
 	e.mu.Unlock()
-	if err := e.startClaimed(ctx, own, nil); err != nil {
+	if err := e.startClaimed(ctx, claimedFrom(own), nil); err != nil {
 		// Those not started stay ours and pending: the sweeper resumes them.
 		e.log.Warn("durable: launch: resume runs", "err", err)
 	}
-	e.reportOrphansElsewhere(ctx)
-	e.bg.start("heartbeat", e.heartbeatLoop)
-	e.bg.start("sweeper", e.sweepLoop)
+	e.recov.ReportOrphansElsewhere(ctx)
+	_ = e.lease.Start(ctx) // the heartbeat; fails only when started twice
+	_ = e.recov.Start(ctx) // the sweeper
 	for _, q := range e.queues {
 		e.bg.start("queue:"+q.name, e.dispatchLoop(q))
 	}
 	e.startSchedules()
 	if e.cfg.Retention > 0 {
-		e.bg.start("retention", e.retentionLoop)
+		_ = e.retention.Start(ctx)
 	}
 	e.log.Info("durable: engine launched", "app_version", e.cfg.AppVersion, "schema", e.cfg.Schema, "workflows", len(e.names), "queues", len(e.queues))
 	return nil
@@ -514,8 +511,7 @@ func (e *Engine) prepareLaunch(ctx context.Context) error {
 		return err
 	}
 	host, _ := os.Hostname()
-	reg, err := e.lq.RegisterExecutor(ctx, e.pool, sysdb.RegisterExecutorParams{ExecutorID: e.cfg.ExecutorID,
-		Incarnation: e.incarnation, AppVersion: e.cfg.AppVersion, Hostname: host, PID: os.Getpid(), LeaseTTL: e.cfg.LeaseTTL})
+	reg, err := e.lease.Register(ctx, host, os.Getpid())
 	if err != nil {
 		return fmt.Errorf("durable: launch: register executor %q: %w", e.cfg.ExecutorID, err)
 	}
@@ -667,8 +663,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	close(e.stopping)
 	e.mu.Unlock()
 
-	e.bg.stop("sweeper")
-	e.bg.stop("retention")
+	// A service's Stop waits for it to end, whatever ctx says.
+	wait := context.WithoutCancel(ctx)
+	_ = e.recov.Stop(wait)
+	_ = e.retention.Stop(wait)
 	e.stopSchedules()
 	for _, q := range e.queues {
 		e.bg.stop("queue:" + q.name)
@@ -682,16 +680,16 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.hardCancel(ErrShutdown)
 		err = fmt.Errorf("durable: shutdown: runs still in flight: %w", ctx.Err())
 	}
-	e.bg.stop("heartbeat")
+	_ = e.lease.Stop(wait)
 	if err == nil {
 		// Every run stopped: let peers take over our pending runs now.
-		if rerr := e.lq.ReleaseLease(ctx, e.lease.pool, sysdb.ReleaseLeaseParams{ExecutorID: e.cfg.ExecutorID, Incarnation: e.incarnation}); rerr != nil {
+		if rerr := e.lease.Release(ctx); rerr != nil {
 			e.log.Warn("durable: shutdown: release lease", "err", rerr)
 		}
 	}
 	e.bg.stopAll()
 	e.hardCancel(ErrShutdown)
-	e.closeLeasePool()
+	e.lease.Close()
 	e.mu.Lock()
 	e.state = stateStopped
 	e.mu.Unlock()
@@ -758,9 +756,4 @@ func (e *Engine) onNotify(payload string) {
 	}
 }
 
-func (e *Engine) wakeSweeper() {
-	select {
-	case e.kick <- struct{}{}:
-	default:
-	}
-}
+func (e *Engine) wakeSweeper() { e.recov.Wake() }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/durable-go/durable/internal/errs"
 )
 
 // Sentinel errors. Match them with [errors.Is]; most are also matched by the
@@ -21,7 +23,7 @@ var (
 	// recorded input differs from the one given. See [StartOpts].ID.
 	ErrInputMismatch = errors.New("durable: workflow ID already used with a different input")
 	// ErrNotRegistered: no workflow is registered under that name in this binary.
-	ErrNotRegistered = errors.New("durable: workflow not registered")
+	ErrNotRegistered = errs.NotRegistered
 	// ErrNotLaunched: the engine must be launched before workflows start.
 	ErrNotLaunched = errors.New("durable: engine not launched")
 	// ErrShutdown: the engine is shutting down; the run stays pending and is

@@ -519,7 +519,7 @@ func (e *Engine) dispatchLoop(q *Queue) func(ctx context.Context) {
 // runs. It returns how long to wait before the next one when nothing wakes
 // the loop, and whether more work may be ready right away.
 func (e *Engine) dispatch(ctx context.Context, q *Queue, batch int) (time.Duration, bool) {
-	defer e.launches.enter()()
+	defer e.recov.EnterLaunch()()
 	poll := e.pollInterval()
 	q.mu.Lock()
 	running := q.running

@@ -225,7 +225,7 @@ func (e *Engine) encodeArg(v any, what, name string) ([]byte, error) {
 // want (nil: any).
 func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string, input []byte, parent string, deadline *time.Time, want []byte) (*Handle[R], error) {
 	e := w.e
-	defer e.launches.enter()()
+	defer e.recov.EnterLaunch()()
 	local := e.hub.subscribeLocal(id)
 	inserted, err := e.writeStart(ctx, &startWrite{id: id, name: w.def.name, input: input, parent: parent, deadline: deadline, trace: sp.traceparent()})
 	if err != nil {
@@ -529,7 +529,7 @@ func NewID(wctx Context) (string, error) {
 // under that ID is a [*ConflictError]. It is the untyped path used by
 // schedules.
 func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
-	defer e.launches.enter()()
+	defer e.recov.EnterLaunch()()
 	sp := e.traceStart(ctx, "durable.start", def.name, id)
 	defer func() { sp.end(err) }()
 	created, err = e.writeStart(ctx, &startWrite{id: id, name: def.name, input: input, trace: sp.traceparent()})

@@ -52,8 +52,8 @@ func init() {
 			Name:      "pooler/listen-check-renews-lease",
 			Mechanism: "after a LISTEN check that timed out, Launch renews its lease before it claims runs",
 			Edits: []Edit{{File: "dbos.go",
-				Find:    "if _, err := e.lq.Heartbeat(ctx, e.lease.pool, sysdb.HeartbeatParams{ExecutorID: e.cfg.ExecutorID, Incarnation: e.incarnation, LeaseTTL: e.cfg.LeaseTTL}); err != nil {",
-				Replace: "if _, err := e.lease.pool.Exec(ctx, \"SELECT 1\"); err != nil {"}},
+				Find:    "if _, err := e.lease.Renew(ctx); err != nil {",
+				Replace: "if err := ctx.Err(); err != nil {"}},
 			Pkg: ".", Tests: "TestLaunchChecksListen",
 		},
 	)

@@ -215,9 +215,9 @@ func init() {
 		Mutant{
 			Name:      "lease/heartbeat",
 			Mechanism: "the heartbeat renews the executor's lease every LeaseTTL/3",
-			Edits: []Edit{{File: "recovery.go",
-				Find:    "\tperiod := e.cfg.LeaseTTL / 3\n\tt := time.NewTimer(period)",
-				Replace: "\tperiod := 1000 * e.cfg.LeaseTTL\n\tt := time.NewTimer(period)"}},
+			Edits: []Edit{{File: "internal/lease/lease.go",
+				Find:    "\tperiod := s.cfg.LeaseTTL / 3\n\tt := time.NewTimer(period)",
+				Replace: "\tperiod := 1000 * s.cfg.LeaseTTL\n\tt := time.NewTimer(period)"}},
 			Pkg: ".", Tests: "TestLiveOwnerKeepsItsRuns",
 		},
 	)
