@@ -25,7 +25,10 @@ import (
 	"github.com/durable-go/durable/internal/commit"
 	"github.com/durable-go/durable/internal/dispatch"
 	"github.com/durable-go/durable/internal/hooks"
+	"github.com/durable-go/durable/internal/lease"
+	"github.com/durable-go/durable/internal/maintenance"
 	"github.com/durable-go/durable/internal/notify"
+	"github.com/durable-go/durable/internal/recovery"
 	"github.com/durable-go/durable/internal/schedule"
 	"github.com/durable-go/durable/internal/sysdb"
 )
@@ -306,9 +309,10 @@ type Engine struct {
 	qq          *sysdb.QueueQueries
 	wq          *sysdb.WaitQueries
 	sq          *sysdb.StreamQueries
-	rq          *sysdb.RetentionQueries
 	cq          *sysdb.ControlQueries
 	iq          *sysdb.InspectQueries
+	lq          *sysdb.LeaseQueries
+	rcq         *sysdb.RecoveryQueries
 	log         *slog.Logger
 	tr          tracer // the engine's spans
 	incarnation string
@@ -324,20 +328,15 @@ type Engine struct {
 	hardCancel context.CancelCauseFunc
 	runs       sync.WaitGroup
 	workers    *workerPool
-	active     activeRuns // the runs executing here
-	launches   launchGate
-	cutOffAt   atomic.Int64 // unix ns of the last failed heartbeat
-	pollEvery  atomic.Int64 // the polling period: Config.PollInterval, or less when LISTEN is deaf (pollInstead)
-	recov      resumer      // recovery slots (resume.go)
-	lease      *leasePool   // the heartbeat's and fence checks' connections (lease.go); set at Launch
-	strayCheck atomic.Bool  // the next sweep looks for stray runs (outage.go)
+	active     activeRuns             // the runs executing here
+	pollEvery  atomic.Int64           // the polling period: Config.PollInterval, or less when LISTEN is deaf (pollInstead)
+	lease      *lease.Service         // the lease, its heartbeat and connections, the outage judgement (lease.go)
+	recov      *recovery.Service      // the sweeper and the recovery slots (recovery.go)
+	retention  *maintenance.Retention // the retention pass (retention.go)
 
 	hub       *notify.Hub[*outcome]
-	kick      chan struct{} // wakes the sweeper
 	commit    *commit.Writer
 	stepDelay time.Duration // longest wait of a deferred step checkpoint (pending.go)
-
-	lastOrphanReport string // sweeper goroutine only
 
 	listenProbe chan struct{} // Launch's probe notification came back (startListener)
 
@@ -379,9 +378,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		qq:          sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
 		wq:          sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		sq:          sysdb.NewStreamQueries(c.Schema, q.NotifyTo),
-		rq:          sysdb.NewRetentionQueries(c.Schema),
 		cq:          sysdb.NewControlQueries(c.Schema, q.NotifyTo),
 		iq:          sysdb.NewInspectQueries(c.Schema),
+		lq:          sysdb.NewLeaseQueries(c.Schema),
+		rcq:         sysdb.NewRecoveryQueries(c.Schema, q.NotifyTo),
 		log:         c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation: randomHex(8),
 		defs:        map[string]*wfDef{},
@@ -390,10 +390,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		hardCtx:     hardCtx,
 		hardCancel:  hardCancel,
 		hub:         notify.NewHub[*outcome](),
-		kick:        make(chan struct{}, 1),
 	}
-	e.recov.free = c.RecoveryConcurrency
 	e.notifier = dispatch.NewNotifier(e.sendQueueNotify)
+	e.lease = e.newLease()
+	e.recov = e.newRecovery()
+	e.retention = e.newRetention()
 	e.pollEvery.Store(int64(c.PollInterval))
 	e.tr = tracer{t: newTracer(c.TracerProvider), appVersion: c.AppVersion, executorID: c.ExecutorID}
 	e.commit = newCommitWriter(e)
@@ -439,7 +440,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if err := e.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("durable: launch: database unreachable: %w", err)
 	}
-	if err := e.openLeasePool(); err != nil {
+	if err := e.lease.Open(); err != nil {
 		return err
 	}
 	// The LISTEN connection opens while the schema is checked and the
@@ -452,7 +453,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	fail := func(err error) error {
 		cancelListen()
 		e.bg.stopAll()
-		e.closeLeasePool()
+		e.lease.Close()
 		return err
 	}
 	if err := e.prepareLaunch(ctx); err != nil {
@@ -462,7 +463,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 		e.pollInstead()
 		// The check waited listenProbeTimeout, maybe longer than the lease
 		// registered meanwhile: renew it before this executor claims runs.
-		if _, err := e.lease.pool.Exec(ctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds()); err != nil {
+		if _, err := e.lease.Renew(ctx); err != nil {
 			return fail(fmt.Errorf("durable: launch: renew lease: %w", err))
 		}
 	} else if err != nil {
@@ -470,10 +471,10 @@ func (e *Engine) Launch(ctx context.Context) error {
 	}
 	// A new executor cannot tell whether the database was just away:
 	// it gives peers the same time to renew their leases (judgesLeases).
-	e.cutOffAt.Store(time.Now().UnixNano())
+	e.lease.CutOff(time.Now())
 	// This executor's own runs are claimed before it is launched: no run
 	// of this incarnation exists yet to be mistaken for an earlier one's.
-	own, err := e.claimOwn(ctx)
+	own, err := e.recov.ClaimOwn(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("durable: launch: recovery: %w", err))
 	}
@@ -483,17 +484,17 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Lock()
 	e.state = stateLaunched
 	e.mu.Unlock()
-	if err := e.startClaimed(ctx, own, nil); err != nil {
+	if err := e.startClaimed(ctx, claimedFrom(own), nil); err != nil {
 		// Those not started stay ours and pending: the sweeper resumes them.
 		e.log.Warn("durable: launch: resume runs", "err", err)
 	}
-	e.reportOrphansElsewhere(ctx)
-	e.bg.start("heartbeat", e.heartbeatLoop)
-	e.bg.start("sweeper", e.sweepLoop)
+	e.recov.ReportOrphansElsewhere(ctx)
+	_ = e.lease.Start(ctx) // the heartbeat; fails only when started twice
+	_ = e.recov.Start(ctx) // the sweeper
 	_ = e.dispatcher.Start(ctx)
 	e.startSchedules()
 	if e.cfg.Retention > 0 {
-		e.bg.start("retention", e.retentionLoop)
+		_ = e.retention.Start(ctx)
 	}
 	e.log.Info("durable: engine launched", "app_version", e.cfg.AppVersion, "schema", e.cfg.Schema, "workflows", len(e.names), "queues", len(e.queues))
 	return nil
@@ -520,13 +521,11 @@ func (e *Engine) prepareLaunch(ctx context.Context) error {
 		return err
 	}
 	host, _ := os.Hostname()
-	var idCollation, dbCollate string
-	var dbProvider *string
-	if err := e.pool.QueryRow(ctx, e.q.RegisterExecutor, e.cfg.ExecutorID, e.incarnation, e.cfg.AppVersion,
-		host, os.Getpid(), e.cfg.LeaseTTL.Milliseconds()).Scan(&idCollation, &dbCollate, &dbProvider); err != nil {
+	reg, err := e.lease.Register(ctx, host, os.Getpid())
+	if err != nil {
 		return fmt.Errorf("durable: launch: register executor %q: %w", e.cfg.ExecutorID, err)
 	}
-	e.hintIDCollation(idCollation, dbCollate, dbProvider)
+	e.hintIDCollation(reg.IDCollation, reg.DBCollate, reg.DBProvider)
 
 	if err := e.declareQueues(ctx); err != nil {
 		return fmt.Errorf("durable: launch: %w", err)
@@ -674,8 +673,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	close(e.stopping)
 	e.mu.Unlock()
 
-	e.bg.stop("sweeper")
-	e.bg.stop("retention")
+	// A service's Stop waits for it to end, whatever ctx says.
+	wait := context.WithoutCancel(ctx)
+	_ = e.recov.Stop(wait)
+	_ = e.retention.Stop(wait)
 	e.stopSchedules()
 	_ = e.dispatcher.Stop(context.Background()) // no pass may launch runs past this point
 	drained := make(chan struct{})
@@ -687,17 +688,17 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.hardCancel(ErrShutdown)
 		err = fmt.Errorf("durable: shutdown: runs still in flight: %w", ctx.Err())
 	}
-	e.bg.stop("heartbeat")
+	_ = e.lease.Stop(wait)
 	if err == nil {
 		// Every run stopped: let peers take over our pending runs now.
-		if _, rerr := e.lease.pool.Exec(ctx, e.q.ReleaseLease, e.cfg.ExecutorID, e.incarnation); rerr != nil {
+		if rerr := e.lease.Release(ctx); rerr != nil {
 			e.log.Warn("durable: shutdown: release lease", "err", rerr)
 		}
 	}
 	e.bg.stopAll()
 	_ = e.streamw.Stop(ctx) // after the runs: they flush their entries
 	e.hardCancel(ErrShutdown)
-	e.closeLeasePool()
+	e.lease.Close()
 	e.mu.Lock()
 	e.state = stateStopped
 	e.mu.Unlock()
@@ -764,9 +765,4 @@ func (e *Engine) onNotify(payload string) {
 	}
 }
 
-func (e *Engine) wakeSweeper() {
-	select {
-	case e.kick <- struct{}{}:
-	default:
-	}
-}
+func (e *Engine) wakeSweeper() { e.recov.Wake() }

@@ -62,7 +62,7 @@ func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
 	wf := Register(e, "w", func(wctx Context, n int) (int, error) { return n, nil }, nil)
 	q := RegisterQueue(e, "q", nil)
 	launchUntilCleanup(ctx, t, e)
-	e.bg.stop("sweeper") // the test sweeps by hand
+	require.NoError(t, e.recov.Stop(ctx)) // the test sweeps by hand
 
 	// A run and a queued run of an executor that is gone (no lease).
 	_, err = e.q.InsertOwned(ctx, pool, sysdb.InsertOwnedParams{AppVersion: "test", ExecutorID: "gone", Run: &sysdb.OwnedRun{ID: "orphan", Name: "w", Input: json.RawMessage("1")}})
@@ -79,7 +79,7 @@ func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
 	// come back.
 	sweep := func(f func(ctx context.Context) error) {
 		t.Helper()
-		e.cutOffAt.Store(0) // in touch with the database for long: it judges leases
+		e.lease.CutOff(time.Unix(0, 0)) // in touch with the database for long: it judges leases
 		require.True(t, e.judgesLeases())
 		var held []*pgxpool.Conn
 		for range cfg.MaxConns {
@@ -91,14 +91,14 @@ func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- f(context.WithValue(ctx, acquireStarted{}, started)) }()
 		<-started.ch
-		e.cutOffAt.Store(time.Now().UnixNano())
+		e.lease.CutOff(time.Now())
 		for _, c := range held {
 			c.Release()
 		}
 		require.NoError(t, <-done)
 	}
 	sweep(func(ctx context.Context) error {
-		n, err := e.claimOrphans(ctx, e.recov.take(RecoveryBatchDefault))
+		n, err := e.recov.ClaimOrphans(ctx, e.recov.TakeSlots(RecoveryBatchDefault))
 		if err == nil && n != 0 {
 			t.Errorf("the claim took %d runs of the gone executor", n)
 		}
@@ -129,4 +129,52 @@ func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
 	RegisterQueue(e2, "q", nil)
 	launchUntilCleanup(ctx, t, e2)
 	stays("after a launch")
+}
+
+// TestShutdownKeepsLeaseUntilRunsStop: while Shutdown waits for the runs
+// in flight to stop, the heartbeat goes on renewing the lease, so that no
+// peer takes over a run still executing here; once every run stopped, the
+// lease is released at once, so that peers take over the runs handed back
+// without waiting for it to expire.
+func TestShutdownKeepsLeaseUntilRunsStop(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "drain", LeaseTTL: 600 * time.Millisecond})
+	require.NoError(t, err)
+	reached, release := make(chan struct{}), make(chan struct{})
+	wf := Register(e, "w", func(wctx Context, n int) (int, error) {
+		return Step(wctx, "slow", func(context.Context) (int, error) {
+			close(reached)
+			<-release
+			return n, nil
+		}, nil)
+	}, nil)
+	launchUntilCleanup(ctx, t, e)
+	_, err = wf.Start(ctx, 1, &StartOpts{ID: "r"})
+	require.NoError(t, err)
+	<-reached
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- e.Shutdown(ctx) }()
+	require.Eventually(t, e.isStopping, time.Minute, time.Millisecond)
+	lease := func() (expires time.Time, live bool) {
+		require.NoError(t, pool.QueryRow(ctx, "SELECT lease_expires_at, lease_expires_at > now() FROM "+
+			pgx.Identifier{schema, "executors"}.Sanitize()+" WHERE id = 'drain'").Scan(&expires, &live))
+		return expires, live
+	}
+	// Two renewals while the run drains: the lease outlives its TTL.
+	for range 2 {
+		before, live := lease()
+		require.True(t, live, "the lease is live while a run executes here")
+		require.Eventually(t, func() bool {
+			after, _ := lease()
+			return after.After(before)
+		}, time.Minute, 10*time.Millisecond, "the heartbeat renews the lease while runs drain")
+	}
+	close(release)
+	require.NoError(t, <-stopped)
+	_, live := lease()
+	require.False(t, live, "released once every run stopped")
 }

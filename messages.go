@@ -194,16 +194,14 @@ func (r *run) receive(pos int, name, topic string, started time.Time) ([]byte, b
 	}
 	// Nothing consumed: no message yet, or we lost the run, or the step was
 	// recorded by an earlier try whose answer was lost.
-	var status string
-	var epoch int64
-	var stepStatus *string
-	if err := r.e.pool.QueryRow(r.e.hardCtx, r.e.q.OwnershipCheck, r.id, pos).Scan(&status, &epoch, &stepStatus); err != nil {
+	own, err := r.e.lq.OwnershipCheck(r.e.hardCtx, r.e.pool, sysdb.OwnershipCheckParams{WorkflowID: r.id, Pos: pos})
+	if err != nil {
 		return nil, false, nil // look again on the next round
 	}
-	if epoch != r.epoch || status != string(StatusPending) {
+	if own.Epoch != r.epoch || own.Status != string(StatusPending) {
 		return nil, false, r.diagnose(pos, name, false)
 	}
-	if stepStatus != nil {
+	if own.StepStatus != nil {
 		output, err := recordedOutput(r, pos)
 		return output, err == nil, err
 	}

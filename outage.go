@@ -3,10 +3,7 @@ package durable
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/durable-go/durable/internal/sysdb"
 )
@@ -16,8 +13,9 @@ import (
 // with backoff (run.retryDB); background loops log and try again; nothing is
 // marked failed because the database was briefly unreachable. The helpers
 // here cover what the run path alone cannot: reads whose answer a run or a
-// loop cannot do without, and runs left owned by this executor but not
-// executing because the acknowledgement of a claim or start was lost.
+// loop cannot do without. Runs left owned by this executor but not
+// executing, because the acknowledgement of a claim or start was lost, are
+// the recovery's (internal/recovery, its strays).
 
 // retryTransient runs op until it succeeds or fails with an error that is
 // not a connection-class one (see isTransient), backing off from 20 ms to
@@ -58,19 +56,11 @@ func (e *Engine) retryBG(ctx context.Context, what string, op func(ctx context.C
 	return err
 }
 
-// noteDBTrouble says a database call of a path that makes runs owned by
-// this executor failed: a claim or a start may have committed without its
-// answer arriving, so the next sweep looks for strays (adoptStrays). The
-// sweeper also looks every strayCheckEvery, whatever happened.
-func (e *Engine) noteDBTrouble() { e.strayCheck.Store(true) }
-
-const strayCheckEvery = 5 * time.Minute
-
 // notOursToFinish reports whether a run halted for reason h must stay
 // pending instead of being finished here: the engine is stopping, the run
 // parked, was cancelled or changed owner, or the database was unreachable
-// in a way the run could not ride out (then the sweeper resumes it, see
-// adoptStrays). Other halts (non-determinism, undecodable records, the
+// in a way the run could not ride out (then the sweeper resumes it as a
+// stray, see internal/recovery). Other halts (non-determinism, undecodable records, the
 // deadline, a database error that is not a connection problem) fail the run
 // visibly.
 func (e *Engine) notOursToFinish(h error) bool {
@@ -99,169 +89,6 @@ func (e *Engine) wakeParentOfFinished(ctx context.Context, id string) {
 	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrWorkflowNotFound) {
 		e.log.Warn("durable: wake parent", "workflow_id", id, "err", err)
 	}
-}
-
-// judgesLeases reports whether this executor may take over the runs of
-// peers whose lease expired. An executor that was itself cut off from the
-// database (its heartbeat failed) waits LeaseTTL/2 after that: in an outage
-// every lease runs out at once, and the live peers need a moment to renew
-// theirs (they retry within a second) before a lease that expired means a
-// dead executor. Without the wait, the first executor back would take over
-// the runs its live peers are still executing. A newly launched executor
-// waits too: it cannot tell whether the database was just away.
-func (e *Engine) judgesLeases() bool {
-	return time.Since(time.Unix(0, e.cutOffAt.Load())) > e.cfg.LeaseTTL/2
-}
-
-// launchGate tracks the places that make a run owned by this executor and
-// then execute it (start, claim, dispatch): between the two, the run is
-// neither in the database's past nor in e.active. adoptStrays waits for
-// the launches that may have written what it read, so it never mistakes a
-// run about to be launched here for a stray.
-type launchGate struct {
-	mu       sync.Mutex
-	last     int64
-	inflight map[int64]struct{}
-}
-
-// enter marks a launch in flight; call the returned func when it is over.
-func (g *launchGate) enter() func() {
-	g.mu.Lock()
-	g.last++
-	n := g.last
-	if g.inflight == nil {
-		g.inflight = map[int64]struct{}{}
-	}
-	g.inflight[n] = struct{}{}
-	g.mu.Unlock()
-	return func() {
-		g.mu.Lock()
-		delete(g.inflight, n)
-		g.mu.Unlock()
-	}
-}
-
-// mark returns the number of the last launch entered so far.
-func (g *launchGate) mark() int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.last
-}
-
-// settled reports whether every launch up to mark is over.
-func (g *launchGate) settled(mark int64) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for n := range g.inflight {
-		if n <= mark {
-			return false
-		}
-	}
-	return true
-}
-
-// stray is a pending run owned by this executor that is not executing here.
-type stray struct {
-	id     string
-	epoch  int64
-	queued bool
-}
-
-// adoptStrays resumes the pending runs owned by this executor that are not
-// executing in this process and not parked. They exist when a database
-// outage cut a connection after a claim or a start committed but before
-// its answer arrived: the runs are ours, our lease is live, so no peer
-// takes them over. A queued one goes back to its queue (its slot must be
-// taken through the queue's limits); any other is claimed again, with a
-// new epoch, and executed.
-func (e *Engine) adoptStrays(ctx context.Context) error {
-	if !e.strayCheck.Swap(false) {
-		return nil
-	}
-	// Runs executing here before the read are not strays, even if they
-	// finish (and leave e.active) before the check below: the read may
-	// still have seen them pending. One that halts on a database error
-	// later marks the trouble again, and the next sweep looks at it.
-	executing := e.active.ids()
-	if err := e.releaseStopped(ctx, executing); err != nil {
-		e.noteDBTrouble()
-		return err
-	}
-	rows, err := e.pool.Query(ctx, e.q.OwnUnparked, e.cfg.ExecutorID, e.cfg.AppVersion, e.names)
-	if err != nil {
-		e.noteDBTrouble()
-		return err
-	}
-	var candidates []stray
-	for rows.Next() {
-		var s stray
-		if err := rows.Scan(&s.id, &s.epoch, &s.queued); err != nil {
-			rows.Close()
-			return err
-		}
-		candidates = append(candidates, s)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if len(candidates) == 0 {
-		return nil
-	}
-	// A launch that wrote a row we read entered the gate before our read
-	// ended: once those are over, their runs are in e.active (or done).
-	mark := e.launches.mark()
-	for giveUp := time.Now().Add(5 * time.Second); !e.launches.settled(mark); {
-		if time.Now().After(giveUp) {
-			e.noteDBTrouble()
-			return nil // a launch is slow (the database is away?): next sweep
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	var found []stray
-	for _, s := range candidates {
-		if !executing[s.id] && e.active.load(s.id) == nil {
-			found = append(found, s)
-		}
-	}
-	for _, s := range found {
-		if s.queued {
-			var queue string
-			err := e.pool.QueryRow(ctx, e.q.RequeueStray, s.id, s.epoch, e.cfg.ExecutorID).Scan(&queue)
-			if err != nil {
-				if !errors.Is(err, pgx.ErrNoRows) {
-					e.noteDBTrouble() // look again on the next sweep
-				}
-				continue
-			}
-			e.log.Info("durable: stray run of this executor returned to its queue", "workflow_id", s.id, "queue", queue)
-			if q := e.queues[queue]; q != nil {
-				q.wake()
-			}
-			continue
-		}
-		if e.recov.take(1) == 0 {
-			e.noteDBTrouble() // no recovery slot free (resume.go): look again on the next sweep
-			continue
-		}
-		rows, err := e.pool.Query(ctx, e.q.ClaimStray, s.id, s.epoch, e.cfg.ExecutorID)
-		got, err := scanClaimed(rows, err)
-		if err != nil {
-			e.noteDBTrouble()
-		}
-		if err != nil || len(got) == 0 {
-			e.recov.give(1)
-			continue
-		}
-		e.log.Info("durable: resuming a stray run of this executor", "workflow_id", s.id)
-		if err := e.startClaimed(ctx, got, nil); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // releaseStopped gives back the queue slots of cancelled runs that this

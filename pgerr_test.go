@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/durable-go/durable/internal/lease"
 )
 
 // TestIsTransient: connection-class errors (the database is away or
@@ -60,7 +62,7 @@ func TestNotOursToFinish(t *testing.T) {
 		{&NonDeterminismError{WorkflowID: "w"}, false},
 		{fmt.Errorf("durable: record step: %w", &pgconn.PgError{Code: "23505"}), false},
 	} {
-		if got := (&Engine{}).notOursToFinish(c.err); got != c.want {
+		if got := (&Engine{lease: lease.New(lease.Config{})}).notOursToFinish(c.err); got != c.want {
 			t.Errorf("notOursToFinish(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}

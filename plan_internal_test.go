@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,7 +97,6 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 			_, err := q.WakeParent(ctx, db, sysdb.WakeParentParams{ChildID: "r7", ParentID: "p7"})
 			return err
 		}),
-		{"DeadLetter", q.DeadLetter, []any{"r7", 2, out}},
 		{"Park", park, parkArgs},
 		{"HandBack", handBack, handBackArgs},
 		{"Append", appendSQL, appendArgs},
@@ -249,98 +247,4 @@ func (n *planNode) rowsOf(rel string) int {
 		total += float64(n.Plans[i].rowsOf(rel))
 	}
 	return int(total)
-}
-
-// TestSweepReadsOnlyLiveRuns: the takeover sweep, which every executor
-// runs every second or so, reads the runs that can be taken over, not the
-// history: with 3,000 finished runs its statements read a handful of rows.
-// It also checks what the sweep takes: unowned runs (not queued), parked
-// runs that are due, and runs of an executor without a live lease (with
-// $5); not runs of a live executor, parked runs not due, queued runs, nor
-// runs of another application version.
-func TestSweepReadsOnlyLiveRuns(t *testing.T) {
-	t.Parallel()
-	ctx, pool, schema := migratedSchema(t)
-	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
-	ex := pgx.Identifier{schema, "executors"}.Sanitize()
-	execAll(ctx, t, pool,
-		`INSERT INTO `+wf+` (id, name, status, app_version, epoch) SELECT 'done-' || i, 'w', 'success', 'v', 1 FROM generate_series(1, 3000) i`,
-		`INSERT INTO `+ex+` (id, incarnation, app_version, lease_expires_at) VALUES
-			('live', 'x', 'v', now() + interval '1 hour'), ('dead', 'x', 'v', now() - interval '1 hour')`,
-		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, executor_id, wake_at, queue_name) VALUES
-			('unowned', 'w', 'pending', 'v', 0, NULL, NULL, NULL),
-			('due', 'w', 'pending', 'v', 1, NULL, now() - interval '1 second', NULL),
-			('due-queued', 'w', 'pending', 'v', 1, NULL, now() - interval '1 second', 'q'),
-			('of-dead', 'w', 'pending', 'v', 1, 'dead', NULL, NULL),
-			('of-gone', 'w', 'pending', 'v', 1, 'gone', NULL, NULL),
-			('of-live', 'w', 'pending', 'v', 1, 'live', NULL, NULL),
-			('not-due', 'w', 'pending', 'v', 1, NULL, now() + interval '1 hour', NULL),
-			('queued-unowned', 'w', 'pending', 'v', 1, NULL, NULL, 'q'),
-			('other-version', 'w', 'pending', 'v2', 0, NULL, NULL, NULL)`,
-		`ANALYZE `+wf,
-	)
-	q := sysdb.New(schema, true)
-	claimArgs := func(expired bool) []any { return []any{"me", "v", []string{"w"}, 100, expired} }
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		for _, c := range []struct {
-			name string
-			sql  string
-			args []any
-		}{
-			{"ClaimOrphans", q.ClaimOrphans, claimArgs(true)},
-			{"CountOtherVersions", q.CountOtherVersions, []any{"v", []string{"w"}}},
-		} {
-			if looked, plan := explainRows(ctx, t, pool, mode, c.sql, c.args); looked > 50 {
-				t.Errorf("%s (%s): the plan looked at %d rows of workflows; want <= 50\n%s", c.name, mode, looked, plan)
-			}
-		}
-	}
-	claimed := func(expired bool) []string {
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		rows, err := tx.Query(ctx, q.ClaimOrphans, claimArgs(expired)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var ids []string
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, vals[0].(string))
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		slices.Sort(ids)
-		return ids
-	}
-	if got, want := claimed(true), []string{"due", "due-queued", "of-dead", "of-gone", "unowned"}; !slices.Equal(got, want) {
-		t.Errorf("sweep that judges leases took %v, want %v", got, want)
-	}
-	if got, want := claimed(false), []string{"due", "due-queued", "unowned"}; !slices.Equal(got, want) {
-		t.Errorf("sweep that does not judge leases took %v, want %v", got, want)
-	}
-	rows, err := pool.Query(ctx, q.CountOtherVersions, "v", []string{"w"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var groups []string
-	for rows.Next() {
-		var name, version string
-		var n int64
-		if err := rows.Scan(&name, &version, &n); err != nil {
-			t.Fatal(err)
-		}
-		groups = append(groups, fmt.Sprintf("%s/%s:%d", name, version, n))
-	}
-	if want := []string{"w/v2:1"}; !slices.Equal(groups, want) {
-		t.Errorf("runs of other versions: %v, want %v", groups, want)
-	}
 }

@@ -446,9 +446,9 @@ func (e *Engine) newDispatcher() *dispatch.Dispatcher {
 		Queues:       lanes,
 		PollInterval: e.pollInterval,
 		Launch: func(ctx context.Context, lane *dispatch.Queue, got []sysdb.ClaimedRow) error {
-			return e.startClaimed(ctx, claimedRuns(got), e.queues[lane.Name()])
+			return e.startClaimed(ctx, claimedFrom(got), e.queues[lane.Name()])
 		},
-		Launching:    e.launches.enter,
+		Launching:    e.recov.EnterLaunch,
 		DBTrouble:    e.noteDBTrouble,
 		JudgesLeases: e.judgesLeases,
 		Logger:       e.log,
@@ -460,19 +460,6 @@ func (e *Engine) newDispatcher() *dispatch.Dispatcher {
 // dispatch.Dispatcher.Requeue).
 func (e *Engine) requeue(ctx context.Context, own bool) error {
 	return e.dispatcher.Requeue(ctx, own)
-}
-
-// claimedRuns are the runs of rows.
-func claimedRuns(rows []sysdb.ClaimedRow) []claimed {
-	if len(rows) == 0 {
-		return nil
-	}
-	got := make([]claimed, len(rows))
-	for i, r := range rows {
-		got[i] = claimed{id: r.ID, name: r.Name, input: r.Input, epoch: r.Epoch, attempts: r.Attempts,
-			deadline: r.Deadline, queue: r.Queue, trace: r.Trace, queued: r.Queued}
-	}
-	return got
 }
 
 // enqueueDef enqueues a run of def on q under id, unless the ID exists

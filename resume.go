@@ -3,79 +3,26 @@ package durable
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
-// Bounded resume. A run claimed by recovery (its own at Launch, taken over
-// from a dead executor, unowned, or parked and due) replays its recorded
-// steps, so it holds them in memory while it executes. Two bounds keep a
-// large backlog from loading everything at once:
-//   - Config.RecoveryConcurrency recovery slots: a claim takes at most as
-//     many runs as slots are free, and each run gives its slot back when
-//     its execution here ends. The sweeper claims more then; at Launch,
-//     the own runs beyond the slots are handed back unowned, for any
-//     executor to claim.
-//   - the recorded steps of claimed runs are loaded in chunks of at most
-//     resumeLoadBytes of outputs and errors per query (one run over the
-//     budget is loaded alone), each chunk's runs started before the next
-//     is loaded. A few runs are one query, as before.
+// Bounded resume. A run claimed by recovery replays its recorded steps, so
+// it holds them in memory while it executes. Two bounds keep a large
+// backlog from loading everything at once: the recovery slots
+// (Config.RecoveryConcurrency, internal/recovery), each run claimed by
+// recovery holding one until its execution here ends; and the recorded
+// steps of claimed runs are loaded in chunks of at most resumeLoadBytes of
+// outputs and errors per query (one run over the budget is loaded alone),
+// each chunk's runs started before the next is loaded.
 
 // resumeLoadBytes is the budget of recorded step outputs and errors read
 // by one query when claimed runs are resumed.
 const resumeLoadBytes = 16 << 20
 
-// resumer holds the recovery slots.
-type resumer struct {
-	mu      sync.Mutex
-	free    int
-	starved bool // a claim was held back by the slots: the next slot given back wakes the sweeper
-
-	loadBytes int                   // budget of one load; 0: resumeLoadBytes (tests set less)
-	onLoad    func(runs, bytes int) // tests: called after each load of recorded steps
-}
-
-// take takes up to n free slots and returns how many it took.
-func (s *resumer) take(n int) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := min(n, s.free)
-	s.free -= k
-	if k == 0 {
-		s.starved = true
-	}
-	return k
-}
-
-// give gives n slots back; wake reports that the sweeper was held back by
-// the slots and should look again.
-func (s *resumer) give(n int) (wake bool) {
-	if n == 0 {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.free += n
-	wake, s.starved = s.starved, false
-	return wake
-}
-
-// starve notes that a claim took all the slots it had: more runs may be
-// waiting for one.
-func (s *resumer) starve() {
-	s.mu.Lock()
-	s.starved = true
-	s.mu.Unlock()
-}
-
 // giveSlots gives n recovery slots back, waking the sweeper if it waits
 // for them.
-func (e *Engine) giveSlots(n int) {
-	if e.recov.give(n) {
-		e.wakeSweeper()
-	}
-}
+func (e *Engine) giveSlots(n int) { e.recov.GiveSlots(n) }
 
 // startClaimed loads the recorded steps of runs this executor just claimed
 // and executes them (or dead-letters those over their recovery limit). q is
@@ -157,7 +104,7 @@ func (e *Engine) resumeOne(c claimed, steps map[int]*stepRecord, q *Queue) {
 // whose outputs and errors fit the load budget (at least the first run):
 // n is how many runs it read.
 func (e *Engine) loadSteps(ctx context.Context, ids []string) (out map[string]map[int]*stepRecord, n int, err error) {
-	budget := e.recov.loadBytes
+	budget := e.knobs.ResumeLoadBytes
 	if budget == 0 {
 		budget = resumeLoadBytes
 	}
@@ -178,8 +125,8 @@ func (e *Engine) loadSteps(ctx context.Context, ids []string) (out map[string]ma
 	if err != nil {
 		return nil, 0, err
 	}
-	if e.recov.onLoad != nil {
-		e.recov.onLoad(n, bytes)
+	if e.knobs.OnResumeLoad != nil {
+		e.knobs.OnResumeLoad(n, bytes)
 	}
 	return out, n, nil
 }

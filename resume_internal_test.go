@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
@@ -110,14 +111,13 @@ func TestResumeBounded(t *testing.T) {
 	type load struct{ runs, bytes int }
 	var loads []load
 	cfg.RecoveryConcurrency = limit
-	e2, err := New(pool, cfg)
-	require.NoError(t, err)
-	e2.recov.loadBytes = budget
-	e2.recov.onLoad = func(runs, bytes int) {
+	hooks.Set(cfg, hooks.Knobs{ResumeLoadBytes: budget, OnResumeLoad: func(runs, bytes int) {
 		mu.Lock()
 		loads = append(loads, load{runs, bytes})
 		mu.Unlock()
-	}
+	}})
+	e2, err := New(pool, cfg)
+	require.NoError(t, err)
 	wf = register(e2, true)
 	launchUntilCleanup(ctx, t, e2)
 	for i := 0; i < runs; i++ {

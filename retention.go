@@ -2,13 +2,10 @@ package durable
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/durable-go/durable/internal/maintenance"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -16,7 +13,7 @@ import (
 const (
 	// PruneBatchDefault is how many runs one prune transaction deletes
 	// unless PruneOpts.BatchSize says otherwise.
-	PruneBatchDefault = 1000
+	PruneBatchDefault = maintenance.PruneBatchDefault
 	// PruneBatchMax is the largest PruneOpts.BatchSize.
 	PruneBatchMax = 10000
 	// RetentionIntervalDefault is the default of Config.RetentionInterval.
@@ -42,15 +39,6 @@ type PruneResult struct {
 	Events   int64 // their published events
 	Streams  int64 // their stream entries
 	Batches  int   // transactions that deleted something
-}
-
-func (r *PruneResult) add(o PruneResult) {
-	r.Runs += o.Runs
-	r.Steps += o.Steps
-	r.Messages += o.Messages
-	r.Events += o.Events
-	r.Streams += o.Streams
-	r.Batches += o.Batches
 }
 
 // Prune deletes the runs that finished (success, error, cancelled or dead)
@@ -88,108 +76,13 @@ func (e *Engine) Prune(ctx context.Context, before time.Time, opts *PruneOpts) (
 	case o.MaxRuns < 0:
 		return PruneResult{}, fmt.Errorf("%w: PruneOpts.MaxRuns must not be negative", ErrInvalidArgument)
 	}
-	res, _, err := e.prune(ctx, before, o, false)
-	return res, err
+	res, err := e.retention.Prune(ctx, before, maintenance.PruneOpts(o))
+	return PruneResult(res), err
 }
 
-// prune deletes in batches. With exclusive, each batch first tries the
-// schema's retention lock inside its own transaction, and the pass stops
-// (skipped) when another executor holds it. The lock is taken per batch
-// transaction, not per session, so it needs no sticky connection (it
-// holds behind PgBouncer in transaction mode) and can never be left
-// behind; concurrent prunes would be safe anyway (SKIP LOCKED), the lock
-// only saves executors from doing the same walk at once.
-func (e *Engine) prune(ctx context.Context, before time.Time, o PruneOpts, exclusive bool) (total PruneResult, skipped bool, err error) {
-	if o.BatchSize == 0 {
-		o.BatchSize = PruneBatchDefault
-	}
-	var afterAt time.Time
-	afterID := ""
-	for o.MaxRuns == 0 || total.Runs < int64(o.MaxRuns) {
-		if err := ctx.Err(); err != nil {
-			return total, false, fmt.Errorf("durable: prune: %w", err)
-		}
-		limit := o.BatchSize
-		if o.MaxRuns > 0 {
-			limit = min(limit, o.MaxRuns-int(total.Runs))
-		}
-		var b PruneResult
-		var lastAt *time.Time
-		var lastID *string
-		batch := func(q queryer) error {
-			return q.QueryRow(ctx, e.rq.PruneBatch, before, afterAt, afterID, limit).
-				Scan(&b.Runs, &b.Steps, &b.Messages, &b.Events, &b.Streams, &lastAt, &lastID)
-		}
-		if exclusive {
-			err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-				var got bool
-				if err := tx.QueryRow(ctx, e.rq.TryLock, sysdb.RetentionLockKey(e.cfg.Schema)).Scan(&got); err != nil {
-					return err
-				}
-				if !got {
-					skipped = true
-					return nil
-				}
-				return batch(tx)
-			})
-		} else {
-			err = batch(e.pool)
-		}
-		if err != nil {
-			return total, false, fmt.Errorf("durable: prune runs finished before %s: %w", before.Format(time.RFC3339), err)
-		}
-		if skipped {
-			return total, true, nil
-		}
-		if b.Runs > 0 {
-			b.Batches = 1
-			total.add(b)
-		}
-		// Fewer than asked: nothing unlocked and due is left past the walk.
-		if lastAt == nil || b.Runs < int64(limit) {
-			break
-		}
-		afterAt, afterID = *lastAt, *lastID
-	}
-	return total, false, nil
-}
-
-// retentionLoop prunes runs older than Config.Retention every
-// Config.RetentionInterval, one executor at a time (see prune). The first pass
-// comes soon after Launch (within a minute), so processes restarted more
-// often than the interval still prune.
-func (e *Engine) retentionLoop(ctx context.Context) {
-	first := min(e.cfg.RetentionInterval, time.Minute)
-	wait := time.Duration(rand.Int64N(int64(first))) + 1
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := e.retentionPass(ctx); err != nil && ctx.Err() == nil {
-			e.log.Warn("durable: retention pass failed", "err", err)
-		}
-		t.Reset(e.cfg.RetentionInterval)
-	}
-}
-
-// retentionPass runs one prune, unless another executor is running one.
-func (e *Engine) retentionPass(ctx context.Context) error {
-	started := time.Now()
-	res, skipped, err := e.prune(ctx, started.Add(-e.cfg.Retention), PruneOpts{}, true)
-	if skipped && res.Runs == 0 {
-		e.log.Debug("durable: retention pass skipped: another executor is running one")
-		return nil
-	}
-	if res.Runs > 0 || err != nil {
-		e.log.Info("durable: retention pass", "runs", res.Runs, "steps", res.Steps, "messages", res.Messages,
-			"events", res.Events, "streams", res.Streams, "batches", res.Batches, "took", time.Since(started), "err", err)
-	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+// newRetention makes the engine's retention pass (internal/maintenance),
+// started at Launch when Config.Retention is set; Prune works without it.
+func (e *Engine) newRetention() *maintenance.Retention {
+	return maintenance.NewRetention(maintenance.RetentionConfig{Pool: e.pool, Queries: sysdb.NewRetentionQueries(e.cfg.Schema),
+		Retention: e.cfg.Retention, Interval: e.cfg.RetentionInterval, Logger: e.log})
 }

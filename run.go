@@ -246,12 +246,13 @@ func (r *run) writeCheckpoint(w *sysdb.InsertStepParams) error {
 // diagnose explains a fenced write that touched no row: the run changed
 // owner or ended, or the step was already recorded by this same owner.
 func (r *run) diagnose(pos int, name string, intentOK bool) error {
-	var status string
-	var epoch int64
-	var stepStatus *string
+	var own sysdb.OwnershipCheckRow
 	err := r.retryDB("check ownership", func(ctx context.Context) error {
-		return r.e.fenceCheck(ctx, r.e.q.OwnershipCheck, []any{r.id, pos}, &status, &epoch, &stepStatus)
+		var err error
+		own, err = r.e.fenceCheck(ctx, sysdb.OwnershipCheckParams{WorkflowID: r.id, Pos: pos})
+		return err
 	})
+	status, epoch, stepStatus := own.Status, own.Epoch, own.StepStatus
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return r.halt(fmt.Errorf("durable: workflow %q was deleted while running: %w", r.id, ErrFenced))

@@ -228,7 +228,7 @@ func (e *Engine) encodeArg(v any, what, name string) ([]byte, error) {
 // want (nil: any).
 func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string, input []byte, parent string, deadline *time.Time, want []byte) (*Handle[R], error) {
 	e := w.e
-	defer e.launches.enter()()
+	defer e.recov.EnterLaunch()()
 	local := e.hub.SubscribeLocal(id)
 	inserted, err := e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: w.def.name, Input: input, ParentID: parent, Deadline: deadline,
 		TraceContext: sp.traceparent()})
@@ -524,7 +524,7 @@ func NewID(wctx Context) (string, error) {
 // under that ID is a [*ConflictError]. It is the untyped path used by
 // schedules.
 func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
-	defer e.launches.enter()()
+	defer e.recov.EnterLaunch()()
 	sp := e.tr.start(ctx, "durable.start", def.name, id)
 	defer func() { sp.end(err) }()
 	created, err = e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: def.name, Input: input, TraceContext: sp.traceparent()})

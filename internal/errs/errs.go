@@ -1,7 +1,3 @@
-// Package errs holds the sentinel errors that internal packages return or
-// recognise and the root package exports: the root's exported variable is
-// the same value (durable.ErrShutdown = errs.Shutdown), so errors.Is works
-// across the boundary.
 package errs
 
 import "errors"

@@ -22,6 +22,14 @@ type Knobs struct {
 	// statement and commit instead of coalescing concurrent ones, to
 	// measure what group commit is worth.
 	NoGroupCommit bool
+
+	// ResumeLoadBytes replaces the budget of recorded step outputs and
+	// errors one query loads when claimed runs are resumed. Defaults to
+	// 0: the engine's (16 MiB).
+	ResumeLoadBytes int
+	// OnResumeLoad, when set, is called after each load of claimed runs'
+	// recorded steps with how many runs and bytes it read.
+	OnResumeLoad func(runs, bytes int)
 }
 
 var attached sync.Map // config pointer -> Knobs

@@ -52,8 +52,8 @@ func init() {
 			Name:      "pooler/listen-check-renews-lease",
 			Mechanism: "after a LISTEN check that timed out, Launch renews its lease before it claims runs",
 			Edits: []Edit{{File: "dbos.go",
-				Find:    "if _, err := e.lease.pool.Exec(ctx, e.q.Heartbeat, e.cfg.ExecutorID, e.incarnation, e.cfg.LeaseTTL.Milliseconds()); err != nil {",
-				Replace: "if _, err := e.lease.pool.Exec(ctx, \"SELECT 1\"); err != nil {"}},
+				Find:    "if _, err := e.lease.Renew(ctx); err != nil {",
+				Replace: "if err := ctx.Err(); err != nil {"}},
 			Pkg: ".", Tests: "TestLaunchChecksListen",
 		},
 	)

@@ -221,7 +221,7 @@ func init() {
 		Mutant{
 			Name:      "deadletter/count",
 			Mechanism: "boot recovery counts a recovery attempt (ClaimOwn)",
-			Edits: []Edit{{File: "internal/sysdb/queries.go",
+			Edits: []Edit{{File: "internal/sysdb/recovery_queries.go",
 				Find:    "SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, wait_topic = NULL",
 				Replace: "SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts, wait_topic = NULL"}},
 			Pkg: ".", Tests: "TestDeadLetterAfterRepeatedCrashes",
@@ -285,7 +285,7 @@ func init() {
 		Mutant{
 			Name:      "lease/takeover",
 			Mechanism: "the sweep takes over the runs of an executor whose lease expired (ClaimOrphans)",
-			Edits: []Edit{{File: "internal/sysdb/queries.go",
+			Edits: []Edit{{File: "internal/sysdb/recovery_queries.go",
 				Find:    "WHERE $5::bool AND o.status = 'pending' AND o.executor_id IS NOT NULL AND o.executor_id <> $1",
 				Replace: "WHERE false AND $5::bool AND o.status = 'pending' AND o.executor_id IS NOT NULL AND o.executor_id <> $1"}},
 			Pkg: ".", Tests: "TestTakeoverAfterExecutorDies",
@@ -293,7 +293,7 @@ func init() {
 		Mutant{
 			Name:      "lease/live-owner",
 			Mechanism: "the sweep leaves the runs of an executor whose lease is live (ClaimOrphans)",
-			Edits: []Edit{{File: "internal/sysdb/queries.go",
+			Edits: []Edit{{File: "internal/sysdb/recovery_queries.go",
 				Find: "\t\t\tAND NOT EXISTS (SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())\n" +
 					"\t\tORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) orphaned",
 				Replace: "\t\tORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) orphaned"}},
@@ -302,9 +302,9 @@ func init() {
 		Mutant{
 			Name:      "lease/heartbeat",
 			Mechanism: "the heartbeat renews the executor's lease every LeaseTTL/3",
-			Edits: []Edit{{File: "recovery.go",
-				Find:    "\tperiod := e.cfg.LeaseTTL / 3\n\tt := time.NewTimer(period)",
-				Replace: "\tperiod := 1000 * e.cfg.LeaseTTL\n\tt := time.NewTimer(period)"}},
+			Edits: []Edit{{File: "internal/lease/lease.go",
+				Find:    "\tperiod := s.cfg.LeaseTTL / 3\n\tt := time.NewTimer(period)",
+				Replace: "\tperiod := 1000 * s.cfg.LeaseTTL\n\tt := time.NewTimer(period)"}},
 			Pkg: ".", Tests: "TestLiveOwnerKeepsItsRuns",
 		},
 	)

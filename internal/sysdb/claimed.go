@@ -6,34 +6,33 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ClaimedRow is a run an executor just took ownership of, as the claim
-// statements return it: id, name, input, epoch, recovery_attempts,
-// deadline, queue_name, trace_context and the time since it was created.
+// ClaimedRow is a run a claim just made this executor's: what executing
+// it needs. Every claim statement returns these columns in this order.
 type ClaimedRow struct {
 	ID       string
 	Name     string
 	Input    []byte
-	Epoch    int64
-	Attempts int
+	Epoch    int64 // the claim's
+	Attempts int   // recovery attempts, this claim's included
 	Deadline *time.Time
 	Queue    *string
 	Trace    *string        // W3C trace context stored at start
 	Queued   *time.Duration // time since the run was created (enqueued)
 }
 
-// scanClaimed reads the rows of a claim statement.
-func scanClaimed(rows pgx.Rows, err error) ([]ClaimedRow, error) {
+// dest returns the scan destinations of c's columns.
+func (c *ClaimedRow) dest() []any {
+	return []any{&c.ID, &c.Name, &c.Input, &c.Epoch, &c.Attempts, &c.Deadline, &c.Queue, &c.Trace, &c.Queued}
+}
+
+// collectClaimed reads the runs of a claim statement.
+func collectClaimed(rows pgx.Rows, err error) ([]ClaimedRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var got []ClaimedRow
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedRow, error) {
 		var c ClaimedRow
-		if err := rows.Scan(&c.ID, &c.Name, &c.Input, &c.Epoch, &c.Attempts, &c.Deadline, &c.Queue, &c.Trace, &c.Queued); err != nil {
-			return nil, err
-		}
-		got = append(got, c)
-	}
-	return got, rows.Err()
+		err := row.Scan(c.dest()...)
+		return c, err
+	})
 }

@@ -57,38 +57,24 @@ type Queries struct {
 	Channel  string // LISTEN/NOTIFY channel for this schema
 	NotifyTo string // Channel, or "" when the statements send no notifications
 
-	insertWorkflow      string
-	workflowByID        string
-	watchWorkflow       string
-	loadStepsMany       string
-	insertStep          string
-	insertSteps         string
-	insertOwned         string
-	finishOne           string
-	finishOneSteps      string
-	notifyDone          string
-	notify              string
-	wakeParent          string
-	insertWorkflows     string
-	finishWorkflows     string
-	finishStepsMany     string
-	insertStepTx        string
-	completeIntent      string
-	OwnershipCheck      string
-	RegisterExecutor    string
-	Heartbeat           string
-	ReleaseLease        string
-	ClaimOwn            string
-	HandBackOwn         string
-	ClaimOrphans        string
-	ReleaseUnrunnable   string
-	CountOtherVersions  string
-	DeleteDeadExecutors string
-	DeadLetter          string
-	OwnUnparked         string
-	ClaimStray          string
-	RequeueStray        string
-	listen              string
+	insertWorkflow  string
+	workflowByID    string
+	watchWorkflow   string
+	loadStepsMany   string
+	insertStep      string
+	insertSteps     string
+	insertOwned     string
+	finishOne       string
+	finishOneSteps  string
+	notifyDone      string
+	notify          string
+	wakeParent      string
+	insertWorkflows string
+	finishWorkflows string
+	finishStepsMany string
+	insertStepTx    string
+	completeIntent  string
+	listen          string
 }
 
 // New renders all statements for schema. With notify false
@@ -280,156 +266,6 @@ SELECT CASE WHEN count(*) = 1 THEN 1 ELSE {{schema}}.checkpoint_refused() END FR
 		completeIntent: r(`UPDATE {{schema}}.steps s SET status = $3, output = $4, error = $5, attempts = $6, finished_at = now()
 FROM (SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $7 AND status = 'pending' FOR SHARE) w
 WHERE s.workflow_id = w.id AND s.pos = $2 AND s.status = 'intent'`),
-
-		// $1 workflow_id, $2 pos.
-		OwnershipCheck: r(`SELECT w.status, w.epoch, s.status FROM {{schema}}.workflows w
-LEFT JOIN {{schema}}.steps s ON s.workflow_id = w.id AND s.pos = $2
-WHERE w.id = $1`),
-
-		// Registers the executor at Launch. It also returns, for Launch's
-		// hint (no round trip of its own), the collation of the run ID
-		// column (C in an install made since migration 015) and the
-		// database's default: its name and, from Postgres 15 on, its
-		// provider (read through to_jsonb, so that the statement also runs
-		// where pg_database has no such column).
-		// $1 id, $2 incarnation, $3 app_version, $4 hostname, $5 pid, $6 lease (interval ms).
-		RegisterExecutor: r(`INSERT INTO {{schema}}.executors (id, incarnation, app_version, hostname, pid, lease_expires_at)
-VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond')
-ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, app_version = EXCLUDED.app_version,
-	hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = now(), heartbeat_at = now(),
-	lease_expires_at = EXCLUDED.lease_expires_at
-RETURNING (SELECT c.collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
-		WHERE a.attrelid = '{{schema}}.workflows'::regclass AND a.attname = 'id'),
-	(SELECT datcollate FROM pg_database WHERE datname = current_database()),
-	(SELECT to_jsonb(db) ->> 'datlocprovider' FROM pg_database db WHERE db.datname = current_database())`),
-
-		// $1 id, $2 incarnation, $3 lease ms.
-		Heartbeat: r(`UPDATE {{schema}}.executors SET heartbeat_at = now(), lease_expires_at = now() + $3 * interval '1 millisecond'
-WHERE id = $1 AND incarnation = $2`),
-
-		ReleaseLease: r(`UPDATE {{schema}}.executors SET lease_expires_at = now() - interval '1 second'
-WHERE id = $1 AND incarnation = $2`),
-
-		// Boot recovery: take every pending run of this executor ID (left by a
-		// previous incarnation) that this binary can run. The epoch bump fences
-		// any zombie of the old incarnation. Batches walk (created_at, id)
-		// forward from ($5, $6), so a run is claimed once. The topic of a
-		// Recv it waited on in memory is cleared (a replay sets it again).
-		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5/$6 after.
-		ClaimOwn: r(`UPDATE {{schema}}.workflows w
-SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, wait_topic = NULL, updated_at = now()
-WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
-	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
-		AND queue_name IS NULL AND (created_at, id) > ($5::timestamptz, $6::text)
-	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at, w.created_at`),
-
-		// The rest of boot recovery: the pending runs of this executor ID
-		// that it did not claim ($4) go back unowned, for any executor to
-		// claim (ClaimOrphans) as it has room; one notification wakes the
-		// sweepers. Returns how many. $1 executor_id, $2 app_version,
-		// $3 names, $4 the IDs claimed.
-		HandBackOwn: r(`WITH u AS (
-	UPDATE {{schema}}.workflows SET executor_id = NULL, epoch = epoch + 1, updated_at = now()
-	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
-		AND queue_name IS NULL AND NOT (id = ANY($4::text[]))
-	RETURNING 1)
-SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify('` + channel + `', 'n:') END)::text FROM (SELECT count(*) AS n FROM u) c`),
-
-		// Takeover: pending runs whose owner has no live lease, or no owner.
-		// A run that was never claimed (epoch 0, started by StartTx) does not
-		// count as a recovery. Runs of executors whose lease expired are
-		// taken only with $5.
-		// The sweep runs every second or so on every executor, so it reads
-		// no finished run: each kind of candidate comes from its own index
-		// (unowned runs: workflows_unowned_idx; parked runs that are due:
-		// workflows_parked_due_idx; owned runs: workflows_owned_idx, i.e.
-		// the runs in flight). One condition over all pending runs had
-		// no index to use and read the whole table, history included
-		// (0.9 s per sweep with 300,000 finished runs).
-		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5 take expired.
-		ClaimOrphans: r(`UPDATE {{schema}}.workflows w
-SET executor_id = $1, epoch = w.epoch + 1,
-	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
-	wake_at = NULL, wait_topic = NULL, updated_at = now()
-WHERE w.id = ANY(ARRAY(SELECT c.id FROM (
-	SELECT id, created_at FROM (SELECT o.id, o.created_at FROM {{schema}}.workflows o
-		WHERE o.status = 'pending' AND o.executor_id IS NULL AND o.wake_at IS NULL AND o.queue_name IS NULL
-			AND o.app_version = $2 AND o.name = ANY($3::text[])
-		ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) unowned
-	UNION ALL
-	SELECT id, created_at FROM (SELECT o.id, o.created_at FROM {{schema}}.workflows o
-		WHERE o.status = 'pending' AND o.executor_id IS NULL AND o.wake_at IS NOT NULL AND o.wake_at <= now()
-			AND o.app_version = $2 AND o.name = ANY($3::text[])
-		ORDER BY o.wake_at LIMIT $4 FOR UPDATE SKIP LOCKED) due
-	UNION ALL
-	SELECT id, created_at FROM (SELECT o.id, o.created_at FROM {{schema}}.workflows o
-		WHERE $5::bool AND o.status = 'pending' AND o.executor_id IS NOT NULL AND o.executor_id <> $1
-			AND (o.queue_name IS NULL OR o.wake_at IS NOT NULL)
-			AND o.app_version = $2 AND o.name = ANY($3::text[])
-			AND NOT EXISTS (SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())
-		ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) orphaned
-	) c ORDER BY c.created_at LIMIT $4))
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at`),
-
-		// Pending runs of this executor that this binary cannot run are
-		// handed back (owner NULL) so a compatible executor claims them.
-		// $1 executor_id, $2 app_version, $3 names.
-		ReleaseUnrunnable: r(`UPDATE {{schema}}.workflows
-SET executor_id = NULL, epoch = epoch + 1, updated_at = now()
-WHERE status = 'pending' AND executor_id = $1 AND (app_version <> $2 OR NOT (name = ANY($3::text[])))
-RETURNING id, name, app_version`),
-
-		// Pending unowned or orphaned runs this executor will not claim,
-		// read from the indexes of unowned, parked and owned runs (see
-		// ClaimOrphans): never the finished ones.
-		// $1 app_version, $2 names.
-		CountOtherVersions: r(`SELECT name, app_version, count(*) FROM (
-	SELECT o.name, o.app_version FROM {{schema}}.workflows o
-	WHERE o.status = 'pending' AND o.executor_id IS NULL AND o.wake_at IS NULL
-	UNION ALL
-	SELECT o.name, o.app_version FROM {{schema}}.workflows o
-	WHERE o.status = 'pending' AND o.executor_id IS NULL AND o.wake_at IS NOT NULL
-	UNION ALL
-	SELECT o.name, o.app_version FROM {{schema}}.workflows o
-	WHERE o.status = 'pending' AND o.executor_id IS NOT NULL
-		AND NOT EXISTS (SELECT 1 FROM {{schema}}.executors e WHERE e.id = o.executor_id AND e.lease_expires_at > now())
-) o
-WHERE o.app_version <> $1 OR NOT (o.name = ANY($2::text[]))
-GROUP BY name, app_version ORDER BY name, app_version`),
-
-		// Executors whose lease expired long ago and who own nothing.
-		DeleteDeadExecutors: r(`DELETE FROM {{schema}}.executors e
-WHERE e.lease_expires_at < now() - interval '1 hour'
-AND NOT EXISTS (SELECT 1 FROM {{schema}}.workflows w WHERE w.status = 'pending' AND w.executor_id = e.id)`),
-
-		// $1 id, $2 epoch, $3 error.
-		DeadLetter: r(`WITH u AS (
-	UPDATE {{schema}}.workflows SET status = 'dead', error = $3, updated_at = now()
-	WHERE id = $1 AND epoch = $2 AND status = 'pending'
-	RETURNING id, notify)
-SELECT CASE WHEN notify THEN ` + n(`'d:' || id`) + ` END FROM u`),
-
-		// Pending, unparked runs owned by this executor that it can run
-		// (adoptStrays keeps those not executing). $1 executor_id,
-		// $2 app_version, $3 names.
-		OwnUnparked: r(`SELECT id, epoch, queue_name IS NOT NULL FROM {{schema}}.workflows
-WHERE status = 'pending' AND executor_id = $1 AND wake_at IS NULL AND app_version = $2 AND name = ANY($3::text[])`),
-
-		// Claim again a stray run of this executor (new epoch, same owner).
-		// $1 id, $2 epoch seen, $3 executor_id.
-		ClaimStray: r(`UPDATE {{schema}}.workflows SET epoch = epoch + 1, updated_at = now()
-WHERE id = $1 AND epoch = $2 AND executor_id = $3 AND status = 'pending' AND wake_at IS NULL
-RETURNING id, name, input, epoch, recovery_attempts, deadline, queue_name, trace_context,
-	clock_timestamp() - created_at`),
-
-		// Hand a stray queued run of this executor back to its queue.
-		// $1 id, $2 epoch seen, $3 executor_id.
-		RequeueStray: r(`UPDATE {{schema}}.workflows SET status = 'enqueued', executor_id = NULL, epoch = epoch + 1, updated_at = now()
-WHERE id = $1 AND epoch = $2 AND executor_id = $3 AND status = 'pending' AND wake_at IS NULL AND queue_name IS NOT NULL
-RETURNING queue_name`),
 
 		listen: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 	}

@@ -1,9 +1,15 @@
 package sysdb
 
+import (
+	"context"
+	"time"
+)
+
 // RetentionQueries are the statements of retention (pruning finished runs).
 type RetentionQueries struct {
-	PruneBatch string
-	TryLock    string
+	pruneBatch string
+	tryLock    string
+	lockKey    string
 }
 
 // NewRetentionQueries renders the retention statements for schema.
@@ -24,7 +30,7 @@ func NewRetentionQueries(schema string) *RetentionQueries {
 		//     limit (rate_start within the period): the limit counts
 		//     recent starts from these rows.
 		// Returns the counts per table and the last (updated_at, id) picked.
-		PruneBatch: r(`WITH victims AS (
+		pruneBatch: r(`WITH victims AS (
 	SELECT w.id, w.updated_at FROM {{schema}}.workflows w
 	LEFT JOIN {{schema}}.workflows p ON p.id = w.parent_id
 	WHERE w.status IN ('success', 'error', 'cancelled', 'dead')
@@ -49,9 +55,48 @@ SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM s), (SELECT count(*) FROM
 		// One executor at a time runs a batch of the background retention
 		// pass of a schema: a transaction advisory lock, tried, never
 		// waited for.
-		TryLock: `SELECT pg_try_advisory_xact_lock(hashtext($1))`,
+		tryLock: `SELECT pg_try_advisory_xact_lock(hashtext($1))`,
+		lockKey: retentionLockKey(schema),
 	}
 }
 
-// RetentionLockKey is the advisory lock key of the retention pass of schema.
-func RetentionLockKey(schema string) string { return "durable.retention:" + schema }
+// retentionLockKey is the advisory lock key of the retention pass of schema.
+func retentionLockKey(schema string) string { return "durable.retention:" + schema }
+
+// PruneBatchParams are the arguments of PruneBatch.
+type PruneBatchParams struct {
+	Before time.Time // runs that finished before this
+	// The walk goes on after the run (AfterAt, AfterID), the last one of
+	// the previous batch (the zero values for the first).
+	AfterAt time.Time
+	AfterID string
+	Limit   int
+}
+
+// PruneBatchRow counts what PruneBatch deleted, with the last run it
+// picked (the position of the next batch; nil when it picked none).
+type PruneBatchRow struct {
+	Runs, Steps, Messages, Events, Streams int64
+	LastAt                                 *time.Time
+	LastID                                 *string
+}
+
+// PruneBatch deletes up to p.Limit runs that finished before p.Before,
+// walking (updated_at, id) forward from the position of p, with their
+// steps, messages, events and stream entries. It skips rows locked by
+// others, children whose parent is kept, and queued runs whose start
+// still counts toward their queue's rate limit.
+func (q *RetentionQueries) PruneBatch(ctx context.Context, db DBTX, p PruneBatchParams) (PruneBatchRow, error) {
+	var b PruneBatchRow
+	err := db.QueryRow(ctx, q.pruneBatch, p.Before, p.AfterAt, p.AfterID, p.Limit).
+		Scan(&b.Runs, &b.Steps, &b.Messages, &b.Events, &b.Streams, &b.LastAt, &b.LastID)
+	return b, err
+}
+
+// TryLock tries the schema's retention lock in transaction db, without
+// waiting: got is false when another transaction holds it. The lock
+// lasts until db's transaction ends.
+func (q *RetentionQueries) TryLock(ctx context.Context, db DBTX) (got bool, err error) {
+	err = db.QueryRow(ctx, q.tryLock, q.lockKey).Scan(&got)
+	return got, err
+}

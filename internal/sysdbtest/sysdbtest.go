@@ -38,3 +38,12 @@ func Migrated(tb testing.TB) (*pgxpool.Pool, string) {
 	}
 	return pool, schema
 }
+
+// Exec runs sql, its schema marker rendered for schema, with args on pool,
+// failing tb on an error.
+func Exec(tb testing.TB, pool *pgxpool.Pool, schema, sql string, args ...any) {
+	tb.Helper()
+	if _, err := pool.Exec(context.Background(), sysdb.Render(sql, schema), args...); err != nil {
+		tb.Fatalf("sysdbtest: %v\n%s", err, sql)
+	}
+}
