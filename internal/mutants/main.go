@@ -61,9 +61,10 @@ func main() {
 	jobs := flag.Int("j", 2, "mutants tested at once (each in its own copy of the repository)")
 	timeout := flag.Duration("timeout", 4*time.Minute, "longest test run of one mutant")
 	keep := flag.Bool("v", false, "print the test output of every mutant, not only of those that survive")
+	ci := flag.Bool("ci", false, "only the mutants CI runs (ciSet: those of the guarantees)")
 	flag.Parse()
 
-	selected, err := selectMutants(*run, *skip)
+	selected, err := selectMutants(*run, *skip, *ci)
 	if err != nil {
 		fatal(err)
 	}
@@ -132,13 +133,18 @@ func main() {
 	}
 }
 
-func selectMutants(run, skip string) ([]Mutant, error) {
+func selectMutants(run, skip string, ci bool) ([]Mutant, error) {
 	seen := map[string]bool{}
 	for _, m := range all {
 		if seen[m.Name] {
 			return nil, fmt.Errorf("two mutants named %s", m.Name)
 		}
 		seen[m.Name] = true
+	}
+	for name := range ciSet {
+		if !seen[name] {
+			return nil, fmt.Errorf("ciSet names %s, which is no mutant", name)
+		}
 	}
 	runRE, err := regexp.Compile(run)
 	if err != nil {
@@ -152,7 +158,7 @@ func selectMutants(run, skip string) ([]Mutant, error) {
 	}
 	var out []Mutant
 	for _, m := range all {
-		if runRE.MatchString(m.Name) && (skipRE == nil || !skipRE.MatchString(m.Name)) {
+		if runRE.MatchString(m.Name) && (skipRE == nil || !skipRE.MatchString(m.Name)) && (!ci || ciSet[m.Name]) {
 			out = append(out, m)
 		}
 	}
