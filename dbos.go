@@ -30,6 +30,7 @@ import (
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/recovery"
 	"github.com/durable-go/durable/internal/schedule"
+	"github.com/durable-go/durable/internal/service"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -169,14 +170,6 @@ type Config struct {
 	// RetentionInterval is the period of the retention pass.
 	// Defaults to RetentionIntervalDefault (1h).
 	RetentionInterval time.Duration
-}
-
-// now is the engine's clock (hooks.Knobs.Now or time.Now).
-func (e *Engine) now() time.Time {
-	if e.knobs.Now != nil {
-		return e.knobs.Now()
-	}
-	return time.Now()
 }
 
 var schemaNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
@@ -345,7 +338,7 @@ type Engine struct {
 
 	sched   *schedule.Service // cron schedules (schedule.go, internal/schedule)
 	streamw streamService     // stream entries (internal/stream)
-	bg      *services
+	listen  service.Loop      // the LISTEN loop (startListener)
 }
 
 type engineState int
@@ -446,13 +439,12 @@ func (e *Engine) Launch(ctx context.Context) error {
 	// The LISTEN connection opens while the schema is checked and the
 	// executor registered (a new connection is the slowest part of a
 	// launch); recovery below waits for both.
-	e.bg = newServices()
 	lctx, cancelListen := context.WithCancel(ctx)
 	defer cancelListen()
 	listening := e.startListener(lctx)
 	fail := func(err error) error {
 		cancelListen()
-		e.bg.stopAll()
+		_ = e.listen.Stop(context.Background())
 		e.lease.Close()
 		return err
 	}
@@ -591,7 +583,7 @@ func (e *Engine) startListener(ctx context.Context) <-chan error {
 	}
 	listener.Logger = e.log
 	e.listenProbe = make(chan struct{}, 1)
-	e.bg.start("listener", listener.Run)
+	_ = e.listen.StartLoop(context.Background(), listener.Run) // once per Launch: never ErrStarted
 	go func() {
 		select {
 		case <-listener.Ready():
@@ -641,7 +633,7 @@ func (e *Engine) checkListen(ctx context.Context) error {
 // engine still sends notifications, for peers that listen on a direct
 // connection.
 func (e *Engine) pollInstead() {
-	e.bg.stop("listener")
+	_ = e.listen.Stop(context.Background())
 	e.pollEvery.Store(int64(min(e.pollInterval(), fallbackPollInterval)))
 	e.log.Warn("durable: LISTEN delivers no notifications through this pool's connections, "+
 		"as behind PgBouncer (or another pooler) in transaction mode: polling every "+e.pollInterval().String()+" instead; "+
@@ -695,7 +687,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			e.log.Warn("durable: shutdown: release lease", "err", rerr)
 		}
 	}
-	e.bg.stopAll()
+	_ = e.listen.Stop(context.Background())
 	_ = e.streamw.Stop(ctx) // after the runs: they flush their entries
 	e.hardCancel(ErrShutdown)
 	e.lease.Close()

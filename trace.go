@@ -91,9 +91,6 @@ type tracer struct {
 	executorID string
 }
 
-// on reports whether the engine makes spans.
-func (t *tracer) on() bool { return t.t != nil }
-
 // runTracer makes the spans of one run's durable calls.
 type runTracer struct{ r *run }
 
@@ -400,12 +397,4 @@ func parseTraceparent(p *string) trace.SpanContext {
 	return trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true,
 	})
-}
-
-// nullString is s, or NULL when empty.
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }
