@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 // deferringEngine launches an engine with Config.DeferStepCheckpoints whose
@@ -55,26 +56,6 @@ func launchUntilCleanup(ctx context.Context, t *testing.T, e *Engine) {
 	})
 }
 
-// recordedSteps returns the names of the steps recorded for run id, in
-// position order, each marked "+" when its row was written by the
-// transaction that finished the run (same xmin as the run's row).
-func recordedSteps(ctx context.Context, t *testing.T, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, schema, id string) []string {
-	t.Helper()
-	rows, err := db.Query(ctx, fmt.Sprintf(`SELECT s.name || CASE WHEN s.xmin = w.xmin THEN '+' ELSE '' END
-		FROM %[1]s.steps s JOIN %[1]s.workflows w ON w.id = s.workflow_id
-		WHERE s.workflow_id = $1 ORDER BY s.pos`, pgx.Identifier{schema}.Sanitize()), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return names
-}
-
 // TestDeferredCheckpointsBeforeNextCall: with deferred checkpoints (and a
 // timer too long to matter), a step's checkpoint is committed before the
 // run's next durable call runs anything, parallel steps' ones before the
@@ -86,7 +67,7 @@ func TestDeferredCheckpointsBeforeNextCall(t *testing.T) {
 	var pool *pgxpool.Pool
 	var schema string
 	seen := func(ctx context.Context) (string, error) {
-		return strings.Join(recordedSteps(ctx, t, pool, schema, "deferred"), ","), nil
+		return strings.Join(sysdbtest.RecordedSteps(ctx, t, pool, schema, "deferred"), ","), nil
 	}
 	ctx, pool2, schema2 := deferringEngine(t, time.Hour, func(e *Engine) {
 		wf = Register(e, "w", func(wctx Context, n int) (string, error) {
@@ -121,7 +102,7 @@ func TestDeferredCheckpointsBeforeNextCall(t *testing.T) {
 	if want := "a | a,b,g1,g2"; got != want {
 		t.Errorf("recorded when the steps ran: %q, want %q", got, want)
 	}
-	if got, want := fmt.Sprint(recordedSteps(ctx, t, pool, schema, "deferred")), "[a b g1 g2 c+]"; got != want {
+	if got, want := fmt.Sprint(sysdbtest.RecordedSteps(ctx, t, pool, schema, "deferred")), "[a b g1 g2 c+]"; got != want {
 		t.Errorf("recorded steps %s, want %s (+: written by the finish)", got, want)
 	}
 }
@@ -150,7 +131,7 @@ func TestDeferStepCheckpointsPerWorkflow(t *testing.T) {
 		if got, err := h.Result(ctx); err != nil || got != 2 {
 			t.Fatalf("%s: result %d, %v", c.wf.Name(), got, err)
 		}
-		if got := fmt.Sprint(recordedSteps(ctx, t, pool, schema, h.ID())); got != c.want {
+		if got := fmt.Sprint(sysdbtest.RecordedSteps(ctx, t, pool, schema, h.ID())); got != c.want {
 			t.Errorf("%s: recorded steps %s, want %s (+: written by the finish)", c.wf.Name(), got, c.want)
 		}
 	}
@@ -174,7 +155,7 @@ func TestDeferredCheckpointTimer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for fmt.Sprint(recordedSteps(ctx, t, pool, schema, "blocked")) != "[a]" {
+	for fmt.Sprint(sysdbtest.RecordedSteps(ctx, t, pool, schema, "blocked")) != "[a]" {
 		if ctx.Err() != nil {
 			t.Fatal("the deferred checkpoint was never written")
 		}

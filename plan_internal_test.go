@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -103,7 +102,7 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		for _, c := range cases {
-			looked, plan := explainRows(ctx, t, pool, mode, c.sql, c.args)
+			looked, plan := pgtest.ExplainRows(ctx, t, pool, mode, c.sql, c.args)
 			// A lookup by primary key reads one row per run; the batch
 			// statements also read the batch once more (lock, then update).
 			if limit := 4 * batch; looked > limit {
@@ -199,52 +198,4 @@ func execAll(ctx context.Context, t *testing.T, pool *pgxpool.Pool, stmts ...str
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-}
-
-// explainRows runs sql under EXPLAIN ANALYZE in a transaction it rolls
-// back and returns how many rows of the workflows table its plan nodes read
-// (rows returned plus rows removed by a filter, times loops, and rows a
-// join filter removed), with the plan's text.
-func explainRows(ctx context.Context, t *testing.T, pool *pgxpool.Pool, mode, sql string, args []any) (int, string) {
-	t.Helper()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
-		t.Fatal(err)
-	}
-	var raw []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&raw); err != nil {
-		t.Fatalf("explain %s: %v", sql, err)
-	}
-	var top []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal(raw, &top); err != nil || len(top) != 1 {
-		t.Fatalf("explain output: %v: %s", err, raw)
-	}
-	return top[0].Plan.rowsOf("workflows"), string(raw)
-}
-
-type planNode struct {
-	NodeType        string     `json:"Node Type"`
-	Relation        string     `json:"Relation Name"`
-	ActualRows      float64    `json:"Actual Rows"`
-	ActualLoops     float64    `json:"Actual Loops"`
-	RemovedByFilter float64    `json:"Rows Removed by Filter"`
-	RemovedByJoin   float64    `json:"Rows Removed by Join Filter"`
-	Plans           []planNode `json:"Plans"`
-}
-
-func (n *planNode) rowsOf(rel string) int {
-	total := n.RemovedByJoin * n.ActualLoops
-	if n.Relation == rel && strings.HasSuffix(n.NodeType, "Scan") {
-		total += (n.ActualRows + n.RemovedByFilter) * n.ActualLoops
-	}
-	for i := range n.Plans {
-		total += float64(n.Plans[i].rowsOf(rel))
-	}
-	return int(total)
 }

@@ -51,24 +51,6 @@ func checkpoint(id string, pos int, name string, epoch int64, output string) *sy
 		Attempts: 1, StartedAt: time.Now(), Epoch: epoch}
 }
 
-// recordedSteps returns the names of the steps recorded for run id, in
-// position order, each marked "+" when its row was written by the
-// transaction that finished the run (same xmin as the run's row).
-func recordedSteps(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, id string) []string {
-	t.Helper()
-	rows, err := pool.Query(ctx, fmt.Sprintf(`SELECT s.name || CASE WHEN s.xmin = w.xmin THEN '+' ELSE '' END
-		FROM %[1]s.steps s JOIN %[1]s.workflows w ON w.id = s.workflow_id
-		WHERE s.workflow_id = $1 ORDER BY s.pos`, pgx.Identifier{schema}.Sanitize()), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return names
-}
-
 // TestStepBatchWithARecordedRow: a multi-row step write in which one row
 // is already recorded (an earlier try whose acknowledgement was lost)
 // still writes the others, reports that one as not written (the caller
@@ -137,7 +119,7 @@ func TestFinishWithSteps(t *testing.T) {
 		if err := pool.QueryRow(ctx, "SELECT status FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+" WHERE id = $1", id).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
-		return s + fmt.Sprint(recordedSteps(ctx, t, pool, schema, id))
+		return s + fmt.Sprint(sysdbtest.RecordedSteps(ctx, t, pool, schema, id))
 	}
 	check := func(items []*Item[*sysdb.FinishOneStepsParams], want ...string) {
 		t.Helper()

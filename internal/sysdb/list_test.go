@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/pgtest"
 )
 
 // opsExec runs sql, its schema marker rendered for schema, on pool.
@@ -166,7 +168,7 @@ func TestListByIDsReadsOnlyThoseRuns(t *testing.T) {
 		// A page of limit runs, and the row that tells whether another follows.
 		sql, args := listSQL(schema, ListFilter{IDs: ids, Limit: limit + 1})
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-			n, plan := explainRows(ctx, t, pool, mode, sql, args)
+			n, plan := pgtest.ExplainRows(ctx, t, pool, mode, sql, args)
 			if n > asked {
 				t.Errorf("limit %d, %s: the listing read %d rows of %d runs for %d IDs; plan: %s", limit, mode, n, runs, asked, plan)
 			}
@@ -236,7 +238,7 @@ func TestListByRareStatusReadsOnlyThoseRuns(t *testing.T) {
 			f.Limit = limit + 1 // a page, and the row that tells whether another follows
 			sql, args := listSQL(schema, f)
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-				n, plan := explainRows(ctx, t, pool, mode, sql, args)
+				n, plan := pgtest.ExplainRows(ctx, t, pool, mode, sql, args)
 				if n > len(kinds)*each {
 					t.Errorf("%s, limit %d, %s: the listing read %d rows of %d runs (%d not successes); plan: %s",
 						c.cond, limit, mode, n, history+len(kinds)*each, len(kinds)*each, plan)

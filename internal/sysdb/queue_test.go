@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/pgtest"
 )
 
 // queueFix is a migrated schema with its queue statements, which send
@@ -521,7 +523,7 @@ func TestQueueCountsReadOnlyLiveRuns(t *testing.T) {
 		{"List", f.q.list, nil},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-			if n, plan := explainRows(f.ctx, t, f.pool, mode, c.sql, c.args); n > ready+delayed+running {
+			if n, plan := pgtest.ExplainRows(f.ctx, t, f.pool, mode, c.sql, c.args); n > ready+delayed+running {
 				t.Errorf("%s, %s: read %d rows of %d runs for %d queued or running; plan: %s",
 					c.name, mode, n, history+ready+delayed+running, ready+delayed+running, plan)
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/durable-go/durable/internal/pgtest"
 )
 
 // TestSweepReadsOnlyLiveRuns: the takeover sweep, which every executor
@@ -27,7 +29,7 @@ SELECT 'done-' || i, 'w', 'success', 'v', 1 FROM generate_series(1, 3000) i`)
 			{"ClaimOrphans", q.claimOrphans, []any{"me", "v", []string{"w"}, 100, true}},
 			{"CountOtherVersions", q.countOtherVersions, []any{"v", []string{"w"}}},
 		} {
-			if looked, plan := explainRows(context.Background(), t, pool, mode, c.sql, c.args); looked > 50 {
+			if looked, plan := pgtest.ExplainRows(context.Background(), t, pool, mode, c.sql, c.args); looked > 50 {
 				t.Errorf("%s (%s): the plan looked at %d rows of workflows; want <= 50\n%s", c.name, mode, looked, plan)
 			}
 		}
@@ -47,7 +49,7 @@ SELECT 'r' || i, 'w', 'success', 'v', 1 FROM generate_series(1, 3000) i`)
 	on(t, pool, schema, `UPDATE {{schema}}.workflows SET status = 'pending', epoch = 2, executor_id = 'x'`)
 	q := NewRecoveryQueries(schema, ChannelName(schema))
 	for _, mode := range planModes {
-		if looked, plan := explainRows(context.Background(), t, pool, mode, q.deadLetter, []any{"r7", 2, json.RawMessage(`1`)}); looked > 50 {
+		if looked, plan := pgtest.ExplainRows(context.Background(), t, pool, mode, q.deadLetter, []any{"r7", 2, json.RawMessage(`1`)}); looked > 50 {
 			t.Errorf("DeadLetter (%s): the plan looked at %d rows of workflows; want <= 50\n%s", mode, looked, plan)
 		}
 	}

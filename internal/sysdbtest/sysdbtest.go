@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/internal/pgtest"
@@ -46,4 +47,23 @@ func Exec(tb testing.TB, pool *pgxpool.Pool, schema, sql string, args ...any) {
 	if _, err := pool.Exec(context.Background(), sysdb.Render(sql, schema), args...); err != nil {
 		tb.Fatalf("sysdbtest: %v\n%s", err, sql)
 	}
+}
+
+// RecordedSteps returns the names of the steps recorded for run id in
+// schema, in position order, each marked "+" when its row was written by
+// the transaction that finished the run (same xmin as the run's row): a
+// checkpoint that rode the finish.
+func RecordedSteps(ctx context.Context, tb testing.TB, db sysdb.DBTX, schema, id string) []string {
+	tb.Helper()
+	rows, err := db.Query(ctx, sysdb.Render(`SELECT s.name || CASE WHEN s.xmin = w.xmin THEN '+' ELSE '' END
+		FROM {{schema}}.steps s JOIN {{schema}}.workflows w ON w.id = s.workflow_id
+		WHERE s.workflow_id = $1 ORDER BY s.pos`, schema), id)
+	if err != nil {
+		tb.Fatalf("sysdbtest: %v", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		tb.Fatalf("sysdbtest: %v", err)
+	}
+	return names
 }
