@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/durable-go/durable/internal/clock"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -32,7 +33,7 @@ func retryTransient(ctx context.Context, op func(ctx context.Context) error, onR
 			return ctx.Err(), true
 		}
 		onRetry(attempt, err)
-		t := time.NewTimer(jitter(delay, 0.2))
+		t := time.NewTimer(clock.Jitter(delay, 0.2))
 		select {
 		case <-t.C:
 		case <-ctx.Done():

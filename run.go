@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -197,17 +195,6 @@ func (r *run) retryDB(what string, op func(ctx context.Context) error) error {
 		return r.halt(fmt.Errorf("workflow %q: %s: %w", r.id, what, ErrShutdown))
 	}
 	return err
-}
-
-func jitter(d time.Duration, frac float64) time.Duration {
-	if frac <= 0 || d <= 0 {
-		return d
-	}
-	j := float64(d) * (1 + frac*(2*rand.Float64()-1))
-	if j >= math.MaxInt64 { // a conversion would overflow
-		return math.MaxInt64
-	}
-	return time.Duration(j)
 }
 
 // checkpoint writes the outcome of a step: the one statement of the live

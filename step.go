@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/durable-go/durable/internal/clock"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -96,7 +97,7 @@ func (p RetryPolicy) Delay(n int) time.Duration {
 }
 
 // wait is the wait after failed attempt n, jitter included.
-func (p RetryPolicy) wait(n int) time.Duration { return jitter(p.Delay(n), max(p.Jitter, 0)) }
+func (p RetryPolicy) wait(n int) time.Duration { return clock.Jitter(p.Delay(n), max(p.Jitter, 0)) }
 
 // RetryAfter wraps err so that the step's next attempt waits d (capped by
 // the policy's MaxDelay) instead of the policy's backoff: for a provider
@@ -452,13 +453,13 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		case isConflict(err) && conflicts < o.ConflictRetries:
 			conflicts++
 			sp.conflict(n)
-			if serr := r.sleep(jitter(time.Duration(conflicts)*2*time.Millisecond, 0.5)); serr != nil {
+			if serr := r.sleep(clock.Jitter(time.Duration(conflicts)*2*time.Millisecond, 0.5)); serr != nil {
 				return zero, serr
 			}
 			continue
 		case isTransient(err) && !isConflict(err):
 			// Connection trouble: the database decides, retry until it is back.
-			if serr := r.sleep(jitter(min(time.Duration(1<<min(conflicts, 7))*20*time.Millisecond, 2*time.Second), 0.2)); serr != nil {
+			if serr := r.sleep(clock.Jitter(min(time.Duration(1<<min(conflicts, 7))*20*time.Millisecond, 2*time.Second), 0.2)); serr != nil {
 				return zero, serr
 			}
 			conflicts++

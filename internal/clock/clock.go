@@ -2,6 +2,8 @@
 package clock
 
 import (
+	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -55,4 +57,17 @@ func (f *Fake) Advance(d time.Duration) time.Time {
 	defer f.mu.Unlock()
 	f.now = f.now.Add(d)
 	return f.now
+}
+
+// Jitter returns d moved at random by up to frac of it either way, so that
+// retries and renewals of many processes do not fall in step.
+func Jitter(d time.Duration, frac float64) time.Duration {
+	if frac <= 0 || d <= 0 {
+		return d
+	}
+	j := float64(d) * (1 + frac*(2*rand.Float64()-1))
+	if j >= math.MaxInt64 { // a conversion would overflow
+		return math.MaxInt64
+	}
+	return time.Duration(j)
 }

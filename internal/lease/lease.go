@@ -18,8 +18,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -151,7 +149,7 @@ func (s *Service) heartbeat(ctx context.Context) {
 			s.CutOff(s.clock.Now())
 			s.NoteTrouble()
 			retry = min(max(2*retry, 50*time.Millisecond), period, time.Second)
-			t.Reset(jitter(retry, 0.2))
+			t.Reset(clock.Jitter(retry, 0.2))
 		} else {
 			retry = 0
 			t.Reset(period)
@@ -210,15 +208,3 @@ func (s *Service) NoteTrouble() { s.strayCheck.Store(true) }
 // TakeStrayCheck reports whether the sweep should look for strays, and
 // clears the request.
 func (s *Service) TakeStrayCheck() bool { return s.strayCheck.Swap(false) }
-
-// jitter returns d moved at random by up to frac of it either way.
-func jitter(d time.Duration, frac float64) time.Duration {
-	if frac <= 0 || d <= 0 {
-		return d
-	}
-	j := float64(d) * (1 + frac*(2*rand.Float64()-1))
-	if j >= math.MaxInt64 { // a conversion would overflow
-		return math.MaxInt64
-	}
-	return time.Duration(j)
-}
