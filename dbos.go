@@ -476,7 +476,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Lock()
 	e.state = stateLaunched
 	e.mu.Unlock()
-	if err := e.startClaimed(ctx, claimedFrom(own), nil); err != nil {
+	if err := e.startClaimed(ctx, own, nil); err != nil {
 		// Those not started stay ours and pending: the sweeper resumes them.
 		e.log.Warn("durable: launch: resume runs", "err", err)
 	}

@@ -446,7 +446,7 @@ func (e *Engine) newDispatcher() *dispatch.Dispatcher {
 		Queues:       lanes,
 		PollInterval: e.pollInterval,
 		Launch: func(ctx context.Context, lane *dispatch.Queue, got []sysdb.ClaimedRow) error {
-			return e.startClaimed(ctx, claimedFrom(got), e.queues[lane.Name()])
+			return e.startClaimed(ctx, got, e.queues[lane.Name()])
 		},
 		Launching:    e.recov.EnterLaunch,
 		DBTrouble:    e.noteDBTrouble,

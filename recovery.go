@@ -8,27 +8,9 @@ import (
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
-// claimed is a run this executor just took ownership of.
-type claimed struct {
-	id, name string
-	input    []byte
-	epoch    int64
-	attempts int
-	deadline *time.Time
-	queue    *string
-	trace    *string        // W3C trace context stored at start
-	queued   *time.Duration // time since the run was created (enqueued)
-}
-
-// claimedFrom returns the claimed runs of a claim statement's rows.
-func claimedFrom(rows []sysdb.ClaimedRow) []claimed {
-	out := make([]claimed, len(rows))
-	for i, c := range rows {
-		out[i] = claimed{id: c.ID, name: c.Name, input: c.Input, epoch: c.Epoch, attempts: c.Attempts,
-			deadline: c.Deadline, queue: c.Queue, trace: c.Trace, queued: c.Queued}
-	}
-	return out
-}
+// claimed is a run this executor just took ownership of, as the claim
+// statements return it.
+type claimed = sysdb.ClaimedRow
 
 // newRecovery makes the engine's recovery (internal/recovery): its own
 // runs at Launch, the sweeper's takeover of runs without a live owner and
@@ -47,7 +29,7 @@ func (e *Engine) newRecovery() *recovery.Service {
 		PollInterval: e.pollInterval,
 		Logger:       e.log,
 		Launch: func(ctx context.Context, runs []sysdb.ClaimedRow) error {
-			return e.startClaimed(ctx, claimedFrom(runs), nil)
+			return e.startClaimed(ctx, runs, nil)
 		},
 		JudgesLeases:   e.judgesLeases,
 		NoteTrouble:    e.noteDBTrouble,
@@ -74,14 +56,14 @@ func (e *Engine) newRecovery() *recovery.Service {
 // deadLetter moves claimed run c, over its recovery limit, to the dead
 // status instead of running it.
 func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
-	dle := &DeadLetterError{WorkflowID: c.id, Attempts: c.attempts - 1, Limit: limit}
+	dle := &DeadLetterError{WorkflowID: c.ID, Attempts: c.Attempts - 1, Limit: limit}
 	errb := encodeError(dle)
-	if _, err := e.rcq.DeadLetter(ctx, e.pool, sysdb.DeadLetterParams{ID: c.id, Epoch: c.epoch, Error: errb}); err != nil {
-		e.log.Warn("durable: dead-letter run", "workflow_id", c.id, "err", err)
+	if _, err := e.rcq.DeadLetter(ctx, e.pool, sysdb.DeadLetterParams{ID: c.ID, Epoch: c.Epoch, Error: errb}); err != nil {
+		e.log.Warn("durable: dead-letter run", "workflow_id", c.ID, "err", err)
 		return
 	}
-	e.log.Error("durable: run dead-lettered: its executor kept dying while running it", "workflow_id", c.id,
-		"workflow", c.name, "recovery_attempts", c.attempts-1, "limit", limit)
+	e.log.Error("durable: run dead-lettered: its executor kept dying while running it", "workflow_id", c.ID,
+		"workflow", c.Name, "recovery_attempts", c.Attempts-1, "limit", limit)
 	e.tr.deadLetter(&c, limit, dle)
-	e.hub.Wake(c.id, &outcome{status: StatusDead, err: errb})
+	e.hub.Wake(c.ID, &outcome{status: StatusDead, err: errb})
 }

@@ -43,12 +43,12 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 	// is made at epoch 0 with the steps it copied.)
 	var load []claimed
 	for _, c := range got {
-		def := e.defs[c.name]
+		def := e.defs[c.Name]
 		switch {
-		case c.attempts > def.maxRecovery:
+		case c.Attempts > def.maxRecovery:
 			e.deadLetter(ctx, c, def.maxRecovery)
 			release(1)
-		case q != nil && c.epoch == 1:
+		case q != nil && c.Epoch == 1:
 			e.resumeOne(c, nil, q)
 		default:
 			load = append(load, c)
@@ -57,7 +57,7 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 	for len(load) > 0 {
 		ids := make([]string, len(load))
 		for i, c := range load {
-			ids[i] = c.id
+			ids[i] = c.ID
 		}
 		var steps map[string]map[int]*stepRecord
 		var n int
@@ -78,7 +78,7 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 			return fmt.Errorf("load steps of %d claimed runs: %w", len(ids), err)
 		}
 		for _, c := range load[:n] {
-			e.resumeOne(c, steps[c.id], q)
+			e.resumeOne(c, steps[c.ID], q)
 		}
 		load = load[n:]
 	}
@@ -87,17 +87,17 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 
 // resumeOne executes claimed run c with its recorded steps.
 func (e *Engine) resumeOne(c claimed, steps map[int]*stepRecord, q *Queue) {
-	if c.attempts > 0 {
-		e.log.Info("durable: resuming run", "workflow_id", c.id, "workflow", c.name, "recovery_attempt", c.attempts, "recorded_steps", len(steps))
+	if c.Attempts > 0 {
+		e.log.Info("durable: resuming run", "workflow_id", c.ID, "workflow", c.Name, "recovery_attempt", c.Attempts, "recorded_steps", len(steps))
 	}
-	r := e.newRun(c.id, c.name, c.epoch, steps, c.deadline)
+	r := e.newRun(c.ID, c.Name, c.Epoch, steps, c.Deadline)
 	r.queue = q
 	e.tr.claimed(r, &c)
 	var done func()
 	if q == nil {
 		done = func() { e.giveSlots(1) }
 	}
-	e.launchThen(r, e.defs[c.name], c.input, done)
+	e.launchThen(r, e.defs[c.Name], c.Input, done)
 }
 
 // loadSteps reads the recorded steps of the first runs of ids, in order,

@@ -165,10 +165,10 @@ func (t *tracer) claimed(r *run, c *claimed) {
 		return
 	}
 	var queued *time.Duration
-	if c.queue != nil && c.epoch == 1 { // the first start of an enqueued run
-		queued = c.queued
+	if c.Queue != nil && c.Epoch == 1 { // the first start of an enqueued run
+		queued = c.Queued
 	}
-	t.run(r, parseTraceparent(c.trace), c.attempts, c.queue, queued)
+	t.run(r, parseTraceparent(c.Trace), c.Attempts, c.Queue, queued)
 }
 
 // stopped ends the run span of an execution that stopped without
@@ -212,13 +212,13 @@ func (t *tracer) deadLetter(c *claimed, limit int, err error) {
 		return
 	}
 	ctx := context.Background()
-	if p := parseTraceparent(c.trace); p.IsValid() {
+	if p := parseTraceparent(c.Trace); p.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, p)
 	}
-	_, span := t.t.Start(ctx, "durable.run "+c.name, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attrWorkflowID.String(c.id), attrWorkflowName.String(c.name),
+	_, span := t.t.Start(ctx, "durable.run "+c.Name, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrWorkflowID.String(c.ID), attrWorkflowName.String(c.Name),
 			attrAppVersion.String(t.appVersion), attrExecutor.String(t.executorID),
-			attrRecovery.Int(c.attempts), attrDeadLimit.Int(limit), attrStatus.String(string(StatusDead))))
+			attrRecovery.Int(c.Attempts), attrDeadLimit.Int(limit), attrStatus.String(string(StatusDead))))
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
 	span.End()

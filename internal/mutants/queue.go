@@ -214,8 +214,8 @@ func init() {
 			Name:      "deadletter/limit",
 			Mechanism: "a claimed run over its recovery limit is dead-lettered, not run (startClaimed)",
 			Edits: []Edit{{File: "resume.go",
-				Find:    "case c.attempts > def.maxRecovery:",
-				Replace: "case c.attempts > def.maxRecovery+1000:"}},
+				Find:    "case c.Attempts > def.maxRecovery:",
+				Replace: "case c.Attempts > def.maxRecovery+1000:"}},
 			Pkg: ".", Tests: "TestDeadLetterAfterRepeatedCrashes",
 		},
 		Mutant{
