@@ -25,7 +25,7 @@ const (
 // Engine still holds the runner (launching, executing and finishing
 // runs), the listener's wiring and the API's helpers.
 var shapeDebt = map[string]int{
-	"..Engine": 74,
+	"..Engine": 73,
 }
 
 // TestShape fails when a type of the module has more than maxMethods
