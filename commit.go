@@ -15,8 +15,8 @@ func newCommitWriter(e *Engine) *commit.Writer {
 		Alone:                e.knobs.NoGroupCommit,
 		Ctx:                  e.hardCtx,
 		IsTransient:          isTransient,
-		RetryBG:              e.retryBG,
-		WakeParentOfFinished: e.wakeParentOfFinished,
+		RetryBG:              e.runner.retryBG,
+		WakeParentOfFinished: e.runner.wakeParentOfFinished,
 		Log:                  e.log,
 	})
 }

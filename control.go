@@ -35,12 +35,12 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error 
 		return fmt.Errorf("durable: cancel %q: %w", id, err)
 	}
 	for _, cid := range cancelled {
-		if r := e.active.load(cid); r != nil {
+		if r := e.runner.active.load(cid); r != nil {
 			r.cancelCause(ErrCancelled)
 		}
 	}
 	if len(cancelled) == 0 {
-		if _, err := e.readRun(ctx, e.pool, id); err != nil {
+		if _, err := readRun(ctx, e.q, e.pool, id); err != nil {
 			return err
 		}
 	}
@@ -98,10 +98,10 @@ func (e *Engine) resume(ctx context.Context, id string, opts *ResumeOpts) error 
 		return fmt.Errorf("durable: resume %q: %w", id, err)
 	}
 	if resumed {
-		e.wakeSweeper()
+		e.recov.Wake()
 		return nil
 	}
-	info, err := e.readRun(ctx, e.pool, id)
+	info, err := readRun(ctx, e.q, e.pool, id)
 	if err != nil {
 		return err
 	}
@@ -147,10 +147,10 @@ func (e *Engine) Fork(ctx context.Context, id string, fromStep int, opts *ForkOp
 // fork forks run id, which must be a run of workflow name unless name is "".
 func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *ForkOpts) (_ string, err error) {
 	if name != "" {
-		if err := e.checkExisting(ctx, e.pool, id, name, nil, ""); err != nil {
+		if err := checkExisting(ctx, e.q, e.pool, id, name, nil, ""); err != nil {
 			return "", err
 		}
-	} else if info, err := e.readRun(ctx, e.pool, id); err != nil {
+	} else if info, err := readRun(ctx, e.q, e.pool, id); err != nil {
 		return "", err
 	} else {
 		name = info.name
@@ -203,7 +203,7 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 		}
 		return "", fmt.Errorf("durable: fork %q: %w", id, err)
 	}
-	e.wakeSweeper()
+	e.recov.Wake()
 	return newID, nil
 }
 

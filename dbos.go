@@ -12,25 +12,19 @@ import (
 	"os"
 	"regexp"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/internal/commit"
-	"github.com/durable-go/durable/internal/dispatch"
 	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/lease"
 	"github.com/durable-go/durable/internal/maintenance"
 	"github.com/durable-go/durable/internal/notify"
 	"github.com/durable-go/durable/internal/recovery"
 	"github.com/durable-go/durable/internal/schedule"
-	"github.com/durable-go/durable/internal/service"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -312,17 +306,13 @@ type Engine struct {
 
 	mu       sync.Mutex
 	defs     map[string]*wfDef
-	queues   map[string]*Queue
 	names    []string // registered names, sorted; fixed at Launch
 	state    engineState
 	stopping chan struct{} // closed when Shutdown begins
 
 	hardCtx    context.Context // parent of every run's context
 	hardCancel context.CancelCauseFunc
-	runs       sync.WaitGroup
-	workers    *workerPool
-	active     activeRuns             // the runs executing here
-	pollEvery  atomic.Int64           // the polling period: Config.PollInterval, or less when LISTEN is deaf (pollInstead)
+	runner     *runner                // executes runs (runner.go)
 	lease      *lease.Service         // the lease, its heartbeat and connections, the outage judgement (lease.go)
 	recov      *recovery.Service      // the sweeper and the recovery slots (recovery.go)
 	retention  *maintenance.Retention // the retention pass (retention.go)
@@ -331,14 +321,11 @@ type Engine struct {
 	commit    *commit.Writer
 	stepDelay time.Duration // longest wait of a deferred step checkpoint (pending.go)
 
-	listenProbe chan struct{} // Launch's probe notification came back (startListener)
+	queues *queueSet // the queues worked here, their dispatcher (queue_set.go)
 
-	notifier   *dispatch.Notifier   // wakes the queues' dispatchers in other processes
-	dispatcher *dispatch.Dispatcher // the queues' dispatch loops; set at Launch
-
-	sched   *schedule.Service // cron schedules (schedule.go, internal/schedule)
-	streamw streamService     // stream entries (internal/stream)
-	listen  service.Loop      // the LISTEN loop (startListener)
+	sched    *schedule.Service // cron schedules (schedule.go, internal/schedule)
+	streamw  streamService     // stream entries (internal/stream)
+	listener *listener         // notifications and the polling period (listen.go)
 }
 
 type engineState int
@@ -378,29 +365,24 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		log:         c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation: randomHex(8),
 		defs:        map[string]*wfDef{},
-		queues:      map[string]*Queue{},
 		stopping:    make(chan struct{}),
 		hardCtx:     hardCtx,
 		hardCancel:  hardCancel,
 		hub:         notify.NewHub[*outcome](),
 	}
-	e.notifier = dispatch.NewNotifier(e.sendQueueNotify)
-	e.lease = e.newLease()
-	e.recov = e.newRecovery()
-	e.retention = e.newRetention()
-	e.pollEvery.Store(int64(c.PollInterval))
+	e.listener = newListener(e) // first: the services below take its polling period
+	e.queues = newQueueSet(e)
+	e.runner = newRunner(e)
+	e.lease = newLease(e)
+	e.recov = newRecovery(e)
+	e.retention = newRetention(e)
 	e.tr = tracer{t: newTracer(c.TracerProvider), appVersion: c.AppVersion, executorID: c.ExecutorID}
 	e.commit = newCommitWriter(e)
 	e.stepDelay = stepFlushDelay
-	e.workers = newWorkerPool()
 	e.streamw = newStreamWriter(e)
-	e.sched = e.newScheduler()
+	e.sched = newScheduler(e)
 	return e, nil
 }
-
-// pollInterval is the period of the waits that notifications normally
-// wake: Config.PollInterval, shortened when LISTEN turns out deaf.
-func (e *Engine) pollInterval() time.Duration { return time.Duration(e.pollEvery.Load()) }
 
 // ExecutorID returns this engine's executor ID.
 func (e *Engine) ExecutorID() string { return e.cfg.ExecutorID }
@@ -428,7 +410,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	}
 	sort.Strings(e.names)
 	e.mu.Unlock()
-	e.dispatcher = e.newDispatcher()
+	e.queues.dispatcher = e.queues.newDispatcher()
 
 	if err := e.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("durable: launch: database unreachable: %w", err)
@@ -441,10 +423,10 @@ func (e *Engine) Launch(ctx context.Context) error {
 	// launch); recovery below waits for both.
 	lctx, cancelListen := context.WithCancel(ctx)
 	defer cancelListen()
-	listening := e.startListener(lctx)
+	listening := e.listener.start(lctx)
 	fail := func(err error) error {
 		cancelListen()
-		_ = e.listen.Stop(context.Background())
+		_ = e.listener.loop.Stop(context.Background())
 		e.lease.Close()
 		return err
 	}
@@ -452,7 +434,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return fail(err)
 	}
 	if err := <-listening; errors.Is(err, errDeafListen) {
-		e.pollInstead()
+		e.listener.pollInstead()
 		// The check waited listenProbeTimeout, maybe longer than the lease
 		// registered meanwhile: renew it before this executor claims runs.
 		if _, err := e.lease.Renew(ctx); err != nil {
@@ -476,19 +458,23 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Lock()
 	e.state = stateLaunched
 	e.mu.Unlock()
-	if err := e.startClaimed(ctx, own, nil); err != nil {
+	if err := e.runner.startClaimed(ctx, own, nil); err != nil {
 		// Those not started stay ours and pending: the sweeper resumes them.
 		e.log.Warn("durable: launch: resume runs", "err", err)
 	}
 	e.recov.ReportOrphansElsewhere(ctx)
 	_ = e.lease.Start(ctx) // the heartbeat; fails only when started twice
 	_ = e.recov.Start(ctx) // the sweeper
-	_ = e.dispatcher.Start(ctx)
-	e.startSchedules()
+	_ = e.queues.dispatcher.Start(ctx)
+	// The declared schedules are stored, the ticks due now started, and
+	// the loop started if this binary declares any schedule.
+	if err := e.sched.Start(e.hardCtx); err != nil {
+		e.log.Warn("durable: start schedules", "err", err)
+	}
 	if e.cfg.Retention > 0 {
 		_ = e.retention.Start(ctx)
 	}
-	e.log.Info("durable: engine launched", "app_version", e.cfg.AppVersion, "schema", e.cfg.Schema, "workflows", len(e.names), "queues", len(e.queues))
+	e.log.Info("durable: engine launched", "app_version", e.cfg.AppVersion, "schema", e.cfg.Schema, "workflows", len(e.names), "queues", len(e.queues.byName))
 	return nil
 }
 
@@ -517,9 +503,9 @@ func (e *Engine) prepareLaunch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("durable: launch: register executor %q: %w", e.cfg.ExecutorID, err)
 	}
-	e.hintIDCollation(reg.IDCollation, reg.DBCollate, reg.DBProvider)
+	hintIDCollation(e.log, e.cfg.Schema, reg.IDCollation, reg.DBCollate, reg.DBProvider)
 
-	if err := e.declareQueues(ctx); err != nil {
+	if err := e.queues.declare(ctx); err != nil {
 		return fmt.Errorf("durable: launch: %w", err)
 	}
 	return nil
@@ -531,115 +517,14 @@ func (e *Engine) prepareLaunch(ctx context.Context) error {
 // 20-40% more per run than C, and how to change it. column is the ID
 // column's collation, dbCollate and provider the database's default (as
 // RegisterExecutor returns them; provider is nil before Postgres 15).
-func (e *Engine) hintIDCollation(column, dbCollate string, provider *string) {
+func hintIDCollation(log *slog.Logger, schema, column, dbCollate string, provider *string) {
 	cDefault := (provider == nil || *provider == "c") && (dbCollate == "C" || dbCollate == "POSIX")
 	if column != "default" || cDefault {
 		return
 	}
-	e.log.Info(`durable: run IDs and keys compare in the database's default collation, not "C"; `+
+	log.Info(`durable: run IDs and keys compare in the database's default collation, not "C"; `+
 		`each run's writes cost the server 20-40% more: apply the ALTER TABLE statements of migration 015 `+
-		`(015_identifiers_collate_c.sql) in a maintenance window`, "schema", e.cfg.Schema, "datcollate", dbCollate)
-}
-
-// startListener starts the LISTEN loop; the channel reports when its
-// first LISTEN is in place, or ctx's end before that.
-func (e *Engine) startListener(ctx context.Context) <-chan error {
-	ready := make(chan error, 1)
-	if e.cfg.PollOnly {
-		ready <- nil
-		return ready
-	}
-	listener := notify.New()
-	listener.Connect = func(ctx context.Context) (*pgx.Conn, error) {
-		// An idle connection of the pool is taken over (opening one costs
-		// a new server process: ~15 ms of a launch on the bench's
-		// machine); the pool opens another when it needs one.
-		if e.pool.Stat().IdleConns() > 0 {
-			if c, err := e.pool.Acquire(ctx); err == nil {
-				return c.Hijack(), nil
-			}
-		}
-		return pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
-	}
-	listener.ListenSQL = e.q.ListenSQL()
-	listener.OnNotify = e.onNotify
-	connected := false // called from the listener's goroutine only
-	listener.OnConnected = func() {
-		// The connection came back: a claim or a start may have committed
-		// without its answer arriving, and notifications may have been
-		// missed while disconnected. The next sweep looks for stray runs. (Not after
-		// the first connect: Launch waits for it, then its recovery claims
-		// and starts this executor's runs, so a check would only read them
-		// again.)
-		if connected {
-			e.noteDBTrouble()
-		}
-		connected = true
-		e.hub.WakeAll()
-		e.wakeSweeper()
-		for _, q := range e.queues {
-			q.wake()
-		}
-	}
-	listener.Logger = e.log
-	e.listenProbe = make(chan struct{}, 1)
-	_ = e.listen.StartLoop(context.Background(), listener.Run) // once per Launch: never ErrStarted
-	go func() {
-		select {
-		case <-listener.Ready():
-			ready <- e.checkListen(ctx)
-		case <-ctx.Done():
-			ready <- fmt.Errorf("durable: launch: listen for notifications: %w", ctx.Err())
-		}
-	}()
-	return ready
-}
-
-// listenProbeTimeout bounds Launch's wait for its probe notification; on
-// a direct connection it comes back within milliseconds.
-const listenProbeTimeout = 2 * time.Second
-
-// fallbackPollInterval is the poll period of an engine whose LISTEN turned
-// out deaf at Launch, as the poolers guide recommends with PollOnly
-// (unless Config.PollInterval is shorter).
-const fallbackPollInterval = 100 * time.Millisecond
-
-// errDeafListen: Launch's probe notification did not come back.
-var errDeafListen = errors.New("durable: LISTEN delivers nothing")
-
-// checkListen, once the LISTEN is in place, sends a probe notification on
-// the channel and waits for it to come back; errDeafListen if it does not.
-// A pooler in transaction mode (PgBouncer's) accepts LISTEN and then never
-// delivers anything: rather than waiting on notifications that never come,
-// the engine then polls instead (pollInstead).
-func (e *Engine) checkListen(ctx context.Context) error {
-	if err := e.q.Notify(ctx, e.pool, "p:"+e.incarnation); err != nil {
-		return fmt.Errorf("durable: launch: listen self-check: %w", err)
-	}
-	t := time.NewTimer(listenProbeTimeout)
-	defer t.Stop()
-	select {
-	case <-e.listenProbe:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("durable: launch: listen self-check: %w", ctx.Err())
-	case <-t.C:
-		return errDeafListen
-	}
-}
-
-// pollInstead, in Launch before it starts the services, stops the deaf
-// listener, lowers PollInterval to fallbackPollInterval and says so. The
-// engine still sends notifications, for peers that listen on a direct
-// connection.
-func (e *Engine) pollInstead() {
-	_ = e.listen.Stop(context.Background())
-	e.pollEvery.Store(int64(min(e.pollInterval(), fallbackPollInterval)))
-	e.log.Warn("durable: LISTEN delivers no notifications through this pool's connections, "+
-		"as behind PgBouncer (or another pooler) in transaction mode: polling every "+e.pollInterval().String()+" instead; "+
-		"set Config.PollOnly (with a short Config.PollInterval) to skip this check and stop sending notifications, "+
-		"or give the engine a direct or session-mode connection",
-		"probe_timeout", listenProbeTimeout)
+		`(015_identifiers_collate_c.sql) in a maintenance window`, "schema", schema, "datcollate", dbCollate)
 }
 
 // Shutdown stops the engine. New starts fail with [ErrShutdown]; running
@@ -669,10 +554,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	wait := context.WithoutCancel(ctx)
 	_ = e.recov.Stop(wait)
 	_ = e.retention.Stop(wait)
-	e.stopSchedules()
-	_ = e.dispatcher.Stop(context.Background()) // no pass may launch runs past this point
+	_ = e.sched.Stop(context.Background())
+	_ = e.queues.dispatcher.Stop(context.Background()) // no pass may launch runs past this point
 	drained := make(chan struct{})
-	go func() { e.runs.Wait(); close(drained) }()
+	go func() { e.runner.wait(); close(drained) }()
 	var err error
 	select {
 	case <-drained:
@@ -687,7 +572,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			e.log.Warn("durable: shutdown: release lease", "err", rerr)
 		}
 	}
-	_ = e.listen.Stop(context.Background())
+	_ = e.listener.loop.Stop(context.Background())
 	_ = e.streamw.Stop(ctx) // after the runs: they flush their entries
 	e.hardCancel(ErrShutdown)
 	e.lease.Close()
@@ -718,43 +603,3 @@ func (e *Engine) canStart() error {
 	}
 	return ErrShutdown
 }
-
-func (e *Engine) onNotify(payload string) {
-	if len(payload) < 2 || payload[1] != ':' {
-		return
-	}
-	switch payload[0] {
-	case 'd': // a run finished
-		e.hub.Notified(payload[2:])
-	case 'n': // an unowned run was committed
-		e.wakeSweeper()
-	case 'm', 'e', 's': // a message, an event or stream entries for a workflow
-		e.hub.Notified(payload)
-	case 'c': // "c:<epoch>:<id>": a run was cancelled; stop it if it runs here
-		epochStr, id, ok := strings.Cut(payload[2:], ":")
-		epoch, err := strconv.ParseInt(epochStr, 10, 64)
-		if !ok || err != nil {
-			return
-		}
-		// A resumed run has a higher epoch: a late notification of an
-		// earlier cancel must not stop it.
-		if r := e.active.load(id); r != nil && r.epoch <= epoch {
-			r.cancelCause(ErrCancelled)
-		}
-	case 'p': // "p:<incarnation>": a Launch's probe (checkListen)
-		if payload[2:] == e.incarnation {
-			select {
-			case e.listenProbe <- struct{}{}:
-			default:
-			}
-		}
-	case 'k': // a manual tick of a schedule was asked for
-		e.sched.Wake()
-	case 'q': // work for a queue
-		if q := e.queues[payload[2:]]; q != nil {
-			q.wake()
-		}
-	}
-}
-
-func (e *Engine) wakeSweeper() { e.recov.Wake() }

@@ -247,7 +247,7 @@ func FuzzNotifyPayload(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, payload string) {
-		e.onNotify(payload)
+		e.listener.onNotify(payload)
 	})
 }
 

@@ -25,7 +25,7 @@ type StepRecord struct {
 // ListSteps returns the recorded steps of run id in position order. It
 // works from any process, for any run, finished or not.
 func (e *Engine) ListSteps(ctx context.Context, id string) ([]StepRecord, error) {
-	if _, err := e.readRun(ctx, e.pool, id); err != nil {
+	if _, err := readRun(ctx, e.q, e.pool, id); err != nil {
 		return nil, err
 	}
 	steps, err := e.iq.ListSteps(ctx, e.pool, id)

@@ -80,7 +80,7 @@ func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
 	sweep := func(f func(ctx context.Context) error) {
 		t.Helper()
 		e.lease.CutOff(time.Unix(0, 0)) // in touch with the database for long: it judges leases
-		require.True(t, e.judgesLeases())
+		require.True(t, e.lease.JudgesLeases())
 		var held []*pgxpool.Conn
 		for range cfg.MaxConns {
 			c, err := pool.Acquire(ctx)
@@ -104,7 +104,7 @@ func TestLeaseJudgedWithConnectionInHand(t *testing.T) {
 		}
 		return err
 	})
-	sweep(func(ctx context.Context) error { return e.requeue(ctx, false) })
+	sweep(func(ctx context.Context) error { return e.queues.requeue(ctx, false) })
 	stays := func(what string) {
 		t.Helper()
 		got := map[string]string{}

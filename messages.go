@@ -70,7 +70,7 @@ func send[T any](ctx context.Context, e *Engine, db sysdb.DBTX, id, topic string
 		}
 		key = opts.IdempotencyKey
 	}
-	payload, err := e.encodeArg(msg, "message on topic %q", topic)
+	payload, err := encodeArg(msg, e.cfg.MaxPayloadBytes, "message on topic %q", topic)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func send[T any](ctx context.Context, e *Engine, db sysdb.DBTX, id, topic string
 		return fmt.Errorf("durable: send to workflow %q topic %q: %w", id, topic, err)
 	}
 	if !sent.Found {
-		if _, err := e.readRun(ctx, db, id); err != nil {
+		if _, err := readRun(ctx, e.q, db, id); err != nil {
 			return err
 		}
 		return fmt.Errorf("%w: cannot send to %q on topic %q", ErrWorkflowFinished, id, topic)
@@ -156,7 +156,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				r.markWaiting(topic)
 				waiting = true
 			}
-			err = r.waitFor(w.Done(), min(remaining, r.e.pollInterval()))
+			err = r.waitFor(w.Done(), min(remaining, r.e.listener.interval()))
 			r.e.hub.Unsubscribe("m:"+r.id, w)
 			if err != nil {
 				return msg, false, err
@@ -236,7 +236,7 @@ func SetEvent[T any](wctx Context, key string, value T) error {
 	if err != nil || rec != nil {
 		return err
 	}
-	b, err := r.e.encodeArg(value, "event %q", key)
+	b, err := encodeArg(value, r.e.cfg.MaxPayloadBytes, "event %q", key)
 	if err != nil {
 		return err
 	}
@@ -299,7 +299,7 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 			e.hub.Unsubscribe("e:"+id, w)
 			return value, false, nil
 		}
-		t := time.NewTimer(min(remaining, e.pollInterval()))
+		t := time.NewTimer(min(remaining, e.listener.interval()))
 		select {
 		case <-w.Done():
 		case <-t.C:

@@ -47,11 +47,11 @@ func retryTransient(ctx context.Context, op func(ctx context.Context) error, onR
 // retryBG is retryTransient for the background loops and the reads runs
 // depend on: every failure asks for a stray check, and is logged now and
 // then.
-func (e *Engine) retryBG(ctx context.Context, what string, op func(ctx context.Context) error) error {
+func (rn *runner) retryBG(ctx context.Context, what string, op func(ctx context.Context) error) error {
 	err, _ := retryTransient(ctx, op, func(attempt int, err error) {
-		e.noteDBTrouble()
+		rn.e.lease.NoteTrouble()
 		if attempt == 1 || attempt%10 == 0 {
-			e.log.Warn("durable: database unreachable, retrying", "op", what, "attempt", attempt, "err", err)
+			rn.e.log.Warn("durable: database unreachable, retrying", "op", what, "attempt", attempt, "err", err)
 		}
 	})
 	return err
@@ -64,9 +64,9 @@ func (e *Engine) retryBG(ctx context.Context, what string, op func(ctx context.C
 // stray, see internal/recovery). Other halts (non-determinism, undecodable records, the
 // deadline, a database error that is not a connection problem) fail the run
 // visibly.
-func (e *Engine) notOursToFinish(h error) bool {
+func (rn *runner) notOursToFinish(h error) bool {
 	if handedBack(h) {
-		e.noteDBTrouble() // the run is a stray now
+		rn.e.lease.NoteTrouble() // the run is a stray now
 		return true
 	}
 	return errors.Is(h, ErrShutdown) || errors.Is(h, errParked) || errors.Is(h, ErrCancelled) || errors.Is(h, ErrFenced)
@@ -78,17 +78,17 @@ func handedBack(h error) bool { return isTransient(h) && !errors.Is(h, context.D
 // wakeParentOfFinished wakes the parent parked on run id if id is finished.
 // A finish whose answer was lost in an outage is retried and then touches
 // no row; the wake-up of the first try may not have happened.
-func (e *Engine) wakeParentOfFinished(ctx context.Context, id string) {
-	err := e.retryBG(ctx, "wake parent", func(ctx context.Context) error {
-		info, err := e.readRun(ctx, e.pool, id)
+func (rn *runner) wakeParentOfFinished(ctx context.Context, id string) {
+	err := rn.retryBG(ctx, "wake parent", func(ctx context.Context) error {
+		info, err := readRun(ctx, rn.e.q, rn.e.pool, id)
 		if err != nil || !info.status.Finished() || info.parent == nil {
 			return err
 		}
-		_, err = e.q.WakeParent(ctx, e.pool, sysdb.WakeParentParams{ChildID: id, ParentID: *info.parent})
+		_, err = rn.e.q.WakeParent(ctx, rn.e.pool, sysdb.WakeParentParams{ChildID: id, ParentID: *info.parent})
 		return err
 	})
 	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrWorkflowNotFound) {
-		e.log.Warn("durable: wake parent", "workflow_id", id, "err", err)
+		rn.e.log.Warn("durable: wake parent", "workflow_id", id, "err", err)
 	}
 }
 
@@ -96,14 +96,14 @@ func (e *Engine) wakeParentOfFinished(ctx context.Context, id string) {
 // executor holds and no longer executes: their code stopped without the
 // release going through (an outage, a finish that found the run
 // cancelled before the cancel's notification arrived).
-func (e *Engine) releaseStopped(ctx context.Context, executing map[string]bool) error {
-	hs, err := e.qq.OwnStopping(ctx, e.pool, e.cfg.ExecutorID)
+func (rn *runner) releaseStopped(ctx context.Context, executing map[string]bool) error {
+	hs, err := rn.e.qq.OwnStopping(ctx, rn.e.pool, rn.e.cfg.ExecutorID)
 	if err != nil {
 		return err
 	}
 	for _, h := range hs {
-		if !executing[h.ID] && e.active.load(h.ID) == nil {
-			if _, err := e.qq.Release(ctx, e.pool, sysdb.ReleaseParams{ID: h.ID, Epoch: h.Epoch}); err != nil {
+		if !executing[h.ID] && rn.active.load(h.ID) == nil {
+			if _, err := rn.e.qq.Release(ctx, rn.e.pool, sysdb.ReleaseParams{ID: h.ID, Epoch: h.Epoch}); err != nil {
 				return err
 			}
 		}

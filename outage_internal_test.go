@@ -66,8 +66,8 @@ func TestAdoptStrays(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e.noteDBTrouble()
-	e.wakeSweeper()
+	e.lease.NoteTrouble()
+	e.recov.Wake()
 	for id, want := range map[string]int{"plain-stray": 42, "queued-stray": 10} {
 		h, err := wf.Handle(ctx, id)
 		if err != nil {
@@ -107,8 +107,8 @@ func TestReleaseStoppedSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.noteDBTrouble()
-	e.wakeSweeper()
+	e.lease.NoteTrouble()
+	e.recov.Wake()
 	if got, err := next.Result(ctx); err != nil || got != 42 {
 		t.Fatalf("next: %d, %v; want 42", got, err)
 	}

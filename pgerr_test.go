@@ -62,7 +62,7 @@ func TestNotOursToFinish(t *testing.T) {
 		{&NonDeterminismError{WorkflowID: "w"}, false},
 		{fmt.Errorf("durable: record step: %w", &pgconn.PgError{Code: "23505"}), false},
 	} {
-		if got := (&Engine{lease: lease.New(lease.Config{})}).notOursToFinish(c.err); got != c.want {
+		if got := (&runner{e: &Engine{lease: lease.New(lease.Config{})}}).notOursToFinish(c.err); got != c.want {
 			t.Errorf("notOursToFinish(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}

@@ -2,7 +2,6 @@ package durable
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -142,11 +141,11 @@ func TryRegisterQueue(e *Engine, name string, opts *QueueOpts) (*Queue, error) {
 	if e.state != stateNew {
 		return nil, fmt.Errorf("%w: register queue %q before Launch", ErrInvalidArgument, name)
 	}
-	if _, dup := e.queues[name]; dup {
+	if _, dup := e.queues.byName[name]; dup {
 		return nil, fmt.Errorf("%w: queue %q is already registered", ErrInvalidArgument, name)
 	}
 	q := &Queue{e: e, name: name, opts: o, lane: dispatch.NewQueue(name)}
-	e.queues[name] = q
+	e.queues.byName[name] = q
 	return q, nil
 }
 
@@ -156,7 +155,7 @@ func TryRegisterQueue(e *Engine, name string, opts *QueueOpts) (*Queue, error) {
 func (e *Engine) QueueRef(name string) *Queue {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if q, ok := e.queues[name]; ok {
+	if q, ok := e.queues.byName[name]; ok {
 		return q
 	}
 	return &Queue{e: e, name: name}
@@ -303,7 +302,7 @@ type EnqueueOpts struct {
 func (w *Workflow[P, R]) Enqueue(ctx context.Context, q *Queue, in P, opts *EnqueueOpts) (*Handle[R], error) {
 	h, err := w.enqueue(ctx, w.e.pool, q, in, opts, false)
 	if err == nil {
-		w.e.queueReady(q)
+		w.e.queues.ready(q)
 	}
 	return h, err
 }
@@ -387,25 +386,6 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db sysdb.DBTX, q *Queue, i
 	return nil, &DuplicateError{Queue: q.name, DedupID: o.DedupID, ExistingID: holder}
 }
 
-// queueReady tells dispatchers that q has new work, after an enqueue has
-// committed: this process's own dispatcher directly, the others by a
-// notification (coalesced: see dispatch.Notifier).
-func (e *Engine) queueReady(q *Queue) {
-	if q.e == e {
-		q.wake()
-	}
-	if e.cfg.PollOnly {
-		return
-	}
-	e.notifier.Notify(q.name)
-}
-
-func (e *Engine) sendQueueNotify(name string) {
-	if err := e.q.Notify(e.hardCtx, e.pool, "q:"+name); err != nil && e.hardCtx.Err() == nil {
-		e.log.Warn("durable: notify queue", "queue", name, "err", err)
-	}
-}
-
 // wake makes this process's dispatcher of q, if it works q, look for work.
 func (q *Queue) wake() {
 	if q.lane != nil {
@@ -417,68 +397,3 @@ func (q *Queue) wake() {
 func (q *Queue) release() { q.releaseN(1) }
 
 func (q *Queue) releaseN(n int) { q.lane.Release(n) }
-
-// declareQueues writes the declared settings of every queue worked here.
-func (e *Engine) declareQueues(ctx context.Context) error {
-	for _, q := range e.queues {
-		declared, _ := json.Marshal(q.opts)
-		if err := e.qq.Declare(ctx, e.pool, sysdb.QueueDeclareParams{Name: q.name, Settings: q.opts.settings(),
-			Declared: string(declared)}); err != nil {
-			return fmt.Errorf("declare queue %q: %w", q.name, err)
-		}
-	}
-	return nil
-}
-
-// newDispatcher returns the dispatcher of the queues worked here, at
-// Launch once the workflows are registered.
-func (e *Engine) newDispatcher() *dispatch.Dispatcher {
-	var lanes []*dispatch.Queue
-	for _, q := range e.queues {
-		lanes = append(lanes, q.lane)
-	}
-	return dispatch.New(dispatch.Config{
-		Pool:         e.pool,
-		Queries:      e.qq,
-		ExecutorID:   e.cfg.ExecutorID,
-		AppVersion:   e.cfg.AppVersion,
-		Workflows:    e.names,
-		Queues:       lanes,
-		PollInterval: e.pollInterval,
-		Launch: func(ctx context.Context, lane *dispatch.Queue, got []sysdb.ClaimedRow) error {
-			return e.startClaimed(ctx, got, e.queues[lane.Name()])
-		},
-		Launching:    e.recov.EnterLaunch,
-		DBTrouble:    e.noteDBTrouble,
-		JudgesLeases: e.judgesLeases,
-		Logger:       e.log,
-	})
-}
-
-// requeue returns queued runs without a live owner to their queues (with
-// own, also this executor's runs left by its previous incarnation; see
-// dispatch.Dispatcher.Requeue).
-func (e *Engine) requeue(ctx context.Context, own bool) error {
-	return e.dispatcher.Requeue(ctx, own)
-}
-
-// enqueueDef enqueues a run of def on q under id, unless the ID exists
-// (created false); a run of another workflow under id is a
-// [*ConflictError]. It is the untyped path used by schedules.
-func (e *Engine) enqueueDef(ctx context.Context, def *wfDef, q *Queue, id string, input []byte) (created bool, err error) {
-	sp := e.tr.enqueue(ctx, def.name, id, q.name)
-	defer func() { sp.end(err) }()
-	res, err := e.qq.Enqueue(ctx, e.pool, sysdb.EnqueueParams{ID: id, Workflow: def.name, AppVersion: e.cfg.AppVersion,
-		Input: input, Queue: q.name, TraceContext: sp.traceparent()})
-	if err != nil {
-		return false, fmt.Errorf("durable: enqueue workflow %q id %q on queue %q: %w", def.name, id, q.name, err)
-	}
-	if !res.QueueFound {
-		return false, fmt.Errorf("%w: %q", ErrQueueNotFound, q.name)
-	}
-	if res.Inserted {
-		e.queueReady(q)
-		return true, nil
-	}
-	return false, e.checkExisting(ctx, e.pool, id, def.name, nil, "")
-}

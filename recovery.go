@@ -16,7 +16,7 @@ type claimed = sysdb.ClaimedRow
 // runs at Launch, the sweeper's takeover of runs without a live owner and
 // of strays, and the recovery slots (Config.RecoveryConcurrency) the runs
 // it claims execute in.
-func (e *Engine) newRecovery() *recovery.Service {
+func newRecovery(e *Engine) *recovery.Service {
 	return recovery.New(recovery.Config{
 		Pool:         e.pool,
 		Queries:      e.rcq,
@@ -26,23 +26,19 @@ func (e *Engine) newRecovery() *recovery.Service {
 		Slots:        e.cfg.RecoveryConcurrency,
 		Batch:        RecoveryBatchDefault,
 		LeaseTTL:     e.cfg.LeaseTTL,
-		PollInterval: e.pollInterval,
+		PollInterval: e.listener.interval,
 		Logger:       e.log,
 		Launch: func(ctx context.Context, runs []sysdb.ClaimedRow) error {
-			return e.startClaimed(ctx, runs, nil)
+			return e.runner.startClaimed(ctx, runs, nil)
 		},
-		JudgesLeases:   e.judgesLeases,
-		NoteTrouble:    e.noteDBTrouble,
+		JudgesLeases:   e.lease.JudgesLeases,
+		NoteTrouble:    e.lease.NoteTrouble,
 		TakeStrayCheck: e.lease.TakeStrayCheck,
-		Executing:      e.active.ids,
-		IsExecuting:    func(id string) bool { return e.active.load(id) != nil },
-		ReleaseStopped: e.releaseStopped,
-		Requeue:        e.requeue,
-		WakeQueue: func(name string) {
-			if q := e.queues[name]; q != nil {
-				q.wake()
-			}
-		},
+		Executing:      e.runner.active.ids,
+		IsExecuting:    func(id string) bool { return e.runner.active.load(id) != nil },
+		ReleaseStopped: e.runner.releaseStopped,
+		Requeue:        e.queues.requeue,
+		WakeQueue:      e.queues.wake,
 		NextWake: func(ctx context.Context) (*time.Duration, error) {
 			next, ok, err := e.wq.NextWake(ctx, e.pool)
 			if err != nil || !ok {
@@ -51,19 +47,4 @@ func (e *Engine) newRecovery() *recovery.Service {
 			return &next, nil
 		},
 	})
-}
-
-// deadLetter moves claimed run c, over its recovery limit, to the dead
-// status instead of running it.
-func (e *Engine) deadLetter(ctx context.Context, c claimed, limit int) {
-	dle := &DeadLetterError{WorkflowID: c.ID, Attempts: c.Attempts - 1, Limit: limit}
-	errb := encodeError(dle)
-	if _, err := e.rcq.DeadLetter(ctx, e.pool, sysdb.DeadLetterParams{ID: c.ID, Epoch: c.Epoch, Error: errb}); err != nil {
-		e.log.Warn("durable: dead-letter run", "workflow_id", c.ID, "err", err)
-		return
-	}
-	e.log.Error("durable: run dead-lettered: its executor kept dying while running it", "workflow_id", c.ID,
-		"workflow", c.Name, "recovery_attempts", c.Attempts-1, "limit", limit)
-	e.tr.deadLetter(&c, limit, dle)
-	e.hub.Wake(c.ID, &outcome{status: StatusDead, err: errb})
 }

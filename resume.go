@@ -20,21 +20,17 @@ import (
 // by one query when claimed runs are resumed.
 const resumeLoadBytes = 16 << 20
 
-// giveSlots gives n recovery slots back, waking the sweeper if it waits
-// for them.
-func (e *Engine) giveSlots(n int) { e.recov.GiveSlots(n) }
-
 // startClaimed loads the recorded steps of runs this executor just claimed
 // and executes them (or dead-letters those over their recovery limit). q is
 // the queue whose slots they take, if any; without one, each run holds a
 // recovery slot taken before the claim, given back when its execution ends
 // (or at once if it does not start).
-func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) error {
+func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) error {
 	release := func(n int) {
 		if q != nil {
 			q.releaseN(n)
 		} else {
-			e.giveSlots(n)
+			rn.e.recov.GiveSlots(n)
 		}
 	}
 	// A queued run at epoch 1 was just claimed for the first time (it
@@ -43,13 +39,13 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 	// is made at epoch 0 with the steps it copied.)
 	var load []claimed
 	for _, c := range got {
-		def := e.defs[c.Name]
+		def := rn.e.defs[c.Name]
 		switch {
 		case c.Attempts > def.maxRecovery:
-			e.deadLetter(ctx, c, def.maxRecovery)
+			rn.deadLetter(ctx, c, def.maxRecovery)
 			release(1)
 		case q != nil && c.Epoch == 1:
-			e.resumeOne(c, nil, q)
+			rn.resumeOne(c, nil, q)
 		default:
 			load = append(load, c)
 		}
@@ -61,9 +57,9 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 		}
 		var steps map[string]map[int]*stepRecord
 		var n int
-		err := e.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
+		err := rn.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
 			var err error
-			steps, n, err = e.loadSteps(ctx, ids)
+			steps, n, err = rn.loadSteps(ctx, ids)
 			return err
 		})
 		if err == nil && n == 0 {
@@ -73,12 +69,12 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 			// Claimed but not started (a database error that is not a lost
 			// connection, or shutdown): the runs stay owned by us and pending;
 			// the sweeper resumes them as strays, or the next boot does.
-			e.noteDBTrouble()
+			rn.e.lease.NoteTrouble()
 			release(len(load))
 			return fmt.Errorf("load steps of %d claimed runs: %w", len(ids), err)
 		}
 		for _, c := range load[:n] {
-			e.resumeOne(c, steps[c.ID], q)
+			rn.resumeOne(c, steps[c.ID], q)
 		}
 		load = load[n:]
 	}
@@ -86,31 +82,31 @@ func (e *Engine) startClaimed(ctx context.Context, got []claimed, q *Queue) erro
 }
 
 // resumeOne executes claimed run c with its recorded steps.
-func (e *Engine) resumeOne(c claimed, steps map[int]*stepRecord, q *Queue) {
+func (rn *runner) resumeOne(c claimed, steps map[int]*stepRecord, q *Queue) {
 	if c.Attempts > 0 {
-		e.log.Info("durable: resuming run", "workflow_id", c.ID, "workflow", c.Name, "recovery_attempt", c.Attempts, "recorded_steps", len(steps))
+		rn.e.log.Info("durable: resuming run", "workflow_id", c.ID, "workflow", c.Name, "recovery_attempt", c.Attempts, "recorded_steps", len(steps))
 	}
-	r := e.newRun(c.ID, c.Name, c.Epoch, steps, c.Deadline)
+	r := rn.newRun(c.ID, c.Name, c.Epoch, steps, c.Deadline)
 	r.queue = q
-	e.tr.claimed(r, &c)
+	rn.e.tr.claimed(r, &c)
 	var done func()
 	if q == nil {
-		done = func() { e.giveSlots(1) }
+		done = func() { rn.e.recov.GiveSlots(1) }
 	}
-	e.launchThen(r, e.defs[c.Name], c.Input, done)
+	rn.launchThen(r, rn.e.defs[c.Name], c.Input, done)
 }
 
 // loadSteps reads the recorded steps of the first runs of ids, in order,
 // whose outputs and errors fit the load budget (at least the first run):
 // n is how many runs it read.
-func (e *Engine) loadSteps(ctx context.Context, ids []string) (out map[string]map[int]*stepRecord, n int, err error) {
-	budget := e.knobs.ResumeLoadBytes
+func (rn *runner) loadSteps(ctx context.Context, ids []string) (out map[string]map[int]*stepRecord, n int, err error) {
+	budget := rn.e.knobs.ResumeLoadBytes
 	if budget == 0 {
 		budget = resumeLoadBytes
 	}
 	out = make(map[string]map[int]*stepRecord, len(ids))
 	bytes := 0
-	err = e.q.LoadStepsMany(ctx, e.pool, sysdb.LoadStepsManyParams{WorkflowIDs: ids, Budget: budget}, func(s sysdb.LoadStepsManyRow) {
+	err = rn.e.q.LoadStepsMany(ctx, rn.e.pool, sysdb.LoadStepsManyParams{WorkflowIDs: ids, Budget: budget}, func(s sysdb.LoadStepsManyRow) {
 		n = max(n, s.Run+1)
 		if !s.HasStep {
 			return // a run without recorded steps
@@ -125,8 +121,23 @@ func (e *Engine) loadSteps(ctx context.Context, ids []string) (out map[string]ma
 	if err != nil {
 		return nil, 0, err
 	}
-	if e.knobs.OnResumeLoad != nil {
-		e.knobs.OnResumeLoad(n, bytes)
+	if rn.e.knobs.OnResumeLoad != nil {
+		rn.e.knobs.OnResumeLoad(n, bytes)
 	}
 	return out, n, nil
+}
+
+// deadLetter moves claimed run c, over its recovery limit, to the dead
+// status instead of running it.
+func (rn *runner) deadLetter(ctx context.Context, c claimed, limit int) {
+	dle := &DeadLetterError{WorkflowID: c.ID, Attempts: c.Attempts - 1, Limit: limit}
+	errb := encodeError(dle)
+	if _, err := rn.e.rcq.DeadLetter(ctx, rn.e.pool, sysdb.DeadLetterParams{ID: c.ID, Epoch: c.Epoch, Error: errb}); err != nil {
+		rn.e.log.Warn("durable: dead-letter run", "workflow_id", c.ID, "err", err)
+		return
+	}
+	rn.e.log.Error("durable: run dead-lettered: its executor kept dying while running it", "workflow_id", c.ID,
+		"workflow", c.Name, "recovery_attempts", c.Attempts-1, "limit", limit)
+	rn.e.tr.deadLetter(&c, limit, dle)
+	rn.e.hub.Wake(c.ID, &outcome{status: StatusDead, err: errb})
 }

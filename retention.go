@@ -82,7 +82,7 @@ func (e *Engine) Prune(ctx context.Context, before time.Time, opts *PruneOpts) (
 
 // newRetention makes the engine's retention pass (internal/maintenance),
 // started at Launch when Config.Retention is set; Prune works without it.
-func (e *Engine) newRetention() *maintenance.Retention {
+func newRetention(e *Engine) *maintenance.Retention {
 	return maintenance.NewRetention(maintenance.RetentionConfig{Pool: e.pool, Queries: sysdb.NewRetentionQueries(e.cfg.Schema),
 		Retention: e.cfg.Retention, Interval: e.cfg.RetentionInterval, Logger: e.log})
 }

@@ -146,10 +146,10 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 					err = fmt.Errorf("durable: %s: InputFunc panicked: %v", what, p)
 				}
 			}()
-			return e.encodePayload(f(tick), "%s", what)
+			return encodePayload(f(tick), e.cfg.MaxPayloadBytes, "%s", what)
 		}
 	} else {
-		b, err := e.encodePayload(o.Input, "%s", what)
+		b, err := encodePayload(o.Input, e.cfg.MaxPayloadBytes, "%s", what)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
@@ -333,7 +333,7 @@ func (f nowFunc) Now() time.Time { return f() }
 
 // newScheduler makes the engine's schedule service (internal/schedule):
 // it starts runs through the engine and reads the engine's clock.
-func (e *Engine) newScheduler() *schedule.Service {
+func newScheduler(e *Engine) *schedule.Service {
 	var clk clock.Clock = clock.Real{}
 	if e.knobs.Now != nil {
 		clk = nowFunc(e.knobs.Now)
@@ -343,31 +343,17 @@ func (e *Engine) newScheduler() *schedule.Service {
 		DB:           e.pool,
 		Clock:        clk,
 		Log:          e.log,
-		PollInterval: e.pollInterval,
+		PollInterval: e.listener.interval,
 		CanStart:     e.canStart,
 		Start: func(ctx context.Context, workflow, id string, input []byte) (bool, error) {
-			return e.startDef(ctx, e.defs[workflow], id, input)
+			return e.runner.start(ctx, e.defs[workflow], id, input)
 		},
 		Enqueue: func(ctx context.Context, workflow, queue, id string, input []byte) (bool, error) {
-			return e.enqueueDef(ctx, e.defs[workflow], e.QueueRef(queue), id, input)
+			return e.queues.enqueue(ctx, e.defs[workflow], e.QueueRef(queue), id, input)
 		},
 		Registered: func(workflow string) bool {
 			_, ok := e.defs[workflow]
 			return ok
 		},
 	})
-}
-
-// startSchedules stores the declared schedules, starts the ticks due now
-// and, if this binary declares any schedule, starts the schedule loop. It
-// runs at the end of Launch.
-func (e *Engine) startSchedules() {
-	if err := e.sched.Start(e.hardCtx); err != nil {
-		e.log.Warn("durable: start schedules", "err", err)
-	}
-}
-
-// stopSchedules stops the schedule loop.
-func (e *Engine) stopSchedules() {
-	_ = e.sched.Stop(context.Background())
 }

@@ -20,14 +20,6 @@ const (
 	maxFileLines = 800
 )
 
-// shapeDebt holds the types not yet split, with the count each may not
-// exceed: a ratchet, lowered as methods move out, removed at maxMethods.
-// Engine still holds the runner (launching, executing and finishing
-// runs), the listener's wiring and the API's helpers.
-var shapeDebt = map[string]int{
-	"..Engine": 73,
-}
-
 // TestShape fails when a type of the module has more than maxMethods
 // methods or a source file more than maxFileLines lines.
 func TestShape(t *testing.T) {
@@ -70,12 +62,8 @@ func TestShape(t *testing.T) {
 	}
 	var over []string
 	for typ, n := range methods {
-		limit := maxMethods
-		if debt, ok := shapeDebt[typ]; ok {
-			limit = debt
-		}
-		if n > limit {
-			over = append(over, typ+": "+strconv.Itoa(n)+" methods (at most "+strconv.Itoa(limit)+")")
+		if n > maxMethods {
+			over = append(over, typ+": "+strconv.Itoa(n)+" methods (at most "+strconv.Itoa(maxMethods)+")")
 		}
 	}
 	sort.Strings(over)

@@ -343,7 +343,7 @@ func record[R any](r *run, pos int, name string, out R, attempts int, runErr err
 	status := stepDone
 	if runErr == nil {
 		var err error
-		output, err = r.e.encodePayload(out, "output of step %q", name)
+		output, err = encodePayload(out, r.e.cfg.MaxPayloadBytes, "output of step %q", name)
 		if err != nil {
 			runErr = err
 		}
@@ -512,7 +512,7 @@ func txAttempt[R any](r *run, sp *tspan, pos int, name string, n int, started ti
 	if c.Conn().PgConn().TxStatus() != 'T' {
 		return out, nil, false, Permanent(fmt.Errorf("durable: step %q: the function committed, rolled back or broke its transaction; the engine commits it", name))
 	}
-	output, err = r.e.encodePayload(out, "output of step %q", name)
+	output, err = encodePayload(out, r.e.cfg.MaxPayloadBytes, "output of step %q", name)
 	if err != nil {
 		return out, nil, false, err
 	}
@@ -618,7 +618,7 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 	var output, errb []byte
 	status := stepDone
 	if runErr == nil {
-		output, runErr = r.e.encodePayload(out, "output of step %q", name)
+		output, runErr = encodePayload(out, r.e.cfg.MaxPayloadBytes, "output of step %q", name)
 	}
 	if runErr != nil {
 		status, output, errb = stepError, nil, encodeError(runErr)

@@ -101,7 +101,7 @@ func streamWrite[T any](ctx context.Context, r *run, inWorkflow bool, key string
 	if err := checkName("stream key", key); err != nil {
 		return err
 	}
-	value, err := r.e.encodeArg(v, "stream %q entry", key)
+	value, err := encodeArg(v, r.e.cfg.MaxPayloadBytes, "stream %q entry", key)
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func StreamRead[T any](ctx context.Context, e *Engine, workflowID, key string, f
 				unsubscribe()
 				continue
 			}
-			t := time.NewTimer(e.pollInterval())
+			t := time.NewTimer(e.listener.interval())
 			select {
 			case <-ew.Done():
 			case <-fw.Done():

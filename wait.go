@@ -72,7 +72,7 @@ func (r *run) park(wake time.Time, topic string) error {
 			return err
 		})
 	}
-	r.e.wakeSweeper() // it computes the next wake-up time
+	r.e.recov.Wake() // it computes the next wake-up time
 	if r.debugEnabled() {
 		r.log().Debug("durable: run parked", "wake_at", wake, "topic", topic)
 	}

@@ -97,7 +97,7 @@ func TryRegister[P, R any](e *Engine, name string, fn func(wctx Context, in P) (
 		if err != nil {
 			return nil, err
 		}
-		return e.encodePayload(out, "output of workflow %q", name)
+		return encodePayload(out, e.cfg.MaxPayloadBytes, "output of workflow %q", name)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -207,7 +207,7 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 	if err := checkName("workflow ID", id); err != nil {
 		return "", nil, err
 	}
-	input, err := w.e.encodeArg(in, "input of workflow %q", w.def.name)
+	input, err := encodeArg(in, w.e.cfg.MaxPayloadBytes, "input of workflow %q", w.def.name)
 	return id, input, err
 }
 
@@ -215,8 +215,8 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 // input, a message, an event value): one that JSON cannot encode (a
 // channel, a func, a cycle, a failing MarshalJSON) is an
 // [ErrInvalidArgument], still permanent.
-func (e *Engine) encodeArg(v any, what, name string) ([]byte, error) {
-	b, err := e.encodePayload(v, what, name)
+func encodeArg(v any, limit int, what, name string) ([]byte, error) {
+	b, err := encodePayload(v, limit, what, name)
 	if err != nil && !errors.Is(err, ErrPayloadTooLarge) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
@@ -233,7 +233,7 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 	inserted, err := e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: w.def.name, Input: input, ParentID: parent, Deadline: deadline,
 		TraceContext: sp.traceparent()})
 	if err != nil {
-		e.noteDBTrouble()
+		e.lease.NoteTrouble()
 		e.hub.Unsubscribe(id, local)
 		return nil, fmt.Errorf("durable: start workflow %q id %q: %w", w.def.name, id, err)
 	}
@@ -242,9 +242,9 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 		sp.existing()
 		return w.existing(ctx, e.pool, id, want, parent)
 	}
-	r := e.newRun(id, w.def.name, 1, nil, deadline)
+	r := e.runner.newRun(id, w.def.name, 1, nil, deadline)
 	e.tr.run(r, sp.spanContext(), 0, nil, nil)
-	e.launch(r, w.def, input)
+	e.runner.launch(r, w.def, input)
 	return &Handle[R]{e: e, id: id, local: local}, nil
 }
 
@@ -256,7 +256,7 @@ type queryer = sysdb.DBTX
 // and, unless input is nil, that it was started with input (see
 // checkExisting for parent).
 func (w *Workflow[P, R]) existing(ctx context.Context, q queryer, id string, input []byte, parent string) (*Handle[R], error) {
-	if err := w.e.checkExisting(ctx, q, id, w.def.name, input, parent); err != nil {
+	if err := checkExisting(ctx, w.e.q, q, id, w.def.name, input, parent); err != nil {
 		return nil, err
 	}
 	return &Handle[R]{e: w.e, id: id}, nil
@@ -271,8 +271,8 @@ func (w *Workflow[P, R]) existing(ctx context.Context, q queryer, id string, inp
 // parent (not "") is that parent's own start, made again by its replay
 // after a crash between the child's insert and the start's checkpoint:
 // the parent gets its child back, as a recorded start would give it.
-func (e *Engine) checkExisting(ctx context.Context, q queryer, id, name string, input []byte, parent string) error {
-	info, err := e.readRun(ctx, q, id)
+func checkExisting(ctx context.Context, qs *sysdb.Queries, q queryer, id, name string, input []byte, parent string) error {
+	info, err := readRun(ctx, qs, q, id)
 	if err != nil {
 		return err
 	}
@@ -391,7 +391,7 @@ func (h *Handle[R]) ID() string { return h.id }
 
 // Status returns the run's current status.
 func (h *Handle[R]) Status(ctx context.Context) (Status, error) {
-	info, err := h.e.readRun(ctx, h.e.pool, h.id)
+	info, err := readRun(ctx, h.e.q, h.e.pool, h.id)
 	if err != nil {
 		return "", err
 	}
@@ -420,7 +420,7 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 	e := h.e
 	for {
 		w := e.hub.Subscribe(h.id)
-		info, err := e.readRun(ctx, e.pool, h.id)
+		info, err := readRun(ctx, e.q, e.pool, h.id)
 		if err != nil {
 			e.hub.Unsubscribe(h.id, w)
 			return zero, err
@@ -443,7 +443,7 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			e.hub.Unsubscribe(h.id, w)
 			return decodeOutcome[R](h.id, &outcome{status: info.status, output: info.output, err: info.err})
 		}
-		t := time.NewTimer(e.pollInterval())
+		t := time.NewTimer(e.listener.interval())
 		woken := false
 		select {
 		case <-w.Done():
@@ -489,11 +489,12 @@ type runInfo struct {
 	deadline             *time.Time
 }
 
-func (e *Engine) readRun(ctx context.Context, q queryer, id string) (*runInfo, error) {
+// readRun reads the stored run id through qs on q.
+func readRun(ctx context.Context, qs *sysdb.Queries, q queryer, id string) (*runInfo, error) {
 	if err := checkName("workflow ID", id); err != nil {
 		return nil, err
 	}
-	row, found, err := e.q.WorkflowByID(ctx, q, id)
+	row, found, err := qs.WorkflowByID(ctx, q, id)
 	if err != nil {
 		return nil, fmt.Errorf("durable: read workflow %q: %w", id, err)
 	}
@@ -516,30 +517,6 @@ func Now(wctx Context) (time.Time, error) {
 // value. Use it instead of generating random IDs in workflow code.
 func NewID(wctx Context) (string, error) {
 	return Step(wctx, "durable.id", func(context.Context) (string, error) { return uuid.NewString(), nil }, &StepOpts{Retry: noRetry})
-}
-
-// startDef inserts a run of def with the given ID and encoded input and, if
-// this call created it, executes it in this process. An existing run with
-// that ID is left alone (created reports false); a run of another workflow
-// under that ID is a [*ConflictError]. It is the untyped path used by
-// schedules.
-func (e *Engine) startDef(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
-	defer e.recov.EnterLaunch()()
-	sp := e.tr.start(ctx, "durable.start", def.name, id)
-	defer func() { sp.end(err) }()
-	created, err = e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: def.name, Input: input, TraceContext: sp.traceparent()})
-	if err != nil {
-		e.noteDBTrouble()
-		return false, fmt.Errorf("durable: start workflow %q id %q: %w", def.name, id, err)
-	}
-	if !created {
-		sp.existing()
-		return false, e.checkExisting(ctx, e.pool, id, def.name, nil, "")
-	}
-	r := e.newRun(id, def.name, 1, nil, nil)
-	e.tr.run(r, sp.spanContext(), 0, nil, nil)
-	e.launch(r, def, input)
-	return true, nil
 }
 
 // awaited is the recorded outcome of a child awaited with Handle.Await.
@@ -572,7 +549,7 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 			var info *runInfo
 			err := r.retryDB("read child", func(ctx context.Context) error {
 				var err error
-				info, err = r.e.readRun(ctx, r.e.pool, h.id)
+				info, err = readRun(ctx, r.e.q, r.e.pool, h.id)
 				return err
 			})
 			if err != nil {
@@ -599,7 +576,7 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 				r.e.hub.Unsubscribe(h.id, w)
 				return zero, r.parkOnChild(h.id)
 			}
-			err = r.waitFor(w.Done(), min(remaining, r.e.pollInterval()))
+			err = r.waitFor(w.Done(), min(remaining, r.e.listener.interval()))
 			r.e.hub.Unsubscribe(h.id, w)
 			if err != nil {
 				return zero, err
@@ -625,7 +602,7 @@ func (r *run) parkOnChild(child string) error {
 	// The child may have finished before the park committed: look again,
 	// riding out an outage (a lost wake-up would park us for good).
 	_ = r.retryDB("wake parked parent", func(ctx context.Context) error {
-		info, err := r.e.readRun(ctx, r.e.pool, child)
+		info, err := readRun(ctx, r.e.q, r.e.pool, child)
 		if err != nil || !info.status.Finished() {
 			return err
 		}

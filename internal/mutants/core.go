@@ -79,9 +79,9 @@ func init() {
 		Mutant{
 			Name:      "shutdown/hand-back",
 			Mechanism: "a run stopped by Shutdown is handed back without counting a recovery attempt",
-			Edits: []Edit{{File: "run.go",
-				Find:    "\tif e.hardCtx.Err() != nil {\n\t\treturn\n\t}\n\tif _, err := e.wq.HandBack(",
-				Replace: "\tif true {\n\t\treturn\n\t}\n\tif _, err := e.wq.HandBack("}},
+			Edits: []Edit{{File: "runner.go",
+				Find:    "\tif rn.e.hardCtx.Err() != nil {\n\t\treturn\n\t}\n\tif _, err := rn.e.wq.HandBack(",
+				Replace: "\tif true {\n\t\treturn\n\t}\n\tif _, err := rn.e.wq.HandBack("}},
 			Pkg: ".", Tests: "TestGracefulStopsDoNotCount",
 		},
 		Mutant{

@@ -43,7 +43,7 @@ func init() {
 		Mutant{
 			Name:      "pooler/listen-check",
 			Mechanism: "Launch finds a LISTEN that delivers nothing and polls instead",
-			Edits: []Edit{{File: "dbos.go",
+			Edits: []Edit{{File: "listen.go",
 				Find:    "\t\treturn errDeafListen",
 				Replace: "\t\treturn nil"}},
 			Pkg: ".", Tests: "TestLaunchChecksListen",

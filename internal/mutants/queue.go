@@ -128,9 +128,9 @@ func init() {
 		Mutant{
 			Name:      "notify/queue",
 			Mechanism: "the 'q:' notification after an Enqueue (sendQueueNotify)",
-			Edits: []Edit{{File: "queue.go",
-				Find:    `err := e.q.Notify(e.hardCtx, e.pool, "q:"+name)`,
-				Replace: `_, err := e.pool.Exec(e.hardCtx, "SELECT $1::text", "q:"+name)`}},
+			Edits: []Edit{{File: "queue_set.go",
+				Find:    `err := qs.e.q.Notify(qs.e.hardCtx, qs.e.pool, "q:"+name)`,
+				Replace: `_, err := qs.e.pool.Exec(qs.e.hardCtx, "SELECT $1::text", "q:"+name)`}},
 			Pkg: ".", Tests: "TestQueueWakeUpAcrossProcesses",
 		},
 		Mutant{
