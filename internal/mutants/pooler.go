@@ -41,6 +41,14 @@ func init() {
 			Pkg: ".", Tests: "TestPollOnlySendsNoNotifications",
 		},
 		Mutant{
+			Name:      "pooler/poll-only-silent-hand-back",
+			Mechanism: "with PollOnly the boot hand-back of runs sends no notification either",
+			Edits: []Edit{{File: "internal/sysdb/recovery_queries.go",
+				Find:    "THEN ` + n(\"'n:'\") + ` END)::text",
+				Replace: "THEN pg_notify('` + ChannelName(schema) + `', 'n:') END)::text"}},
+			Pkg: "./internal/sysdb", Tests: "TestHandBackOwn",
+		},
+		Mutant{
 			Name:      "pooler/listen-check",
 			Mechanism: "Launch finds a LISTEN that delivers nothing and polls instead",
 			Edits: []Edit{{File: "listen.go",

@@ -31,8 +31,6 @@ type RecoveryQueries struct {
 func NewRecoveryQueries(schema, channel string) *RecoveryQueries {
 	r := func(s string) string { return Render(s, schema) }
 	n := notifier(channel)
-	// HandBackOwn notifies on the schema's channel whatever channel is.
-	wakeAll := ChannelName(schema)
 	return &RecoveryQueries{
 		// Boot recovery: take every pending run of this executor ID (left by a
 		// previous incarnation) that this binary can run. The epoch bump fences
@@ -59,7 +57,7 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
 		AND queue_name IS NULL AND NOT (id = ANY($4::text[]))
 	RETURNING 1)
-SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify('` + wakeAll + `', 'n:') END)::text FROM (SELECT count(*) AS n FROM u) c`),
+SELECT c.n, (CASE WHEN c.n > 0 THEN ` + n("'n:'") + ` END)::text FROM (SELECT count(*) AS n FROM u) c`),
 
 		// Takeover: pending runs whose owner has no live lease, or no owner.
 		// A run that was never claimed (epoch 0, started by StartTx) does not

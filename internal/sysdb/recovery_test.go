@@ -164,8 +164,13 @@ func TestHandBackOwn(t *testing.T) {
 	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{ChannelName(schema)}.Sanitize())
 	require.NoError(t, err)
 
-	q := NewRecoveryQueries(schema, "")
-	n, err := q.HandBackOwn(ctx, pool, HandBackOwnParams{ExecutorID: "me", AppVersion: "v", Names: []string{"w"}, Claimed: []string{"kept"}})
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+
+	// Without a channel (PollOnly) nothing is sent: the first notification
+	// to arrive is one sent after the statement.
+	silent := NewRecoveryQueries(schema, "")
+	n, err := silent.HandBackOwn(ctx, pool, HandBackOwnParams{ExecutorID: "me", AppVersion: "v", Names: []string{"w"}, Claimed: []string{"kept"}})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n)
 	require.Equal(t, "pending me 2 0", runState(t, pool, schema, "kept"))
@@ -173,9 +178,20 @@ func TestHandBackOwn(t *testing.T) {
 	require.Equal(t, "pending - 2 0", runState(t, pool, schema, "back-2"))
 	require.Equal(t, "pending me 1 0", runState(t, pool, schema, "queued"))
 	require.Equal(t, "pending me 1 0", runState(t, pool, schema, "other-version"))
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	_, err = pool.Exec(ctx, "SELECT pg_notify($1, 'after')", ChannelName(schema))
+	require.NoError(t, err)
 	note, err := conn.WaitForNotification(wctx)
+	require.NoError(t, err)
+	require.Equal(t, "after", note.Payload, "no notification without a channel")
+
+	// With the schema's channel, one notification wakes the sweepers.
+	on(t, pool, schema, `UPDATE {{schema}}.workflows SET executor_id = 'me' WHERE id IN ('back-1', 'back-2')`)
+	q := NewRecoveryQueries(schema, ChannelName(schema))
+	n, err = q.HandBackOwn(ctx, pool, HandBackOwnParams{ExecutorID: "me", AppVersion: "v", Names: []string{"w"}, Claimed: []string{"kept"}})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	require.Equal(t, "pending - 3 0", runState(t, pool, schema, "back-1"))
+	note, err = conn.WaitForNotification(wctx)
 	require.NoError(t, err, "the sweepers are woken")
 	require.Equal(t, "n:", note.Payload)
 
