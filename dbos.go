@@ -556,15 +556,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	_ = e.retention.Stop(wait)
 	_ = e.sched.Stop(context.Background())
 	_ = e.queues.dispatcher.Stop(context.Background()) // no pass may launch runs past this point
-	drained := make(chan struct{})
-	go func() { e.runner.wait(); close(drained) }()
-	var err error
-	select {
-	case <-drained:
-	case <-ctx.Done():
-		e.hardCancel(ErrShutdown)
-		err = fmt.Errorf("durable: shutdown: runs still in flight: %w", ctx.Err())
-	}
+	err := e.runner.stop(ctx)
 	_ = e.lease.Stop(wait)
 	if err == nil {
 		// Every run stopped: let peers take over our pending runs now.

@@ -26,8 +26,20 @@ type runner struct {
 
 func newRunner(e *Engine) *runner { return &runner{e: e, workers: newWorkerPool()} }
 
-// wait returns when every execution launched here has ended.
-func (rn *runner) wait() { rn.runs.Wait() }
+// stop waits for every execution launched here to end: the runs stop at
+// their next step boundary once the engine is stopping. If ctx ends first,
+// it cancels the runs' contexts (the hard stop) and returns ctx's error.
+func (rn *runner) stop(ctx context.Context) error {
+	drained := make(chan struct{})
+	go func() { rn.runs.Wait(); close(drained) }()
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		rn.e.hardCancel(ErrShutdown)
+		return fmt.Errorf("durable: shutdown: runs still in flight: %w", ctx.Err())
+	}
+}
 
 // launch starts executing r on a worker goroutine.
 func (rn *runner) launch(r *run, def *wfDef, input []byte) { rn.launchThen(r, def, input, nil) }
