@@ -4,9 +4,9 @@ package sysdbtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -22,8 +22,10 @@ import (
 func Migrated(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
 	pool, schema := pgtest.Pool(tb), pgtest.Schema(tb)
-	_, here, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(here), "..", "..")
+	root, err := moduleRoot()
+	if err != nil {
+		tb.Fatalf("sysdbtest: %v", err)
+	}
 	migs, err := sysdb.LoadMigrations(os.DirFS(root), "migrations")
 	if err != nil {
 		tb.Fatalf("sysdbtest: %v", err)
@@ -67,3 +69,26 @@ func RecordedSteps(ctx context.Context, tb testing.TB, db sysdb.DBTX, schema, id
 	}
 	return names
 }
+
+// moduleRoot is the repository's root: the nearest directory above the
+// working directory (a test's package directory) with a go.mod and a
+// migrations folder. It does not use the source file's path, which
+// -trimpath (the mutation suite's builds) makes relative.
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if isFile(filepath.Join(d, "go.mod")) && isDir(filepath.Join(d, "migrations")) {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod with a migrations folder above %s", wd)
+		}
+	}
+}
+
+func isFile(p string) bool { st, err := os.Stat(p); return err == nil && st.Mode().IsRegular() }
+
+func isDir(p string) bool { st, err := os.Stat(p); return err == nil && st.IsDir() }
