@@ -329,38 +329,6 @@ func TestQueueDelayAndDeadline(t *testing.T) {
 	require.EqualValues(t, 1, ran.Load())
 }
 
-func TestRunDeadline(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	var after atomic.Int32
-	var wf *durable.Workflow[int, int]
-	b.engine(t, nil, func(e *durable.Engine) {
-		wf = durable.Register(e, "slow", func(wctx durable.Context, in int) (int, error) {
-			_, err := durable.Step(wctx, "wait", func(ctx context.Context) (int, error) {
-				<-ctx.Done() // the step's context ends at the run's deadline
-				return 0, ctx.Err()
-			}, nil)
-			if err != nil {
-				return 0, err
-			}
-			_, err = durable.Step(wctx, "after", func(ctx context.Context) (int, error) { after.Add(1); return 1, nil }, nil)
-			return 0, err
-		}, nil)
-	})
-	ctx := ctxT(t)
-	h, err := wf.Start(ctx, 1, &durable.StartOpts{Timeout: 200 * time.Millisecond})
-	require.NoError(t, err)
-	_, err = h.Result(ctx)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Zero(t, after.Load())
-	st, err := h.Status(ctx)
-	require.NoError(t, err)
-	require.Equal(t, durable.StatusError, st)
-	_, err = wf.Start(ctx, 1, &durable.StartOpts{Timeout: -1})
-	require.ErrorIs(t, err, durable.ErrInvalidArgument)
-	_ = fmt.Sprint
-}
-
 // TestQueueParkedRunsAndSlots: by default a parked run keeps its slot; with
 // ReleaseSlotWhileParked it gives it back and takes one again to go on.
 func TestQueueParkedRunsAndSlots(t *testing.T) {

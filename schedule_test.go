@@ -673,6 +673,92 @@ func TestScheduleStoredByAnotherBinary(t *testing.T) {
 	require.ErrorIs(t, err, durable.ErrNotRegistered)
 }
 
+// TestScheduleThroughQueue: a burst of catch-up ticks goes through a queue
+// and respects its concurrency limit; each tick is still run once.
+func TestScheduleThroughQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	clock := newClock(at(1, 0, 0, 30))
+	var mu sync.Mutex
+	running, maxRunning := 0, 0
+	declare := func(e *durable.Engine) {
+		q := durable.RegisterQueue(e, "one-at-a-time", &durable.QueueOpts{GlobalConcurrency: 1})
+		wf := durable.Register(e, "slow-tick", func(wctx durable.Context, tick time.Time) (string, error) {
+			mu.Lock()
+			running++
+			maxRunning = max(maxRunning, running)
+			mu.Unlock()
+			_, err := durable.Step(wctx, "work", func(ctx context.Context) (int, error) {
+				time.Sleep(20 * time.Millisecond)
+				return 1, nil
+			}, nil)
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return tick.Format(time.RFC3339), err
+		}, nil)
+		durable.Schedule(wf, "queued", "0 * * * * *", &durable.ScheduleOpts[time.Time]{
+			InputFunc: func(t time.Time) time.Time { return t }, CatchUp: 4, Queue: q,
+		})
+	}
+	first := b.engine(t, withClock(clock), declare)
+	require.NoError(t, first.Shutdown(ctxT(t)))
+	clock.Set(at(1, 0, 10, 30))
+	b.engine(t, withClock(clock), declare)
+	want := ids("queued", at(1, 0, 6, 0), at(1, 0, 7, 0), at(1, 0, 8, 0), at(1, 0, 9, 0), at(1, 0, 10, 0))
+	require.Equal(t, want, b.runIDs(t, "queued"))
+	q := "SELECT count(*) FROM " + b.schema + ".workflows WHERE id LIKE 'sched:queued:%' AND status = 'success' AND queue_name = 'one-at-a-time'"
+	require.Eventually(t, func() bool {
+		var n int
+		_ = b.pool.QueryRow(ctxT(t), q).Scan(&n)
+		return n == len(want)
+	}, 30*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, maxRunning, "the queue's limit held for the burst")
+}
+
+// TestTriggerScheduleFromElsewhere: a process that does not declare the
+// schedule, and is not even launched (an operator tool), triggers it; an
+// executor that declares it starts the run, once, even when the trigger
+// is asked for twice, and while the schedule is paused.
+func TestTriggerScheduleFromElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var rec *tickRecorder
+	worker := b.engine(t, nil, func(e *durable.Engine) {
+		rec = registerTickRecorder(e, "rt")
+		durable.Schedule(rec.wf, "rt", "0 0 1 1 *", tickInput(0)) // yearly: never fires during the test
+	})
+	ctx := ctxT(t)
+	require.NoError(t, worker.PauseSchedule(ctx, "rt"))
+
+	ops, err := durable.New(b.pool, b.cfg) // never launched
+	require.NoError(t, err)
+	tick := time.Date(2031, 2, 3, 4, 5, 6, 7_000_000, time.UTC)
+	id, err := ops.TriggerSchedule(ctx, "rt", tick)
+	require.NoError(t, err)
+	require.Equal(t, "sched:rt:manual:2031-02-03T04:05:06.007Z", id)
+	again, err := ops.TriggerSchedule(ctx, "rt", tick)
+	require.NoError(t, err)
+	require.Equal(t, id, again)
+
+	var h *durable.Handle[string]
+	require.Eventually(t, func() bool {
+		h, err = rec.wf.Handle(ctx, id)
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the declaring executor starts the run")
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "2031-02-03T04:05:06Z 2031-02-03T04:05:06Z", out)
+	require.Eventually(t, func() bool { return len(schedule(t, ops, "rt").Triggers) == 0 }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, rec.executions(id))
+	require.Equal(t, []string{id}, b.runIDs(t, "rt"))
+
+	_, err = ops.TriggerSchedule(ctx, "missing", time.Time{})
+	require.ErrorIs(t, err, durable.ErrScheduleNotFound)
+}
+
 func countLines(logs string, parts ...string) int {
 	n := 0
 lines:

@@ -87,51 +87,6 @@ func TestTxStepErrorRollsBack(t *testing.T) {
 	require.Zero(t, n)
 }
 
-// TestAppVersionGatesRecovery: an executor only resumes runs of its own
-// application version.
-func TestAppVersionGatesRecovery(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	started := make(chan string, 1)
-	var v1 *durable.Workflow[int, string]
-	e1 := b.engine(t, func(c *durable.Config) { c.AppVersion = "v1"; c.ExecutorID = "old" }, func(e *durable.Engine) {
-		v1 = durable.Register(e, "versioned", func(wctx durable.Context, in int) (string, error) {
-			return "", blockUntilStopped(wctx, started)
-		}, nil)
-	})
-	ctx := ctxT(t)
-	_, err := v1.Start(ctx, 1, &durable.StartOpts{ID: "v1-run"})
-	require.NoError(t, err)
-	<-started
-	hardStop(t, e1)
-
-	var ran atomic.Int32
-	var v2 *durable.Workflow[int, string]
-	b.engine(t, func(c *durable.Config) { c.AppVersion = "v2"; c.ExecutorID = "new" }, func(e *durable.Engine) {
-		v2 = durable.Register(e, "versioned", func(wctx durable.Context, in int) (string, error) { ran.Add(1); return "v2", nil }, nil)
-	})
-	// v2 sees the orphan (its lease is gone after 1s) but leaves it alone.
-	h, err := v2.Handle(ctx, "v1-run")
-	require.NoError(t, err)
-	waitCtx, cancel := context.WithTimeout(ctx, 2500*1e6)
-	defer cancel()
-	_, err = h.Result(waitCtx)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Zero(t, ran.Load())
-	require.Contains(t, b.logs.String(), "wait for an executor of their application version")
-
-	// An executor of v1 finishes it.
-	var v1b *durable.Workflow[int, string]
-	b.engine(t, func(c *durable.Config) { c.AppVersion = "v1"; c.ExecutorID = "old-again" }, func(e *durable.Engine) {
-		v1b = durable.Register(e, "versioned", func(wctx durable.Context, in int) (string, error) { return "v1", nil }, nil)
-	})
-	h1, err := v1b.Handle(ctx, "v1-run")
-	require.NoError(t, err)
-	out, err := h1.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, "v1", out)
-}
-
 // TestTxStepOwnCommitRefused: a function that commits the engine's
 // transaction itself gets a clear permanent error.
 func TestTxStepOwnCommitRefused(t *testing.T) {

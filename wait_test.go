@@ -3,11 +3,11 @@ package durable_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,146 +117,6 @@ func TestRecvBadInput(t *testing.T) {
 	require.Contains(t, out, "negative")
 }
 
-// TestCancelResumeFork checks which steps run again after each control.
-func TestCancelResumeFork(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	var mu sync.Mutex
-	runs := map[string]int{} // "runID/step" -> executions
-	gate := make(chan struct{})
-	var wf *durable.Workflow[int, string]
-	var child *durable.Workflow[int, int]
-	e := b.engine(t, nil, func(e *durable.Engine) {
-		child = durable.Register(e, "child", func(wctx durable.Context, in int) (int, error) {
-			return in, durable.Sleep(wctx, time.Hour) // parks
-		}, nil)
-		wf = durable.Register(e, "three", func(wctx durable.Context, in int) (string, error) {
-			out := ""
-			for i := 0; i < 3; i++ {
-				s, err := durable.Step(wctx, fmt.Sprintf("s%d", i), func(ctx context.Context) (string, error) {
-					mu.Lock()
-					runs[fmt.Sprintf("%s/%d", wctx.WorkflowID(), i)]++
-					mu.Unlock()
-					if i == 1 && in == 1 {
-						select { // the first execution of step 1 waits to be cancelled
-						case <-gate:
-						case <-ctx.Done():
-							return "", ctx.Err()
-						}
-					}
-					return fmt.Sprint(i), nil
-				}, nil)
-				if err != nil {
-					return "", err
-				}
-				out += s
-			}
-			if in == 2 {
-				if _, err := child.StartChild(wctx, 7, nil); err != nil {
-					return "", err
-				}
-				return out, durable.Sleep(wctx, time.Hour)
-			}
-			return out, nil
-		}, nil)
-	})
-	ctx := ctxT(t)
-	count := func(id string, step int) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return runs[fmt.Sprintf("%s/%d", id, step)]
-	}
-
-	// Cancel while step 1 runs: the step's context is cancelled.
-	h, err := wf.Start(ctx, 1, &durable.StartOpts{ID: "c1"})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return count("c1", 1) == 1 }, 10*time.Second, time.Millisecond)
-	require.NoError(t, e.Cancel(ctx, "c1", nil))
-	_, err = h.Result(ctx)
-	require.ErrorIs(t, err, durable.ErrCancelled)
-	require.ErrorIs(t, err, context.Canceled)
-	st, err := h.Status(ctx)
-	require.NoError(t, err)
-	require.Equal(t, durable.StatusCancelled, st)
-	require.Equal(t, 0, count("c1", 2))
-
-	// Resume: step 0 is replayed, step 1 (never recorded) runs again.
-	close(gate)
-	require.NoError(t, e.Resume(ctx, "c1", nil))
-	out, err := h.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, "012", out)
-	require.Equal(t, 1, count("c1", 0), "step 0 was recorded before the cancel")
-	require.Equal(t, 2, count("c1", 1))
-	require.Equal(t, 1, count("c1", 2))
-	require.ErrorIs(t, e.Resume(ctx, "c1", nil), durable.ErrInvalidArgument, "a successful run cannot be resumed")
-
-	// Fork from step 2: steps 0 and 1 are reused, step 2 runs again.
-	fh, err := wf.Fork(ctx, "c1", 2, &durable.ForkOpts{ID: "c1-fork"})
-	require.NoError(t, err)
-	out, err = fh.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, "012", out)
-	require.Equal(t, 0, count("c1-fork", 0))
-	require.Equal(t, 0, count("c1-fork", 1))
-	require.Equal(t, 1, count("c1-fork", 2))
-	_, err = wf.Fork(ctx, "c1", 4, nil)
-	require.ErrorIs(t, err, durable.ErrInvalidArgument, "fork past the last step")
-	_, err = wf.Fork(ctx, "missing", 0, nil)
-	require.ErrorIs(t, err, durable.ErrWorkflowNotFound)
-
-	// Cancel a sleeping (parked) run with its children.
-	h2, err := wf.Start(ctx, 2, &durable.StartOpts{ID: "c2"})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		s, err := e.ListSteps(ctx, "c2")
-		return err == nil && len(s) >= 5
-	}, 10*time.Second, 2*time.Millisecond)
-	require.NoError(t, e.Cancel(ctx, "c2", &durable.CancelOpts{Children: true}))
-	_, err = h2.Result(ctx)
-	require.ErrorIs(t, err, durable.ErrCancelled)
-	ch, err := child.Handle(ctx, "c2/3")
-	require.NoError(t, err)
-	_, err = ch.Result(ctx)
-	require.ErrorIs(t, err, durable.ErrCancelled)
-	require.ErrorIs(t, e.Cancel(ctx, "nope", nil), durable.ErrWorkflowNotFound)
-}
-
-// TestCancelBetweenCalls: a run cancelled while its code waits outside a
-// durable call returns on its context; the cancel already recorded its
-// outcome, so the engine writes no finish and logs no lost result, with
-// and without deferred step checkpoints.
-func TestCancelBetweenCalls(t *testing.T) {
-	t.Parallel()
-	for _, deferSteps := range []bool{false, true} {
-		t.Run(fmt.Sprintf("defer=%v", deferSteps), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			waiting := make(chan struct{})
-			var wf *durable.Workflow[int, int]
-			e := b.engine(t, func(c *durable.Config) { c.DeferStepCheckpoints = deferSteps }, func(e *durable.Engine) {
-				wf = durable.Register(e, "waits", func(wctx durable.Context, in int) (int, error) {
-					if _, err := durable.Step(wctx, "s", func(context.Context) (int, error) { return in, nil }, nil); err != nil {
-						return 0, err
-					}
-					close(waiting)
-					<-wctx.Done()
-					return 0, wctx.Err()
-				}, nil)
-			})
-			ctx := ctxT(t)
-			h, err := wf.Start(ctx, 1, nil)
-			require.NoError(t, err)
-			<-waiting
-			require.NoError(t, e.Cancel(ctx, h.ID(), nil))
-			_, err = h.Result(ctx)
-			require.ErrorIs(t, err, durable.ErrCancelled)
-			require.NoError(t, e.Shutdown(ctx)) // the run's goroutine has ended
-			require.NotContains(t, b.logs.String(), "level=WARN", "nothing went wrong")
-		})
-	}
-}
-
 // TestSleepParksAndResumes: a sleep over the park threshold holds no
 // goroutine and is resumed by the sweeper when due.
 func TestSleepParksAndResumes(t *testing.T) {
@@ -287,50 +147,57 @@ func TestSleepParksAndResumes(t *testing.T) {
 	require.EqualValues(t, 2, entered.Load(), "parked once, then resumed by replay")
 }
 
-func TestPatchedBranches(t *testing.T) {
+// TestAwaitChildParks: a parent awaiting a long child parks (no goroutine)
+// and is woken by the child's finish; the outcome is recorded and an error
+// of the child comes back as recorded.
+func TestAwaitChildParks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	started := make(chan string, 1)
-	var v1 *durable.Workflow[int, string]
-	e1 := b.engine(t, func(c *durable.Config) { c.ExecutorID = "old-code" }, func(e *durable.Engine) {
-		v1 = durable.Register(e, "patchy", func(wctx durable.Context, in int) (string, error) {
-			a, err := durable.Step(wctx, "old-step", func(ctx context.Context) (string, error) { return "old", nil }, nil)
+	var parent *durable.Workflow[string, string]
+	var child *durable.Workflow[string, string]
+	var parentEntries atomic.Int32
+	e := b.engine(t, func(c *durable.Config) { c.ParkThreshold = 20 * time.Millisecond }, func(e *durable.Engine) {
+		child = durable.Register(e, "approver", func(wctx durable.Context, in string) (string, error) {
+			d, ok, err := durable.Recv[string](wctx, "decision", time.Hour)
+			if err != nil || !ok {
+				return "", fmt.Errorf("recv: %v %v", ok, err)
+			}
+			if d == "no" {
+				return "", durable.Permanent(errors.New("denied by " + in))
+			}
+			return d + " by " + in, nil
+		}, nil)
+		parent = durable.Register(e, "requester", func(wctx durable.Context, in string) (string, error) {
+			parentEntries.Add(1)
+			h, err := child.StartChild(wctx, in, nil)
 			if err != nil {
 				return "", err
 			}
-			return a, blockUntilStopped(wctx, started)
+			return h.Await(wctx)
 		}, nil)
 	})
 	ctx := ctxT(t)
-	_, err := v1.Start(ctx, 1, &durable.StartOpts{ID: "in-flight"})
-	require.NoError(t, err)
-	<-started
-	hardStop(t, e1)
-
-	var v2 *durable.Workflow[int, string]
-	b.engine(t, func(c *durable.Config) { c.ExecutorID = "new-code" }, func(e *durable.Engine) {
-		v2 = durable.Register(e, "patchy", func(wctx durable.Context, in int) (string, error) {
-			patched, err := durable.Patched(wctx, "use-new-step")
-			if err != nil {
-				return "", err
-			}
-			name := "old-step"
-			if patched {
-				name = "new-step"
-			}
-			return durable.Step(wctx, name, func(ctx context.Context) (string, error) { return name, nil }, nil)
-		}, nil)
-	})
-	h, err := v2.Handle(ctx, "in-flight")
-	require.NoError(t, err)
-	out, err := h.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, "old", out, "the in-flight run replays the old path")
-	h2, err := v2.Start(ctx, 1, nil)
-	require.NoError(t, err)
-	out, err = h2.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, "new-step", out, "a new run takes the patched path")
+	for _, tc := range []struct{ decision, want string }{{"yes", "yes by ann"}, {"no", "denied by ann"}} {
+		id := "req-" + tc.decision
+		h, err := parent.Start(ctx, "ann", &durable.StartOpts{ID: id})
+		require.NoError(t, err)
+		parked := fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND executor_id IS NULL AND wait_topic = $2`, b.schema)
+		require.Eventually(t, func() bool {
+			var n int
+			_ = b.pool.QueryRow(ctx, parked, id, "child:"+id+"/0").Scan(&n)
+			return n == 1
+		}, 10*time.Second, 2*time.Millisecond, "the parent parks on its child")
+		require.NoError(t, durable.Send(ctx, e, id+"/0", "decision", tc.decision, nil))
+		out, err := h.Result(ctx)
+		if tc.decision == "yes" {
+			require.NoError(t, err)
+			require.Equal(t, tc.want, out)
+		} else {
+			require.ErrorIs(t, err, durable.ErrPermanent)
+			require.ErrorContains(t, err, tc.want)
+		}
+	}
+	require.EqualValues(t, 4, parentEntries.Load(), "each parent ran twice: before parking and on its wake-up")
 }
 
 // TestManyParkedRuns parks many runs waiting for messages, measures the
