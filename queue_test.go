@@ -32,7 +32,7 @@ func TestQueueBasics(t *testing.T) {
 	require.Equal(t, durable.QueueStats{Name: "basic", Settings: durable.QueueOpts{WorkerConcurrency: 4}}, st)
 
 	// Same ID and input again: the existing run. Another input is refused
-	// (TestStartIDInputMismatch), unless the options accept it.
+	// (TestWorkflow/StartIDInputMismatch), unless the options accept it.
 	h, err := wf.Enqueue(ctx, q, 3, &durable.EnqueueOpts{ID: hs[3].ID()})
 	require.NoError(t, err)
 	v, err := h.Result(ctx)
