@@ -59,7 +59,7 @@ func init() {
 			Edits: []Edit{{File: "internal/stream/run.go",
 				Find:    "\t\tcase <-ctx.Done():\n\t\t\treturn rs.r.WaitEnded(ctx, what)\n\t\tcase <-rs.r.Context().Done():\n\t\t\treturn rs.r.WaitEnded(ctx, what)\n",
 				Replace: ""}},
-			Pkg: ".", Tests: "TestStreamWaitsEnd",
+			Pkg: ".", Tests: "^TestStream$/^WaitsEnd$",
 		},
 	)
 }

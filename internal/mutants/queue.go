@@ -47,7 +47,7 @@ func init() {
 			Edits: []Edit{{File: "migrations/002_queues.sql",
 				Find:    "CREATE UNIQUE INDEX IF NOT EXISTS workflows_queue_dedup_idx",
 				Replace: "CREATE INDEX IF NOT EXISTS workflows_queue_dedup_idx"}},
-			Pkg: ".", Tests: "TestQueueDedupUnderConcurrentEnqueues",
+			Pkg: ".", Tests: "^TestQueue$/^DedupUnderConcurrentEnqueues$",
 		},
 		Mutant{
 			Name:      "queue/dedup-ignored",
@@ -55,7 +55,7 @@ func init() {
 			Edits: []Edit{{File: "queue.go",
 				Find:    "PartitionKey: o.PartitionKey, DedupID: o.DedupID,",
 				Replace: "PartitionKey: o.PartitionKey,"}},
-			Pkg: ".", Tests: "TestQueueDedupUnderConcurrentEnqueues",
+			Pkg: ".", Tests: "^TestQueue$/^DedupUnderConcurrentEnqueues$",
 		},
 		// The dispatch service (internal/dispatch), with its unit tests.
 		Mutant{
