@@ -110,25 +110,178 @@ func poolerPool(t *testing.T, mode pgx.QueryExecMode, errs *stmtErrors) *pgxpool
 	return poolWithMode(t, pgtest.PoolerURL(t), mode, errs)
 }
 
-// TestExecModes: a representative workload (starts, steps, parallel steps,
-// a transaction step, group commits with and without deferred step
-// checkpoints, queues, messages, events, streams, children, a failure,
-// cancel and resume, fork, listings, prune) gives the same results in
-// every pgx exec mode, without a statement failing on the way: payloads
-// reach their json columns as JSON, not as bytea, whatever the mode.
-func TestExecModes(t *testing.T) {
+// TestPoolers covers every pgx exec mode and PgBouncer in transaction
+// mode, as docs/poolers.md describes.
+func TestPoolers(t *testing.T) {
 	t.Parallel()
-	url := pgtest.DirectURL(t)
-	for _, mode := range execModes {
-		t.Run(mode.String(), func(t *testing.T) {
-			t.Parallel()
-			errs := &stmtErrors{}
-			b := setup(t)
-			b.pool = poolWithMode(t, url, mode, errs)
-			runWorkload(t, b, nil)
-			errs.check(t)
-		})
-	}
+
+	// ExecModes: a representative workload (starts, steps, parallel steps,
+	// a transaction step, group commits with and without deferred step
+	// checkpoints, queues, messages, events, streams, children, a failure,
+	// cancel and resume, fork, listings, prune) gives the same results in
+	// every pgx exec mode, without a statement failing on the way: payloads
+	// reach their json columns as JSON, not as bytea, whatever the mode.
+	t.Run("ExecModes", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.DirectURL(t)
+		for _, mode := range execModes {
+			t.Run(mode.String(), func(t *testing.T) {
+				t.Parallel()
+				errs := &stmtErrors{}
+				b := setup(t)
+				b.pool = poolWithMode(t, url, mode, errs)
+				runWorkload(t, b, nil)
+				errs.check(t)
+			})
+		}
+	})
+
+	// PollOnlySendsNoNotifications: with Config.PollOnly the workload
+	// sends no notification at all (a NOTIFY takes a server-wide lock at
+	// commit, for nobody when nobody listens); without it, the same workload
+	// is heard on the engine's channel.
+	t.Run("PollOnlySendsNoNotifications", func(t *testing.T) {
+		t.Parallel()
+		for _, pollOnly := range []bool{true, false} {
+			t.Run(fmt.Sprintf("PollOnly=%v", pollOnly), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				errs := &stmtErrors{}
+				b.pool = poolWithMode(t, pgtest.DirectURL(t), pgx.QueryExecModeCacheDescribe, errs)
+				ctx := ctxT(t)
+				conn, err := pgx.Connect(ctx, pgtest.DirectURL(t))
+				require.NoError(t, err)
+				defer conn.Close(context.Background())
+				_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{"durable:" + b.schema}.Sanitize())
+				require.NoError(t, err)
+				heard := make(chan string, 10000)
+				lctx, stop := context.WithCancel(ctx)
+				go func() {
+					defer close(heard)
+					for {
+						n, err := conn.WaitForNotification(lctx)
+						if err != nil {
+							return
+						}
+						heard <- n.Payload
+					}
+				}()
+				runWorkload(t, b, func(c *durable.Config) {
+					c.PollOnly = pollOnly
+					c.PollInterval = 20 * time.Millisecond
+				})
+				errs.check(t)
+				// A last notification, sent after the workload's, tells that
+				// the listener has read everything before it.
+				_, err = b.pool.Exec(ctx, "SELECT pg_notify($1, 'end')", "durable:"+b.schema)
+				require.NoError(t, err)
+				var got []string
+				for p := range heard {
+					if p == "end" {
+						break
+					}
+					got = append(got, p)
+				}
+				stop()
+				for range heard {
+				}
+				if pollOnly {
+					require.Empty(t, got, "notifications sent with PollOnly")
+				} else {
+					require.NotEmpty(t, got)
+				}
+			})
+		}
+	})
+
+	// LaunchChecksListen: Launch checks that LISTEN delivers. Through
+	// PgBouncer in transaction mode it does not (LISTEN succeeds, nothing
+	// arrives): Launch says so in a warning and the engine polls every 100ms
+	// instead of waiting on notifications that never come, so its Result of a
+	// run that another engine finishes returns long before the configured 30s
+	// poll would. On a direct connection the check passes without a word, and
+	// the finish's notification ends the wait. Either way B's lease is live
+	// when Launch returns.
+	t.Run("LaunchChecksListen", func(t *testing.T) {
+		t.Parallel()
+		for _, through := range []string{"direct", "pooler"} {
+			t.Run(through, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				errs := &stmtErrors{}
+				direct := poolWithMode(t, pgtest.DirectURL(t), pgx.QueryExecModeCacheDescribe, errs)
+				register := func(w **durable.Workflow[string, string]) func(*durable.Engine) {
+					return func(e *durable.Engine) {
+						*w = durable.Register(e, "w", func(wctx durable.Context, in string) (string, error) {
+							msg, ok, err := durable.Recv[string](wctx, "go", time.Minute)
+							if err != nil || !ok {
+								return "", fmt.Errorf("recv: %v, %w", ok, err)
+							}
+							return in + msg, nil
+						}, nil)
+					}
+				}
+				// A runs the workflow on a direct connection; B, the engine
+				// checked, waits for its result.
+				var wA, wB *durable.Workflow[string, string]
+				b.pool = direct
+				eA := b.engine(t, func(c *durable.Config) { c.PollOnly = false }, register(&wA))
+				if through == "pooler" {
+					b.pool = poolerPool(t, pgx.QueryExecModeExec, errs)
+				}
+				eB := b.engine(t, func(c *durable.Config) {
+					c.PollOnly = false
+					c.PollInterval = 30 * time.Second
+					c.LeaseTTL = time.Second
+				}, register(&wB))
+				// The check's wait outlasted the lease registered before it:
+				// Launch renewed it (the first heartbeat is LeaseTTL/3 away).
+				var live bool
+				require.NoError(t, direct.QueryRow(ctxT(t), "SELECT lease_expires_at > now() FROM "+pgx.Identifier{b.schema, "executors"}.Sanitize()+
+					" WHERE id = $1", eB.ExecutorID()).Scan(&live))
+				require.True(t, live, "B's lease expired during its Launch")
+				const warning = "LISTEN delivers no notifications"
+				if through == "pooler" {
+					require.Contains(t, b.logs.String(), warning)
+					require.Contains(t, b.logs.String(), "PgBouncer")
+					require.Contains(t, b.logs.String(), "Config.PollOnly")
+				} else {
+					require.NotContains(t, b.logs.String(), warning)
+				}
+
+				ctx := ctxT(t)
+				h, err := wA.Start(ctx, "a", nil)
+				require.NoError(t, err)
+				hB, err := wB.Handle(ctx, h.ID())
+				require.NoError(t, err)
+				type result struct {
+					out string
+					err error
+				}
+				res := make(chan result, 1)
+				go func() {
+					out, err := hB.Result(ctx)
+					res <- result{out, err}
+				}()
+				// B waits: it asked for the finish's notification.
+				wf := pgx.Identifier{b.schema, "workflows"}.Sanitize()
+				require.Eventually(t, func() bool {
+					var asked bool
+					err := direct.QueryRow(ctx, "SELECT notify FROM "+wf+" WHERE id = $1", h.ID()).Scan(&asked)
+					return err == nil && asked
+				}, 30*time.Second, 10*time.Millisecond)
+				require.NoError(t, durable.Send(ctx, eA, h.ID(), "go", "b", nil))
+				select {
+				case r := <-res:
+					require.NoError(t, r.err)
+					require.Equal(t, "ab", r.out)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("the result did not arrive within 10s; log:\n%s", b.logs.String())
+				}
+				errs.check(t)
+			})
+		}
+	})
 }
 
 // wlPayload is a payload with what text encodings and array literals
@@ -397,151 +550,4 @@ func mustJSON(t *testing.T, v any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
-}
-
-// TestPollOnlySendsNoNotifications: with Config.PollOnly the workload
-// sends no notification at all (a NOTIFY takes a server-wide lock at
-// commit, for nobody when nobody listens); without it, the same workload
-// is heard on the engine's channel.
-func TestPollOnlySendsNoNotifications(t *testing.T) {
-	t.Parallel()
-	for _, pollOnly := range []bool{true, false} {
-		t.Run(fmt.Sprintf("PollOnly=%v", pollOnly), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			errs := &stmtErrors{}
-			b.pool = poolWithMode(t, pgtest.DirectURL(t), pgx.QueryExecModeCacheDescribe, errs)
-			ctx := ctxT(t)
-			conn, err := pgx.Connect(ctx, pgtest.DirectURL(t))
-			require.NoError(t, err)
-			defer conn.Close(context.Background())
-			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{"durable:" + b.schema}.Sanitize())
-			require.NoError(t, err)
-			heard := make(chan string, 10000)
-			lctx, stop := context.WithCancel(ctx)
-			go func() {
-				defer close(heard)
-				for {
-					n, err := conn.WaitForNotification(lctx)
-					if err != nil {
-						return
-					}
-					heard <- n.Payload
-				}
-			}()
-			runWorkload(t, b, func(c *durable.Config) {
-				c.PollOnly = pollOnly
-				c.PollInterval = 20 * time.Millisecond
-			})
-			errs.check(t)
-			// A last notification, sent after the workload's, tells that
-			// the listener has read everything before it.
-			_, err = b.pool.Exec(ctx, "SELECT pg_notify($1, 'end')", "durable:"+b.schema)
-			require.NoError(t, err)
-			var got []string
-			for p := range heard {
-				if p == "end" {
-					break
-				}
-				got = append(got, p)
-			}
-			stop()
-			for range heard {
-			}
-			if pollOnly {
-				require.Empty(t, got, "notifications sent with PollOnly")
-			} else {
-				require.NotEmpty(t, got)
-			}
-		})
-	}
-}
-
-// TestLaunchChecksListen: Launch checks that LISTEN delivers. Through
-// PgBouncer in transaction mode it does not (LISTEN succeeds, nothing
-// arrives): Launch says so in a warning and the engine polls every 100ms
-// instead of waiting on notifications that never come, so its Result of a
-// run that another engine finishes returns long before the configured 30s
-// poll would. On a direct connection the check passes without a word, and
-// the finish's notification ends the wait. Either way B's lease is live
-// when Launch returns.
-func TestLaunchChecksListen(t *testing.T) {
-	t.Parallel()
-	for _, through := range []string{"direct", "pooler"} {
-		t.Run(through, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			errs := &stmtErrors{}
-			direct := poolWithMode(t, pgtest.DirectURL(t), pgx.QueryExecModeCacheDescribe, errs)
-			register := func(w **durable.Workflow[string, string]) func(*durable.Engine) {
-				return func(e *durable.Engine) {
-					*w = durable.Register(e, "w", func(wctx durable.Context, in string) (string, error) {
-						msg, ok, err := durable.Recv[string](wctx, "go", time.Minute)
-						if err != nil || !ok {
-							return "", fmt.Errorf("recv: %v, %w", ok, err)
-						}
-						return in + msg, nil
-					}, nil)
-				}
-			}
-			// A runs the workflow on a direct connection; B, the engine
-			// checked, waits for its result.
-			var wA, wB *durable.Workflow[string, string]
-			b.pool = direct
-			eA := b.engine(t, func(c *durable.Config) { c.PollOnly = false }, register(&wA))
-			if through == "pooler" {
-				b.pool = poolerPool(t, pgx.QueryExecModeExec, errs)
-			}
-			eB := b.engine(t, func(c *durable.Config) {
-				c.PollOnly = false
-				c.PollInterval = 30 * time.Second
-				c.LeaseTTL = time.Second
-			}, register(&wB))
-			// The check's wait outlasted the lease registered before it:
-			// Launch renewed it (the first heartbeat is LeaseTTL/3 away).
-			var live bool
-			require.NoError(t, direct.QueryRow(ctxT(t), "SELECT lease_expires_at > now() FROM "+pgx.Identifier{b.schema, "executors"}.Sanitize()+
-				" WHERE id = $1", eB.ExecutorID()).Scan(&live))
-			require.True(t, live, "B's lease expired during its Launch")
-			const warning = "LISTEN delivers no notifications"
-			if through == "pooler" {
-				require.Contains(t, b.logs.String(), warning)
-				require.Contains(t, b.logs.String(), "PgBouncer")
-				require.Contains(t, b.logs.String(), "Config.PollOnly")
-			} else {
-				require.NotContains(t, b.logs.String(), warning)
-			}
-
-			ctx := ctxT(t)
-			h, err := wA.Start(ctx, "a", nil)
-			require.NoError(t, err)
-			hB, err := wB.Handle(ctx, h.ID())
-			require.NoError(t, err)
-			type result struct {
-				out string
-				err error
-			}
-			res := make(chan result, 1)
-			go func() {
-				out, err := hB.Result(ctx)
-				res <- result{out, err}
-			}()
-			// B waits: it asked for the finish's notification.
-			wf := pgx.Identifier{b.schema, "workflows"}.Sanitize()
-			require.Eventually(t, func() bool {
-				var asked bool
-				err := direct.QueryRow(ctx, "SELECT notify FROM "+wf+" WHERE id = $1", h.ID()).Scan(&asked)
-				return err == nil && asked
-			}, 30*time.Second, 10*time.Millisecond)
-			require.NoError(t, durable.Send(ctx, eA, h.ID(), "go", "b", nil))
-			select {
-			case r := <-res:
-				require.NoError(t, r.err)
-				require.Equal(t, "ab", r.out)
-			case <-time.After(10 * time.Second):
-				t.Fatalf("the result did not arrive within 10s; log:\n%s", b.logs.String())
-			}
-			errs.check(t)
-		})
-	}
 }

@@ -23,71 +23,77 @@ import (
 // with a role that is no superuser, cannot create schemas or anything in
 // the database, and sees no schema but its own.
 
-// TestLeastPrivilegeSchemaOwner: a role that owns only its schema (a DBA
-// ran `CREATE SCHEMA durable AUTHORIZATION app` once) migrates it and runs
-// everything: steps, transaction steps on an app table in the same schema,
-// queues, schedules, messages, events, streams, recovery.
-func TestLeastPrivilegeSchemaOwner(t *testing.T) {
+// TestLeastPrivilege runs the engine under the two set-ups of
+// docs/least-privilege.md, with a role that has no attribute.
+func TestLeastPrivilege(t *testing.T) {
 	t.Parallel()
-	admin := pgtest.Pool(t)
-	ctx := ctxT(t)
-	role := restrictedRole(t, admin)
-	schema := "lp_owner_" + role[len("durable_lp_"):]
-	ident := pgx.Identifier{schema}.Sanitize()
-	mustExec(t, admin, "CREATE SCHEMA "+ident+" AUTHORIZATION "+pgx.Identifier{role}.Sanitize())
-	t.Cleanup(func() { mustExec(t, admin, "DROP SCHEMA IF EXISTS "+ident+" CASCADE") })
 
-	pool := rolePool(t, role)
-	requireNoDDLOutside(t, pool, schema)
-	mustExec(t, pool, "CREATE TABLE "+ident+".orders (id text PRIMARY KEY, qty int NOT NULL)")
-	exerciseEngine(t, ctx, pool, schema, nil)
-	requireOwnsNothingOutside(t, admin, role, schema)
-}
+	// SchemaOwner: a role that owns only its schema (a DBA
+	// ran `CREATE SCHEMA durable AUTHORIZATION app` once) migrates it and runs
+	// everything: steps, transaction steps on an app table in the same schema,
+	// queues, schedules, messages, events, streams, recovery.
+	t.Run("SchemaOwner", func(t *testing.T) {
+		t.Parallel()
+		admin := pgtest.Pool(t)
+		ctx := ctxT(t)
+		role := restrictedRole(t, admin)
+		schema := "lp_owner_" + role[len("durable_lp_"):]
+		ident := pgx.Identifier{schema}.Sanitize()
+		mustExec(t, admin, "CREATE SCHEMA "+ident+" AUTHORIZATION "+pgx.Identifier{role}.Sanitize())
+		t.Cleanup(func() { mustExec(t, admin, "DROP SCHEMA IF EXISTS "+ident+" CASCADE") })
 
-// TestLeastPrivilegeDMLOnly: a DBA applies durable.MigrationSQL as an
-// administrator and grants the application role USAGE on the schema and
-// DML on its tables but SELECT only on schema_migrations, nothing else. The
-// engine runs with Config.SkipMigrate, and also without it (Launch finds
-// nothing to migrate and runs no DDL); the role cannot rewrite the version.
-func TestLeastPrivilegeDMLOnly(t *testing.T) {
-	t.Parallel()
-	admin := pgtest.Pool(t)
-	ctx := ctxT(t)
-	role := restrictedRole(t, admin)
-	schema := "lp_dml_" + role[len("durable_lp_"):]
-	ident, r := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
-	t.Cleanup(func() { mustExec(t, admin, "DROP SCHEMA IF EXISTS "+ident+" CASCADE") })
+		pool := rolePool(t, role)
+		requireNoDDLOutside(t, pool, schema)
+		mustExec(t, pool, "CREATE TABLE "+ident+".orders (id text PRIMARY KEY, qty int NOT NULL)")
+		exerciseEngine(t, ctx, pool, schema, nil)
+		requireOwnsNothingOutside(t, admin, role, schema)
+	})
 
-	script, err := durable.MigrationSQL(schema)
-	require.NoError(t, err)
-	conn, err := admin.Acquire(ctx)
-	require.NoError(t, err)
-	_, err = conn.Conn().PgConn().Exec(ctx, script).ReadAll()
-	conn.Release()
-	require.NoError(t, err)
-	mustExec(t, admin, "CREATE TABLE "+ident+".orders (id text PRIMARY KEY, qty int NOT NULL)")
-	// The grants of docs/least-privilege.md, word for word.
-	for _, g := range []string{
-		"GRANT USAGE ON SCHEMA " + ident + " TO " + r,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + ident + " TO " + r,
-		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA " + ident + " TO " + r,
-		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + ident + " TO " + r,
-		"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON " + ident + ".schema_migrations FROM " + r,
-	} {
-		mustExec(t, admin, g)
-	}
+	// DMLOnly: a DBA applies durable.MigrationSQL as an
+	// administrator and grants the application role USAGE on the schema and
+	// DML on its tables but SELECT only on schema_migrations, nothing else. The
+	// engine runs with Config.SkipMigrate, and also without it (Launch finds
+	// nothing to migrate and runs no DDL); the role cannot rewrite the version.
+	t.Run("DMLOnly", func(t *testing.T) {
+		t.Parallel()
+		admin := pgtest.Pool(t)
+		ctx := ctxT(t)
+		role := restrictedRole(t, admin)
+		schema := "lp_dml_" + role[len("durable_lp_"):]
+		ident, r := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
+		t.Cleanup(func() { mustExec(t, admin, "DROP SCHEMA IF EXISTS "+ident+" CASCADE") })
 
-	pool := rolePool(t, role)
-	requireNoDDLOutside(t, pool, schema)
-	_, err = pool.Exec(ctx, "CREATE TABLE "+ident+".mine (x int)")
-	requireSQLState(t, err, "42501") // no DDL in the schema either
-	requireVersionReadOnly(t, pool, schema)
+		script, err := durable.MigrationSQL(schema)
+		require.NoError(t, err)
+		conn, err := admin.Acquire(ctx)
+		require.NoError(t, err)
+		_, err = conn.Conn().PgConn().Exec(ctx, script).ReadAll()
+		conn.Release()
+		require.NoError(t, err)
+		mustExec(t, admin, "CREATE TABLE "+ident+".orders (id text PRIMARY KEY, qty int NOT NULL)")
+		// The grants of docs/least-privilege.md, word for word.
+		for _, g := range []string{
+			"GRANT USAGE ON SCHEMA " + ident + " TO " + r,
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + ident + " TO " + r,
+			"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA " + ident + " TO " + r,
+			"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + ident + " TO " + r,
+			"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON " + ident + ".schema_migrations FROM " + r,
+		} {
+			mustExec(t, admin, g)
+		}
 
-	exerciseEngine(t, ctx, pool, schema, func(c *durable.Config) { c.SkipMigrate = true })
-	// Without SkipMigrate: an up-to-date schema needs no DDL.
-	exerciseEngine(t, ctx, pool, schema, nil)
-	requireVersionReadOnly(t, pool, schema)
-	requireOwnsNothingOutside(t, admin, role, schema)
+		pool := rolePool(t, role)
+		requireNoDDLOutside(t, pool, schema)
+		_, err = pool.Exec(ctx, "CREATE TABLE "+ident+".mine (x int)")
+		requireSQLState(t, err, "42501") // no DDL in the schema either
+		requireVersionReadOnly(t, pool, schema)
+
+		exerciseEngine(t, ctx, pool, schema, func(c *durable.Config) { c.SkipMigrate = true })
+		// Without SkipMigrate: an up-to-date schema needs no DDL.
+		exerciseEngine(t, ctx, pool, schema, nil)
+		requireVersionReadOnly(t, pool, schema)
+		requireOwnsNothingOutside(t, admin, role, schema)
+	})
 }
 
 // requireVersionReadOnly: the role reads the schema version but cannot

@@ -58,7 +58,7 @@ func init() {
 			Edits: []Edit{{File: "internal/sysdb/stream_queries.go",
 				Find:    "w.epoch = x.epoch AND",
 				Replace: "true AND"}},
-			Pkg: ".", Tests: "TestStreamFencedWriter",
+			Pkg: ".", Tests: "^TestStream$/^FencedWriter$",
 		},
 		Mutant{
 			Name:      "finish/synchronous",

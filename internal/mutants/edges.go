@@ -11,7 +11,7 @@ func init() {
 			Edits: []Edit{{File: "workflow.go",
 				Find:    "if input != nil && !ownChild && !bytes.Equal(info.input, input) {",
 				Replace: "if input != nil && !ownChild && !bytes.Equal(info.input, input) && false {"}},
-			Pkg: ".", Tests: "TestStartIDInputMismatch",
+			Pkg: ".", Tests: "^TestWorkflow$/^StartIDInputMismatch$",
 		},
 		Mutant{
 			Name:      "start/unencodable-input",
@@ -19,7 +19,7 @@ func init() {
 			Edits: []Edit{{File: "workflow.go",
 				Find:    "if err != nil && !errors.Is(err, ErrPayloadTooLarge) {",
 				Replace: "if false {"}},
-			Pkg: ".", Tests: "TestUnencodableArguments",
+			Pkg: ".", Tests: "^TestBadInput$/^UnencodableArguments$",
 		},
 		Mutant{
 			Name:      "dashboard/host-check",

@@ -11,7 +11,7 @@ func init() {
 			Edits: []Edit{{File: "internal/lease/lease.go",
 				Find:    "return s.cfg.Queries.Heartbeat(ctx, s.pool,",
 				Replace: "return s.cfg.Queries.Heartbeat(ctx, s.cfg.Pool,"}},
-			Pkg: ".", Tests: "TestBusyPoolKeepsLease",
+			Pkg: ".", Tests: "^TestBusyPool$/^KeepsLease$",
 		},
 		Mutant{
 			Name:      "lease/fence-check-pool",
@@ -19,7 +19,7 @@ func init() {
 			Edits: []Edit{{File: "internal/lease/lease.go",
 				Find:    "return s.cfg.Queries.OwnershipCheck(ctx, s.pool, p)",
 				Replace: "return s.cfg.Queries.OwnershipCheck(ctx, s.cfg.Pool, p)"}},
-			Pkg: ".", Tests: "TestFencedTxStepsOnBusyPool",
+			Pkg: ".", Tests: "^TestBusyPool$/^FencedTxSteps$",
 		},
 		Mutant{
 			Name:      "lease/judged-with-connection",
@@ -59,7 +59,7 @@ func init() {
 			Edits: []Edit{{File: "internal/stream/run.go",
 				Find:    "\t\tcase <-ctx.Done():\n\t\t\treturn rs.r.WaitEnded(ctx, what)\n\t\tcase <-rs.r.Context().Done():\n\t\t\treturn rs.r.WaitEnded(ctx, what)\n",
 				Replace: ""}},
-			Pkg: ".", Tests: "TestStreamWaitsEnd",
+			Pkg: ".", Tests: "^TestStream$/^WaitsEnd$",
 		},
 	)
 }

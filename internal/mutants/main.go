@@ -246,8 +246,14 @@ func failures(out string) string {
 		switch {
 		case strings.HasPrefix(t, "--- FAIL: "):
 			name := strings.Fields(t)[2]
-			// A parent is listed after its failed subtest: keep the subtest.
-			if len(names) == 0 || !strings.HasPrefix(names[len(names)-1], name+"/") {
+			// Keep a failed subtest, not its parent, which go test lists
+			// above it (or below it, in output printed as it goes).
+			n := len(names)
+			switch {
+			case n > 0 && strings.HasPrefix(names[n-1], name+"/"): // the parent, below
+			case n > 0 && strings.HasPrefix(name, names[n-1]+"/"): // the parent was above
+				names[n-1] = name
+			default:
 				names = append(names, name)
 			}
 		case strings.HasPrefix(t, "panic: test timed out"):

@@ -12,7 +12,7 @@ func init() {
 			Edits: []Edit{{File: "internal/sysdb/migrate.go",
 				Find:    `const lockStmt = "SELECT pg_advisory_xact_lock(hashtext($1))"`,
 				Replace: `const lockStmt = "SELECT pg_advisory_lock(hashtext($1))"`}},
-			Pkg: ".", Tests: "TestConcurrentMigrationsThroughPooler",
+			Pkg: ".", Tests: "^TestMigrate$/^ConcurrentThroughPooler$",
 		},
 		Mutant{
 			Name:      "migrate/recheck-under-lock",
@@ -20,7 +20,7 @@ func init() {
 			Edits: []Edit{{File: "internal/sysdb/migrate.go",
 				Find:    "Scan(&done); err != nil || done {",
 				Replace: "Scan(&done); err != nil {"}},
-			Pkg: ".", Tests: "TestConcurrentMigrations$",
+			Pkg: ".", Tests: "^TestMigrate$/^Concurrent$",
 		},
 		Mutant{
 			Name:      "pooler/json-payloads",
@@ -30,7 +30,7 @@ func init() {
 				Replace: "inputs := make([][]byte, n)"}, {File: "internal/sysdb/wait_queries.go",
 				Find:    "q.send, p.WorkflowID, p.Topic, p.Payload, key)",
 				Replace: "q.send, p.WorkflowID, p.Topic, []byte(p.Payload), key)"}},
-			Pkg: ".", Tests: "TestExecModes",
+			Pkg: ".", Tests: "^TestPoolers$/^ExecModes$",
 		},
 		Mutant{
 			Name:      "pooler/poll-only-silent",
@@ -38,7 +38,7 @@ func init() {
 			Edits: []Edit{{File: "dbos.go",
 				Find:    "q := sysdb.New(c.Schema, !c.PollOnly)",
 				Replace: "q := sysdb.New(c.Schema, true)"}},
-			Pkg: ".", Tests: "TestPollOnlySendsNoNotifications",
+			Pkg: ".", Tests: "^TestPoolers$/^PollOnlySendsNoNotifications$",
 		},
 		Mutant{
 			Name:      "pooler/poll-only-silent-hand-back",
@@ -54,7 +54,7 @@ func init() {
 			Edits: []Edit{{File: "listen.go",
 				Find:    "\t\treturn errDeafListen",
 				Replace: "\t\treturn nil"}},
-			Pkg: ".", Tests: "TestLaunchChecksListen",
+			Pkg: ".", Tests: "^TestPoolers$/^LaunchChecksListen$",
 		},
 		Mutant{
 			Name:      "pooler/listen-check-renews-lease",
@@ -62,7 +62,7 @@ func init() {
 			Edits: []Edit{{File: "dbos.go",
 				Find:    "if _, err := e.lease.Renew(ctx); err != nil {",
 				Replace: "if err := ctx.Err(); err != nil {"}},
-			Pkg: ".", Tests: "TestLaunchChecksListen",
+			Pkg: ".", Tests: "^TestPoolers$/^LaunchChecksListen$",
 		},
 	)
 }

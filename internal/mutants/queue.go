@@ -47,7 +47,7 @@ func init() {
 			Edits: []Edit{{File: "migrations/002_queues.sql",
 				Find:    "CREATE UNIQUE INDEX IF NOT EXISTS workflows_queue_dedup_idx",
 				Replace: "CREATE INDEX IF NOT EXISTS workflows_queue_dedup_idx"}},
-			Pkg: ".", Tests: "TestQueueDedupUnderConcurrentEnqueues",
+			Pkg: ".", Tests: "^TestQueue$/^DedupUnderConcurrentEnqueues$",
 		},
 		Mutant{
 			Name:      "queue/dedup-ignored",
@@ -55,7 +55,7 @@ func init() {
 			Edits: []Edit{{File: "queue.go",
 				Find:    "PartitionKey: o.PartitionKey, DedupID: o.DedupID,",
 				Replace: "PartitionKey: o.PartitionKey,"}},
-			Pkg: ".", Tests: "TestQueueDedupUnderConcurrentEnqueues",
+			Pkg: ".", Tests: "^TestQueue$/^DedupUnderConcurrentEnqueues$",
 		},
 		// The dispatch service (internal/dispatch), with its unit tests.
 		Mutant{
@@ -199,7 +199,7 @@ func init() {
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
 				Find:    "WHERE m.workflow_id = w.id AND m.topic = $3 AND m.consumed_at IS NULL",
 				Replace: "WHERE m.workflow_id = w.id AND m.topic = $3"}},
-			Pkg: ".", Tests: "TestMessagesAndEvents",
+			Pkg: ".", Tests: "^TestWaits$/^MessagesAndEvents$",
 		},
 		Mutant{
 			Name:      "message/consume-once-update",
@@ -207,7 +207,7 @@ func init() {
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
 				Find:    "UPDATE {{schema}}.messages SET consumed_at = now()",
 				Replace: "UPDATE {{schema}}.messages SET consumed_at = NULL"}},
-			Pkg: ".", Tests: "TestMessagesAndEvents",
+			Pkg: ".", Tests: "^TestWaits$/^MessagesAndEvents$",
 		},
 
 		Mutant{
@@ -236,7 +236,7 @@ func init() {
 					"\t\tout, attempts, runErr = attempt(r, sp, pos, name, policy, timeout, fn)\n",
 				Replace: "\t\tout, attempts, runErr = attempt(r, sp, pos, name, policy, timeout, fn)\n" +
 					"\t\tif rec == nil {\n\t\t\tif err := r.checkpoint(pos, name, stepIntent, nil, nil, 0, started); err != nil {\n\t\t\t\treturn zero, err\n\t\t\t}\n\t\t}\n"}},
-			Pkg: ".", Tests: "TestReplayReturnsRecordedValues",
+			Pkg: ".", Tests: "^TestReplay$/^ReturnsRecordedValues$",
 		},
 		Mutant{
 			Name:      "intent/resolve",
@@ -244,7 +244,7 @@ func init() {
 			Edits: []Edit{{File: "step.go",
 				Find:    "if rec != nil && resolve != nil {",
 				Replace: "if false && rec != nil && resolve != nil {"}},
-			Pkg: ".", Tests: "TestReplayReturnsRecordedValues",
+			Pkg: ".", Tests: "^TestReplay$/^ReturnsRecordedValues$",
 		},
 
 		Mutant{
@@ -266,7 +266,7 @@ func init() {
 			Edits: []Edit{{File: "step.go",
 				Find:    "func (s StepInfo) IdempotencyKey() string { return s.WorkflowID + \"/\" + strconv.Itoa(s.Pos) }",
 				Replace: "func (s StepInfo) IdempotencyKey() string { return s.WorkflowID + \"/\" + strconv.Itoa(s.Pos) + \"/\" + strconv.Itoa(s.Attempt) }"}},
-			Pkg: ".", Tests: "TestStepRetriesAndPermanentErrors",
+			Pkg: ".", Tests: "^TestWorkflow$/^StepRetriesAndPermanentErrors$",
 		},
 
 		Mutant{
