@@ -162,9 +162,21 @@ func runChild(mode string) error {
 		// (the fencing test pauses this process meanwhile); with
 		// DURABLE_TX, step 0 is a transaction step that also writes an
 		// order row. DURABLE_HOLD makes workflow code wait that long after
-		// its last step, before it returns.
+		// its last step, before it returns. With DURABLE_RELEASE (a file
+		// path), those waits end early when the file exists: the test
+		// releases the process once it has seen what it waited for.
 		block, _ := time.ParseDuration(os.Getenv("DURABLE_BLOCK"))
 		hold, _ := time.ParseDuration(os.Getenv("DURABLE_HOLD"))
+		release := os.Getenv("DURABLE_RELEASE")
+		pause := func(d time.Duration) {
+			for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				if release != "" {
+					if _, err := os.Stat(release); err == nil {
+						return
+					}
+				}
+			}
+		}
 		txStep0 := os.Getenv("DURABLE_TX") != ""
 		wf := durable.Register(e, "slow", func(wctx durable.Context, steps int) (string, error) {
 			var last string
@@ -173,7 +185,7 @@ func runChild(mode string) error {
 					logExec(ctx, wctx.WorkflowID(), i)
 					if i == 0 && block > 0 {
 						fmt.Println("blocking", wctx.WorkflowID())
-						time.Sleep(block)
+						pause(block)
 					} else {
 						time.Sleep(50 * time.Millisecond)
 					}
@@ -196,7 +208,7 @@ func runChild(mode string) error {
 			}
 			if hold > 0 {
 				fmt.Println("holding", wctx.WorkflowID())
-				time.Sleep(hold)
+				pause(hold)
 			}
 			return fmt.Sprintf("%s; returned by %d", last, os.Getpid()), nil
 		}, nil)

@@ -3,6 +3,8 @@ package durable_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -224,16 +226,18 @@ func fencingCase(t *testing.T, kind string) {
 	ctx := ctxT(t)
 	// A's lease is short, so it expires while A is stopped; B's is long, so
 	// a stall of B on a loaded machine never lets A take the runs back.
-	// B waits where A was paused long enough for A to wake and try.
+	// B waits where A was paused until the test releases it, once A has
+	// woken and been refused on every run.
+	release := filepath.Join(t.TempDir(), "release")
 	aEnv := []string{"DURABLE_LEASE=1s", "DURABLE_START=4", "DURABLE_STEPS=3", "DURABLE_BLOCK=2s"}
-	bEnv := []string{"DURABLE_LEASE=10s", "DURABLE_BLOCK=6s"}
+	bEnv := []string{"DURABLE_LEASE=10s", "DURABLE_BLOCK=2m", "DURABLE_RELEASE=" + release}
 	waitFor, refused := "blocking", "no longer owns the workflow"
 	switch kind {
 	case "tx":
 		aEnv, bEnv = append(aEnv, "DURABLE_TX=1"), append(bEnv, "DURABLE_TX=1")
 	case "finish":
 		aEnv = []string{"DURABLE_LEASE=1s", "DURABLE_START=4", "DURABLE_STEPS=1", "DURABLE_HOLD=2s"}
-		bEnv = []string{"DURABLE_LEASE=10s", "DURABLE_HOLD=6s"}
+		bEnv = []string{"DURABLE_LEASE=10s", "DURABLE_HOLD=2m", "DURABLE_RELEASE=" + release}
 		waitFor, refused = "holding", "run finished elsewhere or lost ownership"
 	}
 	b := startReady(t, "worker", schema, "B", bEnv...)
@@ -246,8 +250,8 @@ func fencingCase(t *testing.T, kind string) {
 		b.WaitLine(t, waitFor) // B took the run over and is where A was
 	}
 	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGCONT))
-	// Until B goes on (it waits 6 s), nothing may be written where A was:
-	// a write there can only be A's.
+	// Until B is released, nothing may be written where A was: a write
+	// there can only be A's.
 	writtenByA := func() int {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, q(`SELECT (SELECT count(*) FROM @steps WHERE pos = 0 AND $1)
@@ -258,7 +262,8 @@ func fencingCase(t *testing.T, kind string) {
 		require.Zero(t, writtenByA(), "the woken old owner's writes must be refused; A's stderr:\n%s", a.Stderr.String())
 		require.False(t, time.Now().After(deadline), "the woken old owner must be fenced on every run")
 	}
-	require.Zero(t, writtenByA(), "A was fenced while B was still where A had been (B waits 6 s there)")
+	require.Zero(t, writtenByA(), "A was fenced while B was still where A had been")
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
 
 	bOut := fmt.Sprintf("returned by %d", b.Cmd.Process.Pid)
 	require.Eventually(t, func() bool {

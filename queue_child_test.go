@@ -76,9 +76,10 @@ func queueSchema(t *testing.T) (pool *pgxpool.Pool, schema string, q func(string
 	return pool, schema, q
 }
 
-// client returns an engine that is never launched: it only enqueues.
+// client returns an engine that is never launched: it only enqueues, and
+// its Result polls (it hears no notification).
 func queueClient(t *testing.T, pool *pgxpool.Pool, schema string) (*durable.Engine, *durable.Workflow[jobIn, int]) {
-	e, err := durable.New(pool, &durable.Config{Schema: schema, AppVersion: "crash"})
+	e, err := durable.New(pool, &durable.Config{Schema: schema, AppVersion: "crash", PollInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	return e, registerJob(e, pool, schema)
 }
@@ -99,8 +100,11 @@ func TestQueueLimitsAcrossProcesses(t *testing.T) {
 	pool, schema, q := queueSchema(t)
 	ctx := ctxT(t)
 	var children []*proctest.Child
+	// A lease long enough that no executor loses its runs to a stalled
+	// heartbeat on a loaded machine: a takeover would run a step twice,
+	// which this test is not about (TestQueueClaimedRunsSurviveExecutorKill is).
 	for _, id := range []string{"A", "B", "C"} {
-		c := startReady(t, "queue", schema, id, "DURABLE_LEASE=2s")
+		c := startReady(t, "queue", schema, id, "DURABLE_LEASE=15s")
 		children = append(children, c)
 	}
 	client, job := queueClient(t, pool, schema)

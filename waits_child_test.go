@@ -112,7 +112,8 @@ func TestRecvSurvivesKillAndSendWhileDown(t *testing.T) {
 			require.NoError(t, c.Cmd.Process.Signal(syscall.SIGKILL))
 			require.True(t, proctest.KilledBySIGKILL(c.Wait(t)))
 
-			client, err := durable.New(pool, &durable.Config{Schema: schema, AppVersion: "crash"})
+			// Never launched, the client hears no notification: it polls.
+			client, err := durable.New(pool, &durable.Config{Schema: schema, AppVersion: "crash", PollInterval: 100 * time.Millisecond})
 			require.NoError(t, err)
 			require.NoError(t, durable.Send(ctx, client, "r1", "go", "the answer", nil))
 

@@ -399,9 +399,11 @@ func (h *Handle[R]) Status(ctx context.Context) (Status, error) {
 }
 
 // Result waits until the run finishes and returns its result, or its error
-// as recorded (so errors.Is matches the recorded cause). It waits on a
-// notification, not a polling loop; ctx bounds the wait. It may be called
-// any number of times.
+// as recorded (so errors.Is matches the recorded cause). On a launched
+// engine it waits on a notification of the finish; an engine that is not
+// launched, or polls only (Config.PollOnly), reads the run every
+// Config.PollInterval. ctx bounds the wait. It may be called any number of
+// times.
 func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 	var zero R
 	if h.local != nil && !h.localSeen.Load() {
