@@ -1,0 +1,3 @@
+module example.com/wf
+
+go 1.26.8
