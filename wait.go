@@ -25,6 +25,9 @@ func Sleep(wctx Context, d time.Duration) (err error) {
 		return err
 	}
 	r := wctx.workflowRun()
+	if r.replaying != nil {
+		return replayWait(r) // a replay waits for nothing (replay.go)
+	}
 	if time.Until(wake) > 0 {
 		ws := r.trace().sleep(wake)
 		defer func() { ws.end(err) }()
