@@ -24,10 +24,10 @@ func Sleep(wctx Context, d time.Duration) (err error) {
 	if err != nil {
 		return err
 	}
-	r := wctx.workflowRun()
-	if r.replaying != nil {
-		return replayWait(r) // a replay waits for nothing (replay.go)
+	if rp := wctx.workflowRun(); rp.replaying != nil {
+		return replayWait(rp) // a replay waits for nothing (replay.go)
 	}
+	r := wctx.workflowRun()
 	if time.Until(wake) > 0 {
 		ws := r.trace().sleep(wake)
 		defer func() { ws.end(err) }()
