@@ -186,6 +186,16 @@ func TestReplayHistoryNeedsNoDatabase(t *testing.T) {
 		},
 		want: `step 1 is recorded as "a" but the code called "b"`,
 	}, {
+		name: "the last sleep of a finished run",
+		hist: history(durable.StatusSuccess, "1", durable.HistoryStep{Pos: 0, Name: "durable.sleep", Status: "done", Output: wake}),
+		code: func(wctx durable.Context, in int) (int, error) {
+			if err := durable.Sleep(wctx, time.Hour); err != nil {
+				return 0, err
+			}
+			return 0, errors.New("a failure the run did not have")
+		},
+		want: "a failure the run did not have",
+	}, {
 		name: "a message not received yet",
 		hist: history(durable.StatusPending, "1", done(0, "durable.recv-deadline:t", string(wake))),
 		code: func(wctx durable.Context, in int) (int, error) {
