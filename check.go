@@ -131,7 +131,7 @@ func Check(ctx context.Context, e *Engine, opts *CheckOpts) (*CheckReport, error
 	if o.ReplayTimeout == 0 {
 		o.ReplayTimeout = CheckReplayTimeoutDefault
 	}
-	names := o.Workflows
+	names := slices.Compact(slices.Sorted(slices.Values(o.Workflows))) // each listed once
 	if len(names) == 0 {
 		names = []string{""} // no filter
 	}

@@ -267,7 +267,7 @@ func TestCheckFindsIncompatibleBuilds(t *testing.T) {
 	})
 	t.Run("filters", func(t *testing.T) {
 		drop := orderV2([]string{"reserve", "charge-card"}, nil, true)
-		rep := check(t, drop, &durable.CheckOpts{Workflows: []string{"legacy"}})
+		rep := check(t, drop, &durable.CheckOpts{Workflows: []string{"legacy", "legacy"}})
 		require.Equal(t, 1, rep.Checked)
 		require.Len(t, rep.Problems, 1)
 		require.Equal(t, "legacy-1", rep.Problems[0].WorkflowID)
