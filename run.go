@@ -58,6 +58,8 @@ type run struct {
 
 	tr     *tspan                      // this execution's span; nil without tracing (trace.go)
 	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
+
+	replaying *replayMode // non-nil: a replay-only execution, which runs no step and writes nothing (replay.go)
 }
 
 type stepRecord struct {
@@ -108,6 +110,10 @@ func (r *run) begin(name string) (int, *stepRecord, error) {
 			return pos, nil, r.halt(&NonDeterminismError{WorkflowID: r.id, Pos: pos, Recorded: rec.name, Called: name})
 		}
 		return pos, rec, nil
+	}
+	if r.replaying != nil {
+		// The end of the recorded history: a live execution goes on here.
+		return pos, nil, r.halt(errReplayEnd)
 	}
 	if err := r.interrupted(); err != nil {
 		return pos, nil, err

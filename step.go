@@ -588,6 +588,10 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 	if rec != nil && rec.status != stepIntent {
 		return replay[R](r, rec)
 	}
+	if r.replaying != nil {
+		// An effect in flight: a live execution resolves it here.
+		return zero, r.halt(errReplayEnd)
+	}
 	policy, timeout := r.stepPolicy(opts)
 	started := time.Now()
 	sp := r.trace().step(pos, name, stepKindIntent)

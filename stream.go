@@ -102,8 +102,8 @@ func streamWrite[T any](ctx context.Context, r *run, inWorkflow bool, key string
 		return err
 	}
 	value, err := encodeArg(v, r.e.cfg.MaxPayloadBytes, "stream %q entry", key)
-	if err != nil {
-		return err
+	if err != nil || r.replaying != nil {
+		return err // a replay writes nothing
 	}
 	return r.e.streamw.Append(ctx, (*streamRun)(r), inWorkflow, key, value, false)
 }
@@ -120,6 +120,9 @@ func StreamClose(wctx Context, key string) error {
 		return err
 	}
 	r := wctx.workflowRun()
+	if r.replaying != nil {
+		return nil // a replay writes nothing
+	}
 	if err := r.e.streamw.Append(wctx, (*streamRun)(r), true, key, nil, true); err != nil {
 		return err
 	}

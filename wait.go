@@ -24,6 +24,9 @@ func Sleep(wctx Context, d time.Duration) (err error) {
 	if err != nil {
 		return err
 	}
+	if rp := wctx.workflowRun(); rp.replaying != nil {
+		return replayWait(rp) // a replay waits for nothing (replay.go)
+	}
 	r := wctx.workflowRun()
 	if time.Until(wake) > 0 {
 		ws := r.trace().sleep(wake)

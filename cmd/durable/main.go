@@ -187,6 +187,7 @@ var commands = []*command{
 			})
 			fs.BoolVar(&c.f.secureCookies, "secure-cookies", false, "mark the login cookies Secure, behind a proxy that terminates TLS")
 		}, run: cmdUI},
+	checkCommand, historyCommand, // check.go
 }
 
 func defaultApprover() string {
@@ -327,8 +328,8 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func (c *cli) exec(ctx context.Context, cmd *command, args []string) error {
-	if cmd.name == "migrate" && c.f.printSQL {
-		return cmd.run(ctx, c, args) // no database needed
+	if (cmd.name == "migrate" && c.f.printSQL) || cmd == checkCommand {
+		return cmd.run(ctx, c, args) // no database needed (check: the build's program connects)
 	}
 	if c.dbURL == "" {
 		return usagef("no database: set --database-url or DATABASE_URL")
