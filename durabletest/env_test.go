@@ -1,0 +1,81 @@
+package durabletest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/durabletest"
+)
+
+func TestMain(m *testing.M) { durabletest.Main(m) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sleeper sleeps two days between two steps and returns the times the
+// steps saw.
+func registerSleeper(e *durable.Engine) *durable.Workflow[string, []time.Time] {
+	return durable.Register(e, "sleeper", func(wctx durable.Context, in string) ([]time.Time, error) {
+		a, err := durable.Now(wctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := durable.Sleep(wctx, 48*time.Hour); err != nil {
+			return nil, err
+		}
+		b, err := durable.Now(wctx)
+		return []time.Time{a, b}, err
+	}, nil)
+}
+
+// TestAdvanceEndsSleep: a two-day sleep ends when the test moves the
+// clock by two days, not before, and the workflow sees the clock's time.
+func TestAdvanceEndsSleep(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+	env := durabletest.New(t, &durabletest.Options{Start: start})
+	wf := registerSleeper(env.Engine)
+	env.Launch()
+	ctx := ctxT(t)
+	h, err := wf.Start(ctx, "x", nil)
+	require.NoError(t, err)
+	require.NoError(t, env.Clock.BlockUntil(ctx, 1))
+
+	env.Clock.Advance(47 * time.Hour)
+	require.Equal(t, 1, env.Clock.Waiting(), "the sleep ended a day early")
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = h.Result(short)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the sleep ended a day early")
+
+	env.Clock.Advance(time.Hour)
+	got, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []time.Time{start, start.Add(48 * time.Hour)}, []time.Time{got[0].UTC(), got[1].UTC()})
+}
+
+// TestAutoSkip: with AutoSkip, the two-day sleep ends on its own.
+func TestAutoSkip(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, &durabletest.Options{AutoSkip: true})
+	wf := registerSleeper(env.Engine)
+	env.Launch()
+	ctx := ctxT(t)
+	begin := time.Now()
+	h, err := wf.Start(ctx, "x", nil)
+	require.NoError(t, err)
+	got, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 48*time.Hour, got[1].Sub(got[0]))
+	require.Less(t, time.Since(begin), 30*time.Second)
+}
+
+var _ = errors.New
