@@ -120,7 +120,7 @@ func (r *run) fakeWait(ch <-chan struct{}, wake time.Time, poll time.Duration) e
 	case <-r.ctx.Done():
 		return r.interrupted()
 	}
-	if r.ctx.Err() != nil { // the deadline came with the wake-up
+	if r.ctx.Err() != nil || r.pastDeadline() { // the deadline came with the wake-up
 		return r.interrupted()
 	}
 	return nil

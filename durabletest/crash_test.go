@@ -95,6 +95,32 @@ func TestCrashMatrixFindsRepeatedEffect(t *testing.T) {
 	require.Equal(t, durabletest.Boundary{Pos: 2, Step: "pay", Point: durabletest.BeforeCheckpoint}, f.At)
 }
 
+// TestCrashMatrixFindsDifferentResult: a workflow whose result depends on
+// something outside its steps (here, whether it runs for the first time)
+// ends otherwise when resumed, from the first boundary on.
+func TestCrashMatrixFindsDifferentResult(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, nil)
+	var mu sync.Mutex
+	executions := map[string]int{}
+	register := func(e *durable.Engine) *durable.Workflow[int, int] {
+		return durable.Register(e, "counted", func(wctx durable.Context, in int) (int, error) {
+			mu.Lock()
+			executions[wctx.WorkflowID()]++
+			n := executions[wctx.WorkflowID()] // planted: not recorded
+			mu.Unlock()
+			return durable.Step(wctx, "double", func(context.Context) (int, error) { return 2*in + n, nil }, nil)
+		}, nil)
+	}
+	rep := durabletest.CrashMatrix(t, env, register, 1, &durabletest.CrashOpts{ReportOnly: true})
+	require.Len(t, rep.Boundaries, 3)
+	require.Len(t, rep.Failures, 2, "%v", rep.Failures) // replayed after the checkpoint, the result is the first one's
+	f := rep.Failures[0]
+	require.ErrorIs(t, f, durabletest.ErrDiverged)
+	require.Equal(t, durabletest.Boundary{Pos: 0, Step: "double", Point: durabletest.BeforeStep}, f.At)
+	require.Equal(t, -1, f.Pos)
+}
+
 // TestCrashMatrixFindsNonDeterminism: a workflow that calls another step
 // when it runs again (here: on a second execution in this process) fails
 // from the first boundary where the step it changes is recorded, and the

@@ -173,6 +173,10 @@ func (c *Clock) Skip() (now time.Time, ok bool) {
 	return c.f.Now(), true
 }
 
+// Next returns the earliest end of the pending waits (a sleep's wake-up,
+// a timeout, a deadline); ok is false when no wait has one.
+func (c *Clock) Next() (t time.Time, ok bool) { return c.f.Next() }
+
 // Waiting returns how many waits on the clock are pending: runs sleeping,
 // waiting for a message or a child, or backing off before a retry, and
 // callers of GetEvent.

@@ -39,14 +39,16 @@ const modulePath = "github.com/durable-go/durable"
 const installHint = "durabletest: no PostgreSQL for this test: set DATABASE_URL to a server, or install the PostgreSQL server " +
 	"(Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql@17) for a private cluster"
 
-// cluster is the private cluster of this test binary, started on first
-// use.
-var cluster struct {
+// clusterState is the private cluster of this test binary, started on
+// first use.
+type clusterState struct {
 	once    sync.Once
 	url     string
 	err     error
 	release func()
 }
+
+var cluster = &clusterState{}
 
 // Main runs the tests of a package, then stops and removes the private
 // cluster if a test started one. Use it as
@@ -88,8 +90,9 @@ func url(t testing.TB, require bool) string {
 	}
 	if require || os.Getenv(EnvRequireDB) == "1" {
 		t.Fatal(msg)
+	} else {
+		t.Skip(msg)
 	}
-	t.Skip(msg)
 	return ""
 }
 
