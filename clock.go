@@ -87,12 +87,12 @@ func (e *Engine) parks(remaining time.Duration) bool {
 // the fake clock moves.
 func newEngineClock(k hooks.Knobs) engineClock { return engineClock{fake: k.Clock} }
 
-// fakeWait is the wait of a run on the fake clock: until wake (zero: no
+// wait is the wait of run r on the fake clock: until wake (zero: no
 // end of its own), capped at the run's deadline, or ch (nil: none), or
 // poll of real time (0: none), or the engine stopping or the run's
 // context ending. The run counts as idle meanwhile.
-func (r *run) fakeWait(ch <-chan struct{}, wake time.Time, poll time.Duration) error {
-	f := r.e.clock.fake
+func (c engineClock) wait(r *run, ch <-chan struct{}, wake time.Time, poll time.Duration) error {
+	f := c.fake
 	now := f.Now()
 	d := time.Duration(-1)
 	if !wake.IsZero() {
@@ -146,10 +146,10 @@ func (c engineClock) waitOutside(ctx context.Context, ch <-chan struct{}, wake t
 	return nil
 }
 
-// sleepReal waits d of real time unless the engine begins to stop: the
+// sleepReal makes r wait d of real time unless the engine begins to stop: the
 // pauses of the engine's own retries (a transaction step's conflicts),
 // which a test's clock must not hold up.
-func (r *run) sleepReal(d time.Duration) error {
+func sleepReal(r *run, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -164,7 +164,7 @@ func (r *run) sleepReal(d time.Duration) error {
 
 // boundary calls the Boundary knob, if any, at a step boundary of r; its
 // error halts the run.
-func (r *run) boundary(pos int, name string, p hooks.Point) error {
+func boundary(r *run, pos int, name string, p hooks.Point) error {
 	if err := r.e.knobs.Boundary(hooks.Boundary{RunID: r.id, Pos: pos, Name: name, Point: p}); err != nil {
 		return r.halt(err)
 	}

@@ -212,7 +212,7 @@ func (r *run) receive(pos int, name, topic string, started time.Time) ([]byte, b
 // period, the engine stopping or the run's context ending.
 func (r *run) waitFor(ch <-chan struct{}, wake time.Time) error {
 	if r.e.clock.fake != nil {
-		return r.fakeWait(ch, wake, r.e.listener.interval())
+		return r.e.clock.wait(r, ch, wake, r.e.listener.interval())
 	}
 	t := time.NewTimer(min(time.Until(wake), r.e.listener.interval()))
 	defer t.Stop()

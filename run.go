@@ -117,7 +117,7 @@ func (r *run) begin(name string) (int, *stepRecord, error) {
 		return pos, nil, err
 	}
 	if r.e.knobs.Boundary != nil {
-		return pos, nil, r.boundary(pos, name, hooks.BeforeStep)
+		return pos, nil, boundary(r, pos, name, hooks.BeforeStep)
 	}
 	return pos, nil, nil
 }
@@ -176,9 +176,9 @@ func (r *run) haltEnded(what string) error {
 // sleep waits d of the engine's clock unless the engine begins to stop.
 func (r *run) sleep(d time.Duration) error {
 	if r.e.clock.fake != nil {
-		return r.fakeWait(nil, r.e.clock.now().Add(d), 0)
+		return r.e.clock.wait(r, nil, r.e.clock.now().Add(d), 0)
 	}
-	return r.sleepReal(d)
+	return sleepReal(r, d)
 }
 
 // retryDB runs op until it succeeds, fails with a non-transient error, or

@@ -219,7 +219,7 @@ func (rn *runner) execute(r *run, def *wfDef, input []byte) {
 	// runs those steps again when resumed, as after a crash, and no late
 	// write can land in a new execution's history.
 	if rn.e.knobs.Boundary != nil && r.halted() == nil {
-		_ = r.boundary(int(r.next.Load()), "", hooks.BeforeFinish)
+		_ = boundary(r, int(r.next.Load()), "", hooks.BeforeFinish)
 	}
 	var steps []*sysdb.InsertStepParams
 	if r.deferSteps {

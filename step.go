@@ -231,7 +231,7 @@ func runStep[R any](r *run, pos int, name string, rec *stepRecord, fn func(ctx c
 	sp := r.trace().step(pos, name, stepKindPlain)
 	out, attempts, err := attempt(r, sp, pos, name, policy, timeout, fn)
 	if r.e.knobs.Boundary != nil && r.halted() == nil {
-		_ = r.boundary(pos, name, hooks.BeforeCheckpoint)
+		_ = boundary(r, pos, name, hooks.BeforeCheckpoint)
 	}
 	if h := r.halted(); h != nil {
 		sp.end(h)
@@ -323,7 +323,7 @@ func callStep[R any](r *run, sp *tspan, pos int, name string, n int, timeout tim
 	ctx, cancel := stepContext(r, sp, pos, name, n, timeout)
 	defer cancel()
 	if r.e.knobs.Boundary != nil {
-		if err := r.boundary(pos, name, hooks.Call); err != nil {
+		if err := boundary(r, pos, name, hooks.Call); err != nil {
 			return out, Permanent(err) // the step returns the halt reason
 		}
 	}
@@ -462,13 +462,13 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		case isConflict(err) && conflicts < o.ConflictRetries:
 			conflicts++
 			sp.conflict(n)
-			if serr := r.sleepReal(clock.Jitter(time.Duration(conflicts)*2*time.Millisecond, 0.5)); serr != nil {
+			if serr := sleepReal(r, clock.Jitter(time.Duration(conflicts)*2*time.Millisecond, 0.5)); serr != nil {
 				return zero, serr
 			}
 			continue
 		case isTransient(err) && !isConflict(err):
 			// Connection trouble: the database decides, retry until it is back.
-			if serr := r.sleepReal(clock.Jitter(min(time.Duration(1<<min(conflicts, 7))*20*time.Millisecond, 2*time.Second), 0.2)); serr != nil {
+			if serr := sleepReal(r, clock.Jitter(min(time.Duration(1<<min(conflicts, 7))*20*time.Millisecond, 2*time.Second), 0.2)); serr != nil {
 				return zero, serr
 			}
 			conflicts++

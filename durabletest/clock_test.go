@@ -35,7 +35,9 @@ func TestDeadlineOnTestClock(t *testing.T) {
 	require.Equal(t, 1, env.Clock.Waiting(), "the deadline passed early")
 	env.Clock.Advance(time.Minute)
 	_, err = h.Result(ctx)
+	require.NoError(t, ctx.Err(), "the run did not end at its deadline")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "passed its deadline")
 }
 
 // TestRetryBackoffOnTestClock: a failed step's retry waits its backoff on

@@ -79,3 +79,30 @@ func TestAutoSkip(t *testing.T) {
 }
 
 var _ = errors.New
+
+// TestAutoSkipWaitsForWork: the clock does not skip while a run works
+// (here, in a step), even when another run sleeps.
+func TestAutoSkipWaitsForWork(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, &durabletest.Options{AutoSkip: true})
+	release := make(chan struct{})
+	busy := durable.Register(env.Engine, "busy", func(wctx durable.Context, _ int) (int, error) {
+		return durable.Step(wctx, "work", func(context.Context) (int, error) { <-release; return 1, nil }, nil)
+	}, nil)
+	sleepy := registerSleeper(env.Engine)
+	env.Launch()
+	ctx := ctxT(t)
+	start := env.Clock.Now()
+	hb, err := busy.Start(ctx, 0, nil)
+	require.NoError(t, err)
+	hs, err := sleepy.Start(ctx, "x", nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return env.Clock.Waiting() == 1 || !env.Clock.Now().Equal(start) }, 30*time.Second, 5*time.Millisecond)
+	require.Equal(t, start, env.Clock.Now(), "the clock moved while a run was working")
+	close(release)
+	_, err = hb.Result(ctx)
+	require.NoError(t, err)
+	got, err := hs.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 48*time.Hour, got[1].Sub(got[0]))
+}
