@@ -88,7 +88,9 @@ func TestCrashMatrixFindsRepeatedEffect(t *testing.T) {
 	t.Parallel()
 	env := durabletest.New(t, nil)
 	p := &provider{}
-	rep := durabletest.CrashMatrix(t, env, checkout(p, false), 30, &durabletest.CrashOpts{Effects: p.effects, ReportOnly: true})
+	rep := durabletest.CrashMatrix(t, env, checkout(p, false), 30, &durabletest.CrashOpts{Effects: p.effects, ReportOnly: true,
+		Points: []durabletest.Point{durabletest.BeforeCheckpoint}})
+	require.Len(t, rep.Boundaries, 4)
 	require.Len(t, rep.Failures, 1, "%v", rep.Failures)
 	f := rep.Failures[0]
 	require.ErrorIs(t, f, durabletest.ErrEffects)
