@@ -65,9 +65,10 @@ func TestAdvanceEndsSleep(t *testing.T) {
 // TestAutoSkip: with AutoSkip, the two-day sleep ends on its own.
 func TestAutoSkip(t *testing.T) {
 	t.Parallel()
-	env := durabletest.New(t, &durabletest.Options{AutoSkip: true})
+	env := durabletest.New(t, nil)
 	wf := registerSleeper(env.Engine)
 	env.Launch()
+	env.Clock.SetAutoSkip(true) // as Options.AutoSkip
 	ctx := ctxT(t)
 	begin := time.Now()
 	h, err := wf.Start(ctx, "x", nil)

@@ -93,7 +93,9 @@ func TestCrashResumedSleepWakesAtRecordedTime(t *testing.T) {
 	if want := start.Add(48 * time.Hour); !ok || !next.Equal(want) {
 		t.Fatalf("the resumed sleep ends at %v, want its recorded wake-up %v", next, want)
 	}
-	env.Clock.Advance(24 * time.Hour)
+	if now, ok := env.Clock.Skip(); !ok || !now.Equal(start.Add(48*time.Hour)) {
+		t.Fatalf("Skip moved the clock to %v (%v), want the wake-up %v", now, ok, start.Add(48*time.Hour))
+	}
 	h2, err := wf2.Handle(ctx, h.ID())
 	if err != nil {
 		t.Fatal(err)
