@@ -135,6 +135,14 @@ func init() {
 			Pkg: "durabletest", Tests: "^TestCrashMatrixFindsRepeatedEffect$",
 		},
 		Mutant{
+			Name:      "kit/onboarding-subscription-key",
+			Mechanism: "the onboarding example's subscription is deduplicated on the step's idempotency key (the crash matrix of its test finds the second one)",
+			Edits: []Edit{{File: "examples/onboarding/worker.go",
+				Find:    "a.cfg.PaymentsURL,\n\t\tdurable.IdempotencyKey,",
+				Replace: "a.cfg.PaymentsURL,\n\t\tfunc(context.Context) string { return time.Now().String() },"}},
+			Pkg: "examples/onboarding", Tests: "^TestOnboardingCrashMatrix$",
+		},
+		Mutant{
 			Name:      "kit/crash-finds-rerun",
 			Mechanism: "the crash matrix reports a step recorded before the crash that runs again on resume (here the engine replays no plain step)",
 			Edits: []Edit{{File: "step.go",
