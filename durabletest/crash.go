@@ -413,8 +413,10 @@ func trial[P, R any](m *matrix, register func(*durable.Engine) *durable.Workflow
 		}
 	}()
 	var early *outcome
+	atBoundary := false
 	select {
 	case <-reached:
+		atBoundary = true
 	case o := <-finished:
 		early = &o
 	case <-ctx.Done():
@@ -427,7 +429,7 @@ func trial[P, R any](m *matrix, register func(*durable.Engine) *durable.Workflow
 	switch {
 	case early != nil:
 		return fail(-1, "", fmt.Errorf("%w: the run finished (%v) without reaching this boundary, which the uninterrupted run reached", ErrDiverged, early))
-	case ctx.Err() != nil:
+	case !atBoundary:
 		return fail(-1, "", fmt.Errorf("%w: the run did not reach this boundary within %v", ErrDiverged, m.opts.Timeout))
 	}
 
