@@ -14,7 +14,8 @@ import (
 // may import the layers below it, never one above. Each entry names the
 // packages of a layer, relative to the module root.
 var layers = [][]string{
-	{"internal/clock", "internal/hooks", "internal/service", "internal/testsignal", "internal/errs"},
+	{"internal/clock"},
+	{"internal/hooks", "internal/service", "internal/testsignal", "internal/errs"},
 	{"internal/sysdb"},
 	{"internal/notify", "internal/commit"},
 	{"internal/lease", "internal/dispatch", "internal/schedule", "internal/stream", "internal/recovery", "internal/maintenance"},

@@ -292,6 +292,7 @@ type Engine struct {
 	pool        *pgxpool.Pool
 	cfg         Config
 	knobs       hooks.Knobs // test and measurement knobs
+	clock       engineClock // the system clock, or a test's (clock.go)
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
 	wq          *sysdb.WaitQueries
@@ -354,6 +355,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		pool:        pool,
 		cfg:         c,
 		knobs:       knobs,
+		clock:       newEngineClock(knobs),
 		q:           q,
 		qq:          sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
 		wq:          sysdb.NewWaitQueries(c.Schema, q.NotifyTo),

@@ -104,13 +104,13 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 	if timeout < 0 {
 		return msg, false, fmt.Errorf("%w: Recv with a negative timeout %v", ErrInvalidArgument, timeout)
 	}
+	r := wctx.workflowRun()
 	deadline, err := step(wctx, "durable.recv-deadline:"+topic, func(context.Context) (time.Time, error) {
-		return time.Now().Add(timeout), nil
+		return r.e.clock.now().Add(timeout), nil
 	}, &StepOpts{Retry: noRetry})
 	if err != nil {
 		return msg, false, err
 	}
-	r := wctx.workflowRun()
 	name := "durable.recv:" + topic
 	pos, rec, err := r.begin(name)
 	if err != nil {
@@ -119,7 +119,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 	if rec == nil {
 		ws := r.trace().recv(topic, deadline)
 		defer func() { ws.end(err) }()
-		started := time.Now()
+		started := r.e.clock.now()
 		waiting := false // the wait topic is recorded
 		for {
 			w := r.e.hub.Subscribe("m:" + r.id)
@@ -135,7 +135,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				rec = &stepRecord{pos: pos, name: name, status: stepDone, output: out}
 				break
 			}
-			remaining := time.Until(deadline)
+			remaining := r.e.clock.until(deadline)
 			if remaining <= 0 {
 				r.e.hub.Unsubscribe("m:"+r.id, w)
 				out, _ := json.Marshal(received{})
@@ -148,7 +148,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				rec = &stepRecord{pos: pos, name: name, status: stepDone, output: out}
 				break
 			}
-			if remaining > r.e.cfg.ParkThreshold {
+			if r.e.parks(remaining) {
 				r.e.hub.Unsubscribe("m:"+r.id, w)
 				return msg, false, r.park(deadline, topic)
 			}
@@ -156,7 +156,7 @@ func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok b
 				r.markWaiting(topic)
 				waiting = true
 			}
-			err = r.waitFor(w.Done(), min(remaining, r.e.listener.interval()))
+			err = r.waitFor(w.Done(), deadline)
 			r.e.hub.Unsubscribe("m:"+r.id, w)
 			if err != nil {
 				return msg, false, err
@@ -208,9 +208,13 @@ func (r *run) receive(pos int, name, topic string, started time.Time) ([]byte, b
 	return nil, false, nil
 }
 
-// waitFor waits for ch, d, the engine stopping or the run's context ending.
-func (r *run) waitFor(ch <-chan struct{}, d time.Duration) error {
-	t := time.NewTimer(d)
+// waitFor waits for ch, the engine's clock to reach wake, the polling
+// period, the engine stopping or the run's context ending.
+func (r *run) waitFor(ch <-chan struct{}, wake time.Time) error {
+	if r.e.clock.fake != nil {
+		return r.e.clock.wait(r, ch, wake, r.e.listener.interval())
+	}
+	t := time.NewTimer(min(time.Until(wake), r.e.listener.interval()))
 	defer t.Stop()
 	select {
 	case <-ch:
@@ -240,7 +244,7 @@ func SetEvent[T any](wctx Context, key string, value T) error {
 	if err != nil {
 		return err
 	}
-	started := time.Now()
+	started := r.e.clock.now()
 	var written bool
 	err = r.retryDB("set event", func(ctx context.Context) error {
 		var err error
@@ -272,7 +276,7 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 	if timeout < 0 {
 		return value, false, fmt.Errorf("%w: GetEvent with a negative timeout %v", ErrInvalidArgument, timeout)
 	}
-	deadline := time.Now().Add(timeout)
+	deadline := e.clock.now().Add(timeout)
 	for {
 		w := e.hub.Subscribe("e:" + id)
 		ev, err := e.wq.GetEvent(ctx, e.pool, sysdb.GetEventParams{WorkflowID: id, Key: key})
@@ -294,10 +298,18 @@ func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout tim
 			}
 			return value, true, nil
 		}
-		remaining := time.Until(deadline)
+		remaining := e.clock.until(deadline)
 		if remaining <= 0 || Status(ev.Status).Finished() {
 			e.hub.Unsubscribe("e:"+id, w)
 			return value, false, nil
+		}
+		if e.clock.fake != nil {
+			err := e.clock.waitOutside(ctx, w.Done(), deadline, e.listener.interval())
+			e.hub.Unsubscribe("e:"+id, w)
+			if err != nil {
+				return value, false, err
+			}
+			continue
 		}
 		t := time.NewTimer(min(remaining, e.listener.interval()))
 		select {

@@ -354,7 +354,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db sysdb.DBTX, q *Queue, i
 		notBefore = &o.NotBefore
 	}
 	if o.Timeout > 0 {
-		d := time.Now().Add(o.Timeout)
+		d := w.e.clock.now().Add(o.Timeout)
 		deadline = &d
 	}
 	sp := w.e.tr.enqueue(ctx, w.def.name, id, q.name)

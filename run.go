@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -107,6 +108,9 @@ func (r *run) begin(name string) (int, *stepRecord, error) {
 	pos := int(r.next.Add(1)) - 1
 	if rec, ok := r.steps[pos]; ok {
 		if rec.name != name {
+			if r.e.knobs.Boundary != nil {
+				_ = r.e.knobs.Boundary(hooks.Boundary{RunID: r.id, Pos: pos, Name: name, Point: hooks.Diverged})
+			}
 			return pos, nil, r.halt(&NonDeterminismError{WorkflowID: r.id, Pos: pos, Recorded: rec.name, Called: name})
 		}
 		return pos, rec, nil
@@ -117,6 +121,9 @@ func (r *run) begin(name string) (int, *stepRecord, error) {
 	}
 	if err := r.interrupted(); err != nil {
 		return pos, nil, err
+	}
+	if r.e.knobs.Boundary != nil {
+		return pos, nil, boundary(r, pos, name, hooks.BeforeStep)
 	}
 	return pos, nil, nil
 }
@@ -145,7 +152,7 @@ func (r *run) cancelled() error {
 	return nil
 }
 
-func (r *run) pastDeadline() bool { return !r.deadline.IsZero() && !time.Now().Before(r.deadline) }
+func (r *run) pastDeadline() bool { return !r.deadline.IsZero() && !r.e.clock.now().Before(r.deadline) }
 
 func (r *run) deadlineError() error {
 	return fmt.Errorf("durable: workflow %q passed its deadline %s: %w", r.id, r.deadline.Format(time.RFC3339Nano), context.DeadlineExceeded)
@@ -172,18 +179,12 @@ func (r *run) haltEnded(what string) error {
 	return r.halt(fmt.Errorf("durable: workflow %q: %s: %w", r.id, what, ErrShutdown))
 }
 
-// sleep waits d unless the engine begins to stop.
+// sleep waits d of the engine's clock unless the engine begins to stop.
 func (r *run) sleep(d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-r.e.stopping:
-		return r.halt(fmt.Errorf("workflow %q: %w", r.id, ErrShutdown))
-	case <-r.ctx.Done():
-		return r.interrupted()
+	if r.e.clock.fake != nil {
+		return r.e.clock.wait(r, nil, r.e.clock.now().Add(d), 0)
 	}
+	return sleepReal(r, d)
 }
 
 // retryDB runs op until it succeeds, fails with a non-transient error, or

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -50,8 +51,10 @@ func (rn *runner) launchThen(r *run, def *wfDef, input []byte, done func()) {
 	r.deferSteps = def.deferSteps
 	rn.runs.Add(1)
 	rn.active.store(r)
+	rn.e.clock.enter() // a party of a test's clock from now on
 	rn.workers.run(func() {
 		defer rn.runs.Done()
+		defer rn.e.clock.leave()
 		defer rn.active.remove(r)
 		if done != nil {
 			defer done()
@@ -184,7 +187,7 @@ func (rn *runner) newRun(id, name string, epoch int64, steps map[int]*stepRecord
 	r.cancelCause = cancelCause
 	if deadline != nil {
 		r.deadline = *deadline
-		ctx, cancel := context.WithDeadline(base, *deadline)
+		ctx, cancel := rn.e.clock.withDeadline(base, *deadline)
 		r.ctx, r.cancel = ctx, func() { cancel(); cancelCause(nil) }
 	} else {
 		r.ctx, r.cancel = base, func() { cancelCause(nil) }
@@ -215,6 +218,9 @@ func (rn *runner) execute(r *run, def *wfDef, input []byte) {
 	// was refused. A run that stops without finishing here drops them: it
 	// runs those steps again when resumed, as after a crash, and no late
 	// write can land in a new execution's history.
+	if rn.e.knobs.Boundary != nil && r.halted() == nil {
+		_ = boundary(r, int(r.next.Load()), "", hooks.BeforeFinish)
+	}
 	var steps []*sysdb.InsertStepParams
 	if r.deferSteps {
 		steps = r.deferred.forFinish()

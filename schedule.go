@@ -338,7 +338,10 @@ func newScheduler(e *Engine) *schedule.Service {
 	if e.knobs.Now != nil {
 		clk = nowFunc(e.knobs.Now)
 	}
-	return schedule.New(schedule.Config{
+	if e.knobs.Clock != nil {
+		clk = e.knobs.Clock
+	}
+	s := schedule.New(schedule.Config{
 		Queries:      sysdb.NewScheduleQueries(e.cfg.Schema, e.q.NotifyTo),
 		DB:           e.pool,
 		Clock:        clk,
@@ -356,4 +359,8 @@ func newScheduler(e *Engine) *schedule.Service {
 			return ok
 		},
 	})
+	if e.knobs.Clock != nil {
+		e.knobs.Clock.OnAdvance(s.Wake) // a move of the clock may make ticks due
+	}
+	return s
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/durable-go/durable/internal/clock"
+	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -226,9 +227,12 @@ func runStep[R any](r *run, pos int, name string, rec *stepRecord, fn func(ctx c
 		return replay[R](r, rec)
 	}
 	policy, timeout := r.stepPolicy(opts)
-	started := time.Now()
+	started := r.e.clock.now()
 	sp := r.trace().step(pos, name, stepKindPlain)
 	out, attempts, err := attempt(r, sp, pos, name, policy, timeout, fn)
+	if r.e.knobs.Boundary != nil && r.halted() == nil {
+		_ = boundary(r, pos, name, hooks.BeforeCheckpoint)
+	}
 	if h := r.halted(); h != nil {
 		sp.end(h)
 		return zero, h
@@ -318,6 +322,11 @@ func stepContext(r *run, sp *tspan, pos int, name string, n int, timeout time.Du
 func callStep[R any](r *run, sp *tspan, pos int, name string, n int, timeout time.Duration, fn func(context.Context) (R, error)) (out R, err error) {
 	ctx, cancel := stepContext(r, sp, pos, name, n, timeout)
 	defer cancel()
+	if r.e.knobs.Boundary != nil {
+		if err := boundary(r, pos, name, hooks.Call); err != nil {
+			return out, Permanent(err) // the step returns the halt reason
+		}
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = &PanicError{Value: fmt.Sprint(p), Stack: string(debug.Stack())}
@@ -429,7 +438,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 	if o.ConflictRetries == 0 {
 		o.ConflictRetries = TxConflictRetriesDefault
 	}
-	started := time.Now()
+	started := r.e.clock.now()
 	sp := r.trace().step(pos, name, stepKindTx)
 	defer func() { sp.end(err) }()
 	conflicts := 0
@@ -453,13 +462,13 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		case isConflict(err) && conflicts < o.ConflictRetries:
 			conflicts++
 			sp.conflict(n)
-			if serr := r.sleep(clock.Jitter(time.Duration(conflicts)*2*time.Millisecond, 0.5)); serr != nil {
+			if serr := sleepReal(r, clock.Jitter(time.Duration(conflicts)*2*time.Millisecond, 0.5)); serr != nil {
 				return zero, serr
 			}
 			continue
 		case isTransient(err) && !isConflict(err):
 			// Connection trouble: the database decides, retry until it is back.
-			if serr := r.sleep(clock.Jitter(min(time.Duration(1<<min(conflicts, 7))*20*time.Millisecond, 2*time.Second), 0.2)); serr != nil {
+			if serr := sleepReal(r, clock.Jitter(min(time.Duration(1<<min(conflicts, 7))*20*time.Millisecond, 2*time.Second), 0.2)); serr != nil {
 				return zero, serr
 			}
 			conflicts++
@@ -593,7 +602,7 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 		return zero, r.halt(errReplayEnd)
 	}
 	policy, timeout := r.stepPolicy(opts)
-	started := time.Now()
+	started := r.e.clock.now()
 	sp := r.trace().step(pos, name, stepKindIntent)
 	defer func() { sp.end(err) }()
 	var out R

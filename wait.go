@@ -20,24 +20,24 @@ func Sleep(wctx Context, d time.Duration) (err error) {
 	if d < 0 {
 		return fmt.Errorf("%w: Sleep of a negative duration %v", ErrInvalidArgument, d)
 	}
-	wake, err := Step(wctx, "durable.sleep", func(context.Context) (time.Time, error) { return time.Now().Add(d), nil }, &StepOpts{Retry: noRetry})
+	r := wctx.workflowRun()
+	wake, err := Step(wctx, "durable.sleep", func(context.Context) (time.Time, error) { return r.e.clock.now().Add(d), nil }, &StepOpts{Retry: noRetry})
 	if err != nil {
 		return err
 	}
 	if rp := wctx.workflowRun(); rp.replaying != nil {
 		return replayWait(rp) // a replay waits for nothing (replay.go)
 	}
-	r := wctx.workflowRun()
-	if time.Until(wake) > 0 {
+	if r.e.clock.until(wake) > 0 {
 		ws := r.trace().sleep(wake)
 		defer func() { ws.end(err) }()
 	}
 	for {
-		remaining := time.Until(wake)
+		remaining := r.e.clock.until(wake)
 		if remaining <= 0 {
 			return nil
 		}
-		if remaining > r.e.cfg.ParkThreshold {
+		if r.e.parks(remaining) {
 			return r.park(wake, "")
 		}
 		if err := r.sleep(remaining); err != nil {

@@ -149,14 +149,14 @@ type StartOpts struct {
 	Timeout time.Duration
 }
 
-func (o *StartOpts) deadline() (*time.Time, error) {
+func (o *StartOpts) deadline(now time.Time) (*time.Time, error) {
 	if o == nil || o.Timeout == 0 {
 		return nil, nil
 	}
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("%w: StartOpts.Timeout %v is negative", ErrInvalidArgument, o.Timeout)
 	}
-	d := time.Now().Add(o.Timeout)
+	d := now.Add(o.Timeout)
 	return &d, nil
 }
 
@@ -174,7 +174,7 @@ func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (_ *H
 	if err != nil {
 		return nil, err
 	}
-	deadline, err := opts.deadline()
+	deadline, err := opts.deadline(e.clock.now())
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +298,7 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 	if err != nil {
 		return nil, err
 	}
-	deadline, err := opts.deadline()
+	deadline, err := opts.deadline(w.e.clock.now())
 	if err != nil {
 		return nil, err
 	}
@@ -334,12 +334,12 @@ func (w *Workflow[P, R]) StartChild(wctx Context, in P, opts *StartOpts) (*Handl
 		}
 		return &Handle[R]{e: w.e, id: id}, nil
 	}
-	started := time.Now()
+	started := r.e.clock.now()
 	id, input, err := w.prepare(in, opts, r.id+"/"+strconv.Itoa(pos))
 	if err != nil {
 		return nil, err
 	}
-	deadline, err := opts.deadline()
+	deadline, err := opts.deadline(r.e.clock.now())
 	if err != nil {
 		return nil, err
 	}
@@ -512,7 +512,8 @@ func readRun(ctx context.Context, qs *sysdb.Queries, q queryer, id string) (*run
 // Now returns the current time, recorded as a step so a replay sees the
 // same value. Use it instead of time.Now in workflow code.
 func Now(wctx Context) (time.Time, error) {
-	return Step(wctx, "durable.now", func(context.Context) (time.Time, error) { return time.Now(), nil }, &StepOpts{Retry: noRetry})
+	r := wctx.workflowRun()
+	return Step(wctx, "durable.now", func(context.Context) (time.Time, error) { return r.e.clock.now(), nil }, &StepOpts{Retry: noRetry})
 }
 
 // NewID returns a random UUID, recorded as a step so a replay sees the same
@@ -544,7 +545,7 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 	if rec == nil {
 		ws := r.trace().await(h.id)
 		defer func() { ws.end(err) }()
-		started := time.Now()
+		started := r.e.clock.now()
 		waitUntil := started.Add(r.e.cfg.ParkThreshold)
 		for {
 			w := r.e.hub.Subscribe(h.id)
@@ -573,12 +574,11 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 			if !info.notify {
 				_, _ = r.e.q.WatchWorkflow(r.e.hardCtx, r.e.pool, h.id) // a remote finish notifies us
 			}
-			remaining := time.Until(waitUntil)
-			if remaining <= 0 {
+			if r.e.clock.until(waitUntil) <= 0 {
 				r.e.hub.Unsubscribe(h.id, w)
 				return zero, r.parkOnChild(h.id)
 			}
-			err = r.waitFor(w.Done(), min(remaining, r.e.listener.interval()))
+			err = r.waitFor(w.Done(), waitUntil)
 			r.e.hub.Unsubscribe(h.id, w)
 			if err != nil {
 				return zero, err

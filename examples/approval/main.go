@@ -176,9 +176,9 @@ func script(req *agentkittest.Request) agentkittest.Reply {
 	return agentkittest.Reply{Text: "Done. Tool said: " + res[len(res)-1]}
 }
 
-func runAgent(ctx context.Context, out io.Writer, schema, ticket string) error {
-	return withPool(ctx, func(pool *pgxpool.Pool) error {
-		if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()+`;
+// createRefunds creates the refund "provider"'s table in schema.
+func createRefunds(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	_, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()+`;
 CREATE TABLE IF NOT EXISTS `+pgx.Identifier{schema, "refunds"}.Sanitize()+` (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     idem_key     text NOT NULL UNIQUE,
@@ -186,7 +186,13 @@ CREATE TABLE IF NOT EXISTS `+pgx.Identifier{schema, "refunds"}.Sanitize()+` (
     amount_cents int NOT NULL,
     calls        int NOT NULL DEFAULT 1,
     at           timestamptz NOT NULL DEFAULT now()
-)`); err != nil {
+)`)
+	return err
+}
+
+func runAgent(ctx context.Context, out io.Writer, schema, ticket string) error {
+	return withPool(ctx, func(pool *pgxpool.Pool) error {
+		if err := createRefunds(ctx, pool, schema); err != nil {
 			return err
 		}
 		srv := agentkittest.NewServer(script)

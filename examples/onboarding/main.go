@@ -268,11 +268,23 @@ func run(ctx context.Context, out io.Writer, o options) error {
 
 // setup drops and recreates the demo's schemas and migrates the engine's.
 func setup(ctx context.Context, pool *pgxpool.Pool, o options) error {
-	s := pgx.Identifier{o.AppSchema}.Sanitize()
 	_, err := pool.Exec(ctx, `
-DROP SCHEMA IF EXISTS `+s+` CASCADE;
+DROP SCHEMA IF EXISTS `+pgx.Identifier{o.AppSchema}.Sanitize()+` CASCADE;
 DROP SCHEMA IF EXISTS `+pgx.Identifier{o.EngineSchema}.Sanitize()+` CASCADE;
-CREATE SCHEMA `+s+`;
+CREATE SCHEMA `+pgx.Identifier{o.AppSchema}.Sanitize())
+	if err != nil {
+		return err
+	}
+	if err := createAppTables(ctx, pool, o.AppSchema); err != nil {
+		return err
+	}
+	return durable.Migrate(ctx, pool, o.EngineSchema)
+}
+
+// createAppTables creates the demo's tables in the existing schema.
+func createAppTables(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	s := pgx.Identifier{schema}.Sanitize()
+	_, err := pool.Exec(ctx, `
 CREATE TABLE `+s+`.workspaces (
     id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     run_id  text NOT NULL, -- deliberately not unique: a duplicate would show
@@ -299,10 +311,7 @@ CREATE TABLE `+s+`.audit (
     chat_message text NOT NULL,
     at           timestamptz NOT NULL DEFAULT clock_timestamp()
 );`)
-	if err != nil {
-		return err
-	}
-	return durable.Migrate(ctx, pool, o.EngineSchema)
+	return err
 }
 
 type workerProc struct {

@@ -28,10 +28,18 @@ func Or(c Clock) Clock {
 }
 
 // Fake is a clock that only moves when told. It is safe for concurrent
-// use.
+// use. Besides telling the time it has timers (timers.go): waits of the
+// parties that use it, which a move of the clock ends, and functions it
+// calls when the clock reaches their time.
 type Fake struct {
-	mu  sync.Mutex
-	now time.Time
+	mu      sync.Mutex
+	now     time.Time
+	waits   []*Waiter // pending, in no order
+	timers  []*Timer  // pending AfterFuncs, in no order
+	busy    int       // parties not waiting on this clock (Enter, Leave)
+	auto    bool      // SetAuto
+	moved   []func()  // OnAdvance
+	changed chan struct{}
 }
 
 // NewFake returns a fake clock showing t.
@@ -44,19 +52,21 @@ func (f *Fake) Now() time.Time {
 	return f.now
 }
 
-// Set moves the clock to t.
+// Set moves the clock to t and ends the waits and calls the functions
+// whose time came.
 func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
-	f.now = t
-	f.mu.Unlock()
+	f.moveLocked(t)
 }
 
-// Advance moves the clock forward by d and returns the new time.
+// Advance moves the clock forward by d (a negative d is ignored), ends
+// the waits and calls the functions whose time came, and returns the new
+// time.
 func (f *Fake) Advance(d time.Duration) time.Time {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.now = f.now.Add(d)
-	return f.now
+	now := f.now.Add(max(d, 0))
+	f.moveLocked(now)
+	return now
 }
 
 // Jitter returns d moved at random by up to frac of it either way, so that

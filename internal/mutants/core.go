@@ -88,8 +88,8 @@ func init() {
 			Name:      "sleep/recorded-wake",
 			Mechanism: "a resumed Sleep sleeps to its recorded wake time (only the remainder)",
 			Edits: []Edit{{File: "wait.go",
-				Find:    "\tr := wctx.workflowRun()\n\tif time.Until(wake) > 0 {",
-				Replace: "\tr := wctx.workflowRun()\n\twake = time.Now().Add(d)\n\tif time.Until(wake) > 0 {"}},
+				Find:    "\t}\n\tif r.e.clock.until(wake) > 0 {",
+				Replace: "\t}\n\twake = r.e.clock.now().Add(d)\n\tif r.e.clock.until(wake) > 0 {"}},
 			Pkg: ".", Tests: "TestSleepSurvivesKill",
 		},
 	)
