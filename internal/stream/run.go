@@ -222,6 +222,11 @@ func (rs *runStreams) wait(ctx context.Context, what string) error {
 // settle records that n more entries are stored, or that the run's
 // entries failed with err (which halts the run).
 func (rs *runStreams) settle(n int64, err error) {
+	if err != nil {
+		// The run halts before any waiter wakes: a Flush that returns
+		// err finds the run already halted.
+		rs.r.Halt(err)
+	}
 	rs.mu.Lock()
 	if err != nil {
 		if rs.err == nil {
@@ -233,9 +238,6 @@ func (rs *runStreams) settle(n int64, err error) {
 	close(rs.progress)
 	rs.progress = make(chan struct{})
 	rs.mu.Unlock()
-	if err != nil {
-		rs.r.Halt(err)
-	}
 }
 
 func (rs *runStreams) failed() bool {
