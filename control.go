@@ -34,6 +34,7 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error 
 	if err != nil {
 		return fmt.Errorf("durable: cancel %q: %w", id, err)
 	}
+	e.met.cancelled(ctx, len(cancelled))
 	for _, cid := range cancelled {
 		if r := e.runner.active.load(cid); r != nil {
 			r.cancelCause(ErrCancelled)

@@ -57,6 +57,7 @@ type run struct {
 	deferred   deferredSteps
 
 	tr     *tspan                      // this execution's span; nil without tracing (trace.go)
+	m      runMeters                   // its workflow's instruments; zero without metrics (metrics.go)
 	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
 }
 
