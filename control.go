@@ -204,6 +204,7 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 		}
 		return "", fmt.Errorf("durable: fork %q: %w", id, err)
 	}
+	e.met.started(ctx, name, startFork)
 	e.recov.Wake()
 	return newID, nil
 }

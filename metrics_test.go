@@ -177,6 +177,11 @@ func TestMetricsRuns(t *testing.T) {
 	// Cancelling a finished run counts nothing; a cancelled one counts.
 	require.NoError(t, e.Cancel(ctx, h.ID(), nil))
 	require.Empty(t, m.collect(t)["durable.workflow.finished"]["durable.workflow.status=cancelled"])
+
+	// A fork is a start of its own kind.
+	_, err = e.Fork(ctx, h.ID(), 1, nil)
+	require.NoError(t, err)
+	require.Equal(t, point{value: 1}, m.collect(t)["durable.workflow.started"]["durable.start.kind=fork,durable.workflow.name=ok"])
 }
 
 // TestMetricsQueue: the queue depth gauge reads the queue's runs from the

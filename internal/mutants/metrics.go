@@ -31,6 +31,14 @@ func init() {
 			Pkg: ".", Tests: "TestMetricsRuns",
 		},
 		Mutant{
+			Name:      "metrics/forked",
+			Mechanism: "a fork is counted as a start",
+			Edits: []Edit{{File: "control.go",
+				Find:    "\te.met.started(ctx, name, startFork)\n",
+				Replace: "\n"}},
+			Pkg: ".", Tests: "TestMetricsRuns",
+		},
+		Mutant{
 			Name:      "metrics/enqueued",
 			Mechanism: "an enqueued run is counted",
 			Edits: []Edit{{File: "queue.go",
