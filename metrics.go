@@ -340,10 +340,16 @@ func (m *meters) requeuedFunc() func(queue string, n int) {
 }
 
 // observe is the gauges' callback, called by each collection of a
-// reader: the runs executing here, and the queues' depth and the parked
-// runs, as the database has them.
+// reader: the runs executing here, and, from Launch to Shutdown, the
+// queues' depth and the parked runs, as the database has them.
 func (m *meters) observe(ctx context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.executing, int64(m.e.runner.active.count()))
+	m.e.mu.Lock()
+	launched := m.e.state == stateLaunched
+	m.e.mu.Unlock()
+	if !launched {
+		return nil // before Launch the schema may not exist yet
+	}
 	ctx, cancel := context.WithTimeout(ctx, observeTimeout)
 	defer cancel()
 	var errs []error
