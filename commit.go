@@ -18,5 +18,6 @@ func newCommitWriter(e *Engine) *commit.Writer {
 		RetryBG:              e.runner.retryBG,
 		WakeParentOfFinished: e.runner.wakeParentOfFinished,
 		Log:                  e.log,
+		OnBatch:              e.met.batchFunc(),
 	})
 }

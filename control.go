@@ -34,6 +34,7 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error 
 	if err != nil {
 		return fmt.Errorf("durable: cancel %q: %w", id, err)
 	}
+	e.met.cancelled(ctx, len(cancelled))
 	for _, cid := range cancelled {
 		if r := e.runner.active.load(cid); r != nil {
 			r.cancelCause(ErrCancelled)
@@ -203,6 +204,7 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 		}
 		return "", fmt.Errorf("durable: fork %q: %w", id, err)
 	}
+	e.met.started(ctx, name, startFork)
 	e.recov.Wake()
 	return newID, nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/internal/commit"
@@ -117,6 +118,16 @@ type Config struct {
 	// Defaults to nil: no spans, no allocation, a nil check per hook (an
 	// OpenTelemetry no-op provider is treated the same).
 	TracerProvider trace.TracerProvider
+
+	// MeterProvider receives the engine's OpenTelemetry metrics: runs
+	// started and finished, workflow and step durations, queue depth and
+	// wait, recoveries, group-commit batch sizes, parked runs (see
+	// docs/metrics.md for the instruments and their attributes).
+	// Defaults to OpenTelemetry's global provider (otel.GetMeterProvider),
+	// which records nothing until the program sets one; a no-op provider
+	// (go.opentelemetry.io/otel/metric/noop) turns metrics off: each hook
+	// then costs a nil check.
+	MeterProvider metric.MeterProvider
 
 	// PollOnly turns LISTEN/NOTIFY off, for connection poolers that break
 	// LISTEN (PgBouncer in transaction mode): the engine neither listens
@@ -302,7 +313,8 @@ type Engine struct {
 	lq          *sysdb.LeaseQueries
 	rcq         *sysdb.RecoveryQueries
 	log         *slog.Logger
-	tr          tracer // the engine's spans
+	tr          tracer  // the engine's spans
+	met         *meters // the engine's metrics; nil: off (metrics.go)
 	incarnation string
 
 	mu       sync.Mutex
@@ -379,6 +391,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	e.recov = newRecovery(e)
 	e.retention = newRetention(e)
 	e.tr = tracer{t: newTracer(c.TracerProvider), appVersion: c.AppVersion, executorID: c.ExecutorID}
+	e.met = newMeters(c.MeterProvider, e)
 	e.commit = newCommitWriter(e)
 	e.stepDelay = stepFlushDelay
 	e.streamw = newStreamWriter(e)
@@ -454,6 +467,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("durable: launch: recovery: %w", err))
 	}
+	e.met.recovered(own, recoveryRestart)
 	if err := e.streamw.Start(ctx); err != nil { // before any run executes
 		return fail(err)
 	}
@@ -570,6 +584,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	_ = e.streamw.Stop(ctx) // after the runs: they flush their entries
 	e.hardCancel(ErrShutdown)
 	e.lease.Close()
+	e.met.close()
 	e.mu.Lock()
 	e.state = stateStopped
 	e.mu.Unlock()

@@ -120,6 +120,16 @@
 // same attributes for workflow code (pass wctx) and step code (pass the
 // step's ctx).
 //
+// # Metrics
+//
+// Config.MeterProvider (OpenTelemetry's global provider when nil) receives
+// counters of the runs started and finished, histograms of workflow, step
+// and queue-wait durations and of group-commit batch sizes, the recoveries,
+// and gauges of the queues' depth and the parked runs (read from the
+// database at each collection). Attributes have bounded values: workflow
+// and queue names, statuses, kinds; docs/metrics.md lists them.
+// [ReadActivity] gives the recent activity the dashboard charts.
+//
 // # Determinism rules
 //
 // Workflow code is re-executed from the top when a run resumes, with

@@ -369,6 +369,7 @@ func (w *Workflow[P, R]) enqueue(ctx context.Context, db sysdb.DBTX, q *Queue, i
 	case !res.QueueFound:
 		return nil, fmt.Errorf("%w: %q (declare it with RegisterQueue in some executor)", ErrQueueNotFound, q.name)
 	case res.Inserted:
+		w.e.met.started(ctx, w.def.name, startEnqueue)
 		return &Handle[R]{e: w.e, id: id}, nil
 	}
 	// Not inserted: the ID exists, or the dedup ID is taken.

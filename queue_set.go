@@ -84,6 +84,7 @@ func (qs *queueSet) newDispatcher() *dispatch.Dispatcher {
 		Launching:    qs.e.recov.EnterLaunch,
 		DBTrouble:    qs.e.lease.NoteTrouble,
 		JudgesLeases: qs.e.lease.JudgesLeases,
+		Requeued:     qs.e.met.requeuedFunc(),
 		Logger:       qs.e.log,
 	})
 }
@@ -110,6 +111,7 @@ func (qs *queueSet) enqueue(ctx context.Context, def *wfDef, q *Queue, id string
 		return false, fmt.Errorf("%w: %q", ErrQueueNotFound, q.name)
 	}
 	if res.Inserted {
+		qs.e.met.started(ctx, def.name, startSchedule)
 		qs.ready(q)
 		return true, nil
 	}

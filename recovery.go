@@ -29,6 +29,7 @@ func newRecovery(e *Engine) *recovery.Service {
 		PollInterval: e.listener.interval,
 		Logger:       e.log,
 		Launch: func(ctx context.Context, runs []sysdb.ClaimedRow) error {
+			e.met.recovered(runs, recoveryTakeover)
 			return e.runner.startClaimed(ctx, runs, nil)
 		},
 		JudgesLeases:   e.lease.JudgesLeases,

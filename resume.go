@@ -89,6 +89,7 @@ func (rn *runner) resumeOne(c claimed, steps map[int]*stepRecord, q *Queue) {
 	r := rn.newRun(c.ID, c.Name, c.Epoch, steps, c.Deadline)
 	r.queue = q
 	rn.e.tr.claimed(r, &c)
+	rn.e.met.claimedRun(r, &c)
 	var done func()
 	if q == nil {
 		done = func() { rn.e.recov.GiveSlots(1) }
@@ -139,5 +140,6 @@ func (rn *runner) deadLetter(ctx context.Context, c claimed, limit int) {
 	rn.e.log.Error("durable: run dead-lettered: its executor kept dying while running it", "workflow_id", c.ID,
 		"workflow", c.Name, "recovery_attempts", c.Attempts-1, "limit", limit)
 	rn.e.tr.deadLetter(&c, limit, dle)
+	rn.e.met.deadLettered(&c)
 	rn.e.hub.Wake(c.ID, &outcome{status: StatusDead, err: errb})
 }

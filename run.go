@@ -58,6 +58,7 @@ type run struct {
 	deferred   deferredSteps
 
 	tr     *tspan                      // this execution's span; nil without tracing (trace.go)
+	m      runMeters                   // its workflow's instruments; zero without metrics (metrics.go)
 	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
 
 	replaying *replayMode // non-nil: a replay-only execution, which runs no step and writes nothing (replay.go)

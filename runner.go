@@ -83,6 +83,7 @@ func (rn *runner) start(ctx context.Context, def *wfDef, id string, input []byte
 	}
 	r := rn.newRun(id, def.name, 1, nil, nil)
 	rn.e.tr.run(r, sp.spanContext(), 0, nil, nil)
+	rn.e.met.startedRun(r, startSchedule)
 	rn.launch(r, def, input)
 	return true, nil
 }
@@ -306,6 +307,7 @@ func (rn *runner) finish(r *run, o *outcome, steps []*sysdb.InsertStepParams) {
 		}
 	}
 	r.trace().finished(o)
+	rn.e.met.finished(r, o)
 	r.logFinished(o)
 	rn.e.hub.Wake(r.id, o)
 }

@@ -239,6 +239,7 @@ func runStep[R any](r *run, pos int, name string, rec *stepRecord, fn func(ctx c
 	}
 	v, err := record(r, pos, name, out, attempts, err, started)
 	sp.end(err)
+	r.m.step(r.ctx, kindPlain, started, err)
 	return v, err
 }
 
@@ -440,7 +441,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 	}
 	started := r.e.clock.now()
 	sp := r.trace().step(pos, name, stepKindTx)
-	defer func() { sp.end(err) }()
+	defer func() { sp.end(err); r.m.step(r.ctx, kindTx, started, err) }()
 	conflicts := 0
 	for n := 1; ; {
 		out, output, done, err := txAttempt(r, sp, pos, name, n, started, &o, fn)
@@ -604,7 +605,7 @@ func IntentStep[R any](wctx Context, name string, fn func(ctx context.Context) (
 	policy, timeout := r.stepPolicy(opts)
 	started := r.e.clock.now()
 	sp := r.trace().step(pos, name, stepKindIntent)
-	defer func() { sp.end(err) }()
+	defer func() { sp.end(err); r.m.step(r.ctx, kindIntent, started, err) }()
 	var out R
 	attempts := 0
 	runErr := ErrRunAgain

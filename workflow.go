@@ -244,6 +244,7 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 	}
 	r := e.runner.newRun(id, w.def.name, 1, nil, deadline)
 	e.tr.run(r, sp.spanContext(), 0, nil, nil)
+	e.met.startedRun(r, startKindOf(parent))
 	e.runner.launch(r, w.def, input)
 	return &Handle[R]{e: e, id: id, local: local}, nil
 }
@@ -313,6 +314,7 @@ func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *Sta
 		sp.existing()
 		return w.existing(ctx, tx, id, opts.sameInput(input), "")
 	}
+	w.e.met.started(ctx, w.def.name, startDirect)
 	return &Handle[R]{e: w.e, id: id}, nil
 }
 

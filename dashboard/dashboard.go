@@ -301,6 +301,7 @@ func (d *dash) routes() {
 	d.mux.HandleFunc("GET /approvals", d.authed(d.approvalsPage))
 	d.mux.HandleFunc("GET /queues", d.authed(d.queuesPage))
 	d.mux.HandleFunc("GET /schedules", d.authed(d.schedulesPage))
+	d.mux.HandleFunc("GET /activity", d.authed(d.activityPage))
 	d.mux.HandleFunc("POST /action", d.authed(d.action))
 	d.mux.HandleFunc("/", d.authed(func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "No such page.")

@@ -60,11 +60,12 @@ var funcs = template.FuncMap{
 		return err.Error()
 	},
 	"statusClass": statusClass,
+	"count":       count,
 }
 
 func parsePages() (*pages, error) {
 	p := &pages{t: map[string]*template.Template{}}
-	for _, name := range []string{"runs", "run", "approvals", "queues", "schedules", "login", "error"} {
+	for _, name := range []string{"runs", "run", "approvals", "queues", "schedules", "activity", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)

@@ -30,7 +30,18 @@ type Config struct {
 	// have committed without its wake-up being sent.
 	WakeParentOfFinished func(ctx context.Context, id string)
 	Log                  *slog.Logger
+	// OnBatch, if not nil, is told the size of each batch a flush writes
+	// (1: a write that went alone), with its kind (Starts, Steps or
+	// Finishes). Defaults to nil.
+	OnBatch func(kind string, n int)
 }
+
+// The kinds of batch OnBatch is told of.
+const (
+	Starts   = "start"
+	Steps    = "step"
+	Finishes = "finish"
+)
 
 // Writer writes the runs' starts, step checkpoints and finishes, each kind
 // through its own Batcher.
@@ -61,6 +72,9 @@ func (w *Writer) WriteStep(ctx context.Context, s *sysdb.InsertStepParams) (ok b
 
 func (w *Writer) flushSteps(items []*Item[*sysdb.InsertStepParams]) {
 	ctx := w.cfg.Ctx
+	if w.cfg.OnBatch != nil {
+		w.cfg.OnBatch(Steps, len(items))
+	}
 	if len(items) == 1 {
 		items[0].OK, items[0].Err = w.cfg.Queries.InsertStep(ctx, w.cfg.DB, *items[0].V)
 		return
@@ -124,6 +138,9 @@ func (w *Writer) finishOne(ctx context.Context, f *sysdb.FinishOneStepsParams) (
 
 func (w *Writer) flushFinishes(items []*Item[*sysdb.FinishOneStepsParams]) {
 	ctx := w.cfg.Ctx
+	if w.cfg.OnBatch != nil {
+		w.cfg.OnBatch(Finishes, len(items))
+	}
 	if len(items) == 1 {
 		items[0].OK, items[0].Err = w.finishOne(ctx, items[0].V)
 		return
@@ -170,6 +187,9 @@ func (w *Writer) startOne(ctx context.Context, r *sysdb.OwnedRun) (bool, error) 
 
 func (w *Writer) flushStarts(items []*Item[*sysdb.OwnedRun]) {
 	ctx := w.cfg.Ctx
+	if w.cfg.OnBatch != nil {
+		w.cfg.OnBatch(Starts, len(items))
+	}
 	if len(items) == 1 {
 		items[0].OK, items[0].Err = w.startOne(ctx, items[0].V)
 		return

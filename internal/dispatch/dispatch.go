@@ -64,6 +64,9 @@ type Config struct {
 	// JudgesLeases reports whether this executor may take the runs of
 	// executors whose lease expired (Requeue). Defaults to never.
 	JudgesLeases func() bool
+	// Requeued, if not nil, is told how many runs of a dead executor
+	// Requeue returned to their queue, per queue. Defaults to nil.
+	Requeued func(queue string, n int)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -148,6 +151,9 @@ func (d *Dispatcher) Requeue(ctx context.Context, own bool) error {
 	for _, b := range back {
 		if b.Requeued > 0 { // else only slots of cancelled runs came back
 			d.cfg.Logger.Info("durable: runs of a dead executor returned to their queue", "queue", b.Queue, "count", b.Requeued)
+			if d.cfg.Requeued != nil {
+				d.cfg.Requeued(b.Queue, int(b.Requeued))
+			}
 		}
 		if q := d.byName[b.Queue]; q != nil {
 			q.Wake()

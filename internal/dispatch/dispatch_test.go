@@ -295,6 +295,12 @@ func TestRequeueWakesItsQueue(t *testing.T) {
 	f := newFix(t, sysdb.QueueSettings{})
 	var judges atomic.Bool
 	f.cfg.JudgesLeases = judges.Load
+	var requeued atomic.Int64
+	f.cfg.Requeued = func(q string, n int) {
+		if q == "q" {
+			requeued.Add(int64(n))
+		}
+	}
 	f.start()
 	require.Zero(t, f.pass().Claimed)
 	f.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, queue_name) VALUES
@@ -304,9 +310,11 @@ func TestRequeueWakesItsQueue(t *testing.T) {
 	var status string
 	require.NoError(t, f.pool.QueryRow(f.ctx, sysdb.Render(`SELECT status FROM {{schema}}.workflows`, f.schema)).Scan(&status))
 	require.Equal(t, "pending", status, "leases not judged: the run stays")
+	require.Zero(t, requeued.Load())
 
 	judges.Store(true)
 	require.NoError(t, f.d.Requeue(f.ctx, false))
+	require.EqualValues(t, 1, requeued.Load(), "Requeued is told of the run returned")
 	require.Equal(t, 1, f.pass().Claimed)
 	got := f.launch()
 	require.Equal(t, []string{"lost"}, ids(got))

@@ -18,6 +18,9 @@ type ClaimedRow struct {
 	Queue    *string
 	Trace    *string        // W3C trace context stored at start
 	Queued   *time.Duration // time since the run was created (enqueued)
+	// Recovered: this claim counted a recovery attempt (the run's executor
+	// died). Set by ClaimOwn and ClaimOrphans only.
+	Recovered bool
 }
 
 // dest returns the scan destinations of c's columns.

@@ -94,7 +94,11 @@ WHERE w.id = ANY(ARRAY(SELECT c.id FROM (
 		ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) orphaned
 	) c ORDER BY c.created_at LIMIT $4))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at`),
+	clock_timestamp() - w.created_at,
+	-- Whether this claim counted a recovery attempt: the subquery reads
+	-- the row as it was before this statement (a statement does not see
+	-- its own writes), i.e. the CASE of the SET above.
+	COALESCE((SELECT o.epoch <> 0 AND o.wake_at IS NULL FROM {{schema}}.workflows o WHERE o.id = w.id), false)`),
 
 		// Pending runs of this executor that this binary cannot run are
 		// handed back (owner NULL) so a compatible executor claims them.
@@ -184,7 +188,7 @@ func (q *RecoveryQueries) ClaimOwn(ctx context.Context, db DBTX, p ClaimOwnParam
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimOwnRow, error) {
-		var c ClaimOwnRow
+		c := ClaimOwnRow{ClaimedRow: ClaimedRow{Recovered: true}} // every one counts an attempt
 		err := row.Scan(append(c.dest(), &c.Created)...)
 		return c, err
 	})
@@ -223,8 +227,18 @@ type ClaimOrphansParams struct {
 // pending runs of p.AppVersion and p.Names that have no live owner:
 // unowned runs that are not queued, parked runs that are due and, with
 // p.TakeExpired, runs of other executors whose lease expired.
+// Recovered is set on the runs whose claim counted a recovery attempt
+// (their executor died).
 func (q *RecoveryQueries) ClaimOrphans(ctx context.Context, db DBTX, p ClaimOrphansParams) ([]ClaimedRow, error) {
-	return collectClaimed(db.Query(ctx, q.claimOrphans, p.ExecutorID, p.AppVersion, p.Names, p.Limit, p.TakeExpired))
+	rows, err := db.Query(ctx, q.claimOrphans, p.ExecutorID, p.AppVersion, p.Names, p.Limit, p.TakeExpired)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedRow, error) {
+		var c ClaimedRow
+		err := row.Scan(append(c.dest(), &c.Recovered)...)
+		return c, err
+	})
 }
 
 // ReleaseUnrunnableParams are the arguments of ReleaseUnrunnable.

@@ -80,6 +80,7 @@ func TestClaimOrphans(t *testing.T) {
 			require.Nil(t, wake, "claimed: no longer parked")
 			require.Nil(t, topic)
 			for _, c := range got {
+				require.Equal(t, c.ID == "of-dead" || c.ID == "of-gone", c.Recovered, "%s: Recovered is set when the claim counted a recovery attempt", c.ID)
 				if c.ID == "unowned" {
 					require.Equal(t, ClaimedRow{ID: "unowned", Name: "w", Epoch: 1, Queued: c.Queued}, c)
 					require.NotNil(t, c.Queued)
@@ -130,6 +131,7 @@ func TestClaimOwn(t *testing.T) {
 	require.Len(t, first, 2)
 	require.Equal(t, "a", first[0].ID)
 	require.Equal(t, "b", first[1].ID)
+	require.True(t, first[0].Recovered && first[1].Recovered, "every own run claimed counts a recovery attempt")
 	require.Equal(t, int64(2), first[0].Epoch, "a new epoch fences the earlier incarnation")
 	require.Equal(t, 1, first[0].Attempts, "boot recovery counts an attempt")
 	require.Equal(t, "pending me 2 1", runState(t, pool, schema, "a"))
