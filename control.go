@@ -106,8 +106,12 @@ func (e *Engine) resume(ctx context.Context, id string, opts *ResumeOpts) error 
 	if err != nil {
 		return err
 	}
-	if info.status == StatusCancelled && info.executor != nil && info.queue != nil {
-		return errStopping // the stopping condition of the Resume statement
+	switch info.status {
+	case StatusCancelled, StatusDead, StatusError:
+		// The statement refused it only while its cancelled code was
+		// stopping; that may have ended since (the read comes after):
+		// try again.
+		return errStopping
 	}
 	return fmt.Errorf("%w: workflow %q is %s; only cancelled, dead or failed runs can be resumed", ErrInvalidArgument, id, info.status)
 }
