@@ -397,7 +397,9 @@ func (e *Engine) AppVersion() string { return e.cfg.AppVersion }
 // notifications unless Config.PollOnly), registers this executor's lease,
 // resumes this executor's pending runs and starts the background services
 // (notifications, heartbeats, takeover of runs whose executor died).
-// Register every workflow before Launch.
+// Register every workflow before Launch. A database that cannot be reached
+// yet is waited for, with backoff, until ctx ends; an error that waiting
+// cannot fix (a bad password, missing privileges) fails Launch at once.
 func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Lock()
 	if e.state != stateNew {
@@ -412,8 +414,8 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Unlock()
 	e.queues.dispatcher = e.queues.newDispatcher()
 
-	if err := e.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("durable: launch: database unreachable: %w", err)
+	if err := e.awaitDatabase(ctx); err != nil { // boot.go
+		return err
 	}
 	if err := e.lease.Open(); err != nil {
 		return err
