@@ -300,6 +300,7 @@ type Engine struct {
 	iq          *sysdb.InspectQueries
 	lq          *sysdb.LeaseQueries
 	rcq         *sysdb.RecoveryQueries
+	aq          *sysdb.AttemptQueries
 	log         *slog.Logger
 	tr          tracer // the engine's spans
 	incarnation string
@@ -362,6 +363,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		iq:          sysdb.NewInspectQueries(c.Schema),
 		lq:          sysdb.NewLeaseQueries(c.Schema),
 		rcq:         sysdb.NewRecoveryQueries(c.Schema, q.NotifyTo),
+		aq:          sysdb.NewAttemptQueries(c.Schema),
 		log:         c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation: randomHex(8),
 		defs:        map[string]*wfDef{},

@@ -40,7 +40,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (13, 'unowned_runs'),
     (14, 'failed_runs_index'),
     (15, 'identifiers_collate_c'),
-    (16, 'cancelled_runs_hold_slots');
+    (16, 'cancelled_runs_hold_slots'),
+    (17, 'step_attempts');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -188,6 +189,24 @@ CREATE TABLE {{schema}}.steps (
     attempts    integer NOT NULL DEFAULT 1,
     started_at  timestamptz,
     finished_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workflow_id, pos)
+);
+
+-- Failed attempts of steps whose outcome is not recorded yet: an attempt
+-- that fails and will be retried counts itself here, so a run resumed after
+-- a crash goes on from the next attempt instead of a whole new retry
+-- budget. A step that succeeds at its first attempt writes nothing here;
+-- once the step's row in steps is written, this one only waits for the
+-- run's retention. Resuming a failed or cancelled run clears its rows.
+CREATE TABLE {{schema}}.step_attempts (
+    workflow_id text COLLATE "C" NOT NULL,
+    pos         integer NOT NULL,
+    name        text NOT NULL,
+    -- Attempts that failed so far; the next one is attempts + 1.
+    attempts    integer NOT NULL CHECK (attempts > 0),
+    -- The last failure, encoded as a step's error.
+    error       json,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (workflow_id, pos)
 );
 
