@@ -528,7 +528,8 @@ func hintIDCollation(log *slog.Logger, schema, column, dbCollate string, provide
 	}
 	log.Info(`durable: run IDs and keys compare in the database's default collation, not "C"; `+
 		`each run's writes cost the server 20-40% more: apply the ALTER TABLE statements of migration 015 `+
-		`(015_identifiers_collate_c.sql) in a maintenance window`, "schema", schema, "datcollate", dbCollate)
+		`(015_identifiers_collate_c.sql) in a maintenance window, after dropping the views of migration 018 `+
+		`(018_views_v1.sql), which it then creates again`, "schema", schema, "datcollate", dbCollate)
 }
 
 // Shutdown stops the engine. New starts fail with [ErrShutdown]; running
