@@ -3,7 +3,10 @@ package durable
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // awaitDatabase is Launch's first contact with the database. A database
@@ -15,14 +18,14 @@ import (
 // comes up instead of exiting. ctx bounds the wait. Any other error (a
 // bad password, an unknown database or role) fails at once: waiting would
 // not fix it.
-func (e *Engine) awaitDatabase(ctx context.Context) error {
+func awaitDatabase(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	began := time.Now()
 	tries := 1
 	var last error
-	err, stopped := retryTransient(ctx, func(ctx context.Context) error { return e.pool.Ping(ctx) }, func(attempt int, err error) {
+	err, stopped := retryTransient(ctx, func(ctx context.Context) error { return pool.Ping(ctx) }, func(attempt int, err error) {
 		tries, last = attempt+1, err
 		if attempt == 1 || attempt%10 == 0 {
-			e.log.Warn("durable: launch: database unreachable, waiting for it", "attempt", attempt, "err", err)
+			log.Warn("durable: launch: database unreachable, waiting for it", "attempt", attempt, "err", err)
 		}
 	})
 	switch {
@@ -33,7 +36,7 @@ func (e *Engine) awaitDatabase(ctx context.Context) error {
 		return fmt.Errorf("durable: launch: database unreachable: %w", err)
 	}
 	if tries > 1 {
-		e.log.Info("durable: launch: database reachable", "waited", time.Since(began).Round(time.Millisecond), "tries", tries)
+		log.Info("durable: launch: database reachable", "waited", time.Since(began).Round(time.Millisecond), "tries", tries)
 	}
 	return nil
 }

@@ -416,7 +416,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Unlock()
 	e.queues.dispatcher = e.queues.newDispatcher()
 
-	if err := e.awaitDatabase(ctx); err != nil { // boot.go
+	if err := awaitDatabase(ctx, e.pool, e.log); err != nil { // boot.go
 		return err
 	}
 	if err := e.lease.Open(); err != nil {
