@@ -19,45 +19,47 @@ import (
 
 // loadAttempts reads the failed attempts of the unrecorded steps of the
 // runs ids: by run, then by position.
-func (rn *runner) loadAttempts(ctx context.Context, ids []string) (map[string]map[int]int, error) {
+func (rn *runner) loadAttempts(ctx context.Context, ids []string) (map[string]priorAttempts, error) {
 	rows, err := rn.e.aq.LoadAttempts(ctx, rn.e.pool, ids)
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
-	out := make(map[string]map[int]int)
+	out := make(map[string]priorAttempts)
 	for _, a := range rows {
 		if out[a.WorkflowID] == nil {
-			out[a.WorkflowID] = map[int]int{}
+			out[a.WorkflowID] = priorAttempts{}
 		}
 		out[a.WorkflowID][a.Pos] = a.Attempts
 	}
 	return out, nil
 }
 
-// firstAttempt is the number of the first attempt this execution makes of
-// the step at pos: one more than the attempts earlier executions recorded
-// as failed.
-func (r *run) firstAttempt(pos int) int { return r.failed[pos] + 1 }
+// priorAttempts are the failed attempts of a run's unrecorded steps, by
+// position, that earlier executions recorded; read-only.
+type priorAttempts map[int]int
 
-// resumedAttempt reports whether attempt n of the step at pos is the first
-// this execution makes of a step an earlier one began: its failed
-// attempts were recorded, or its intent (IntentStep). n is 0 for an
-// intent's resolve call, which only runs then.
-func (r *run) resumedAttempt(pos, n int) bool {
-	failed := r.failed[pos]
+// first is the number of the first attempt this execution makes of the
+// step at pos: one more than the attempts recorded as failed.
+func (p priorAttempts) first(pos int) int { return p[pos] + 1 }
+
+// resumed reports whether attempt n of the step at pos, recorded as rec
+// (nil: not recorded), is the first this execution makes of a step an
+// earlier one began: its failed attempts were recorded, or its intent
+// (IntentStep). n is 0 for an intent's resolve call, which only runs then.
+func (p priorAttempts) resumed(pos, n int, rec *stepRecord) bool {
+	failed := p[pos]
 	if n != 0 && n != failed+1 {
 		return false
 	}
-	rec := r.steps[pos]
 	return failed > 0 || rec != nil && rec.status == stepIntent
 }
 
-// recordAttempt records that attempt n of the step at pos failed with
+// recordAttempt records that attempt n of run r's step at pos failed with
 // cause and will be retried. It rides out an outage like a checkpoint; a
 // write the run's epoch fences halts the run. An attempt the engine cut
 // short (the run halted: shutdown, deadline, cancel) did not fail and is
 // not recorded.
-func (r *run) recordAttempt(pos int, name string, n int, cause error) error {
+func recordAttempt(r *run, pos int, name string, n int, cause error) error {
 	if h := r.halted(); h != nil {
 		return h
 	}

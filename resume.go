@@ -56,7 +56,7 @@ func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) err
 			ids[i] = c.ID
 		}
 		var steps map[string]map[int]*stepRecord
-		var failed map[string]map[int]int
+		var failed map[string]priorAttempts
 		var n int
 		err := rn.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
 			var err error
@@ -87,7 +87,7 @@ func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) err
 
 // resumeOne executes claimed run c with its recorded steps and the failed
 // attempts of its unrecorded ones.
-func (rn *runner) resumeOne(c claimed, steps map[int]*stepRecord, failed map[int]int, q *Queue) {
+func (rn *runner) resumeOne(c claimed, steps map[int]*stepRecord, failed priorAttempts, q *Queue) {
 	if c.Attempts > 0 {
 		rn.e.log.Info("durable: resuming run", "workflow_id", c.ID, "workflow", c.Name, "recovery_attempt", c.Attempts, "recorded_steps", len(steps))
 	}

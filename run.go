@@ -48,9 +48,9 @@ type run struct {
 
 	steps map[int]*stepRecord // recorded before this execution; read-only
 	next  atomic.Int32        // next step position
-	// Failed attempts of unrecorded steps by position, recorded before
-	// this execution; read-only (attempts.go).
-	failed map[int]int
+	// Failed attempts of unrecorded steps, recorded before this execution
+	// (attempts.go).
+	failed priorAttempts
 
 	mu   sync.Mutex
 	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)

@@ -296,12 +296,12 @@ func Go[R any](wctx Context, name string, fn func(ctx context.Context) (R, error
 func attempt[R any](r *run, sp *tspan, pos int, name string, policy RetryPolicy, timeout time.Duration, fn func(context.Context) (R, error)) (R, int, error) {
 	var out R
 	var err error
-	for n := r.firstAttempt(pos); ; n++ {
+	for n := r.failed.first(pos); ; n++ {
 		out, err = callStep(r, sp, pos, name, n, timeout, fn)
 		if err == nil || errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
 			return out, n, err
 		}
-		if err := r.recordAttempt(pos, name, n, err); err != nil { // attempts.go
+		if err := recordAttempt(r, pos, name, n, err); err != nil { // attempts.go
 			return out, n, err
 		}
 		if err := r.interrupted(); err != nil {
@@ -324,7 +324,7 @@ func attempt[R any](r *run, sp *tspan, pos int, name string, policy RetryPolicy,
 
 func stepContext(r *run, sp *tspan, pos int, name string, n int, timeout time.Duration) (context.Context, context.CancelFunc) {
 	ctx := context.WithValue(sp.context(r), stepInfoKey{}, StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n,
-		Resumed: r.resumedAttempt(pos, n)})
+		Resumed: r.failed.resumed(pos, n, r.steps[pos])})
 	if timeout > 0 {
 		return context.WithTimeout(ctx, timeout)
 	}
@@ -450,7 +450,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 	sp := r.trace().step(pos, name, stepKindTx)
 	defer func() { sp.end(err) }()
 	conflicts := 0
-	for n := r.firstAttempt(pos); ; {
+	for n := r.failed.first(pos); ; {
 		out, output, done, err := txAttempt(r, sp, pos, name, n, started, &o, fn)
 		if done {
 			if err != nil {
@@ -485,7 +485,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		if errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
 			return record[R](r, pos, name, zero, n, err, started)
 		}
-		if rerr := r.recordAttempt(pos, name, n, err); rerr != nil { // attempts.go
+		if rerr := recordAttempt(r, pos, name, n, err); rerr != nil { // attempts.go
 			return zero, rerr
 		}
 		delay := policy.wait(n)
