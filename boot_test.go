@@ -99,7 +99,7 @@ func TestLaunchFailsAtOnceWhenWaitingCannotHelp(t *testing.T) {
 
 	e, err := durable.New(pool, &durable.Config{Schema: pgtest.Schema(t), AppVersion: "test"})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a refusal takes a round trip
 	defer cancel()
 	err = e.Launch(ctx)
 	require.Error(t, err)
