@@ -230,6 +230,8 @@ func runChild(mode string) error {
 		return e.Shutdown(sctx)
 	case "schedule":
 		return runScheduleChild(ctx, e, pool)
+	case "attempts":
+		return runAttemptsChild(ctx, e, pool, schema)
 	}
 	return errors.New("unknown child mode " + mode)
 }

@@ -312,6 +312,7 @@ type Engine struct {
 	iq          *sysdb.InspectQueries
 	lq          *sysdb.LeaseQueries
 	rcq         *sysdb.RecoveryQueries
+	aq          *sysdb.AttemptQueries
 	log         *slog.Logger
 	tr          tracer  // the engine's spans
 	met         *meters // the engine's metrics; nil: off (metrics.go)
@@ -376,6 +377,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		iq:          sysdb.NewInspectQueries(c.Schema),
 		lq:          sysdb.NewLeaseQueries(c.Schema),
 		rcq:         sysdb.NewRecoveryQueries(c.Schema, q.NotifyTo),
+		aq:          sysdb.NewAttemptQueries(c.Schema),
 		log:         c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation: randomHex(8),
 		defs:        map[string]*wfDef{},
@@ -412,7 +414,9 @@ func (e *Engine) AppVersion() string { return e.cfg.AppVersion }
 // notifications unless Config.PollOnly), registers this executor's lease,
 // resumes this executor's pending runs and starts the background services
 // (notifications, heartbeats, takeover of runs whose executor died).
-// Register every workflow before Launch.
+// Register every workflow before Launch. A database that cannot be reached
+// yet is waited for, with backoff, until ctx ends; an error that waiting
+// cannot fix (a bad password, missing privileges) fails Launch at once.
 func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Lock()
 	if e.state != stateNew {
@@ -427,8 +431,8 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Unlock()
 	e.queues.dispatcher = e.queues.newDispatcher()
 
-	if err := e.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("durable: launch: database unreachable: %w", err)
+	if err := awaitDatabase(ctx, e.pool, e.log); err != nil { // boot.go
+		return err
 	}
 	if err := e.lease.Open(); err != nil {
 		return err
@@ -540,7 +544,8 @@ func hintIDCollation(log *slog.Logger, schema, column, dbCollate string, provide
 	}
 	log.Info(`durable: run IDs and keys compare in the database's default collation, not "C"; `+
 		`each run's writes cost the server 20-40% more: apply the ALTER TABLE statements of migration 015 `+
-		`(015_identifiers_collate_c.sql) in a maintenance window`, "schema", schema, "datcollate", dbCollate)
+		`(015_identifiers_collate_c.sql) in a maintenance window, after dropping the views of migration 018 `+
+		`(018_views_v1.sql), which it then creates again`, "schema", schema, "datcollate", dbCollate)
 }
 
 // Shutdown stops the engine. New starts fail with [ErrShutdown]; running

@@ -45,7 +45,7 @@ func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) err
 			rn.deadLetter(ctx, c, def.maxRecovery)
 			release(1)
 		case q != nil && c.Epoch == 1:
-			rn.resumeOne(c, nil, q)
+			rn.resumeOne(c, nil, nil, q)
 		default:
 			load = append(load, c)
 		}
@@ -56,10 +56,14 @@ func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) err
 			ids[i] = c.ID
 		}
 		var steps map[string]map[int]*stepRecord
+		var failed map[string]priorAttempts
 		var n int
 		err := rn.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
 			var err error
 			steps, n, err = rn.loadSteps(ctx, ids)
+			if err == nil && n > 0 {
+				failed, err = rn.loadAttempts(ctx, ids[:n]) // attempts.go
+			}
 			return err
 		})
 		if err == nil && n == 0 {
@@ -74,19 +78,21 @@ func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) err
 			return fmt.Errorf("load steps of %d claimed runs: %w", len(ids), err)
 		}
 		for _, c := range load[:n] {
-			rn.resumeOne(c, steps[c.ID], q)
+			rn.resumeOne(c, steps[c.ID], failed[c.ID], q)
 		}
 		load = load[n:]
 	}
 	return nil
 }
 
-// resumeOne executes claimed run c with its recorded steps.
-func (rn *runner) resumeOne(c claimed, steps map[int]*stepRecord, q *Queue) {
+// resumeOne executes claimed run c with its recorded steps and the failed
+// attempts of its unrecorded ones.
+func (rn *runner) resumeOne(c claimed, steps map[int]*stepRecord, failed priorAttempts, q *Queue) {
 	if c.Attempts > 0 {
 		rn.e.log.Info("durable: resuming run", "workflow_id", c.ID, "workflow", c.Name, "recovery_attempt", c.Attempts, "recorded_steps", len(steps))
 	}
 	r := rn.newRun(c.ID, c.Name, c.Epoch, steps, c.Deadline)
+	r.failed = failed
 	r.queue = q
 	rn.e.tr.claimed(r, &c)
 	rn.e.met.claimedRun(r, &c)

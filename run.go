@@ -49,6 +49,9 @@ type run struct {
 
 	steps map[int]*stepRecord // recorded before this execution; read-only
 	next  atomic.Int32        // next step position
+	// Failed attempts of unrecorded steps, recorded before this execution
+	// (attempts.go).
+	failed priorAttempts
 
 	mu   sync.Mutex
 	stop error // set once: the run must end without finishing (fenced, shutdown) or fail (non-determinism)

@@ -18,8 +18,8 @@ import (
 // TestSchemaSQL: schema.sql, the whole current schema written out for a
 // DBA to read, builds the same catalog as the migrations that actually
 // install it: the same relations, columns (position, type, nullability,
-// default, collation), constraints, indexes, functions, triggers and
-// sequences, and the same recorded version. A migration added without
+// default, collation), constraints, indexes, functions, triggers,
+// sequences and view definitions, and the same recorded version. A migration added without
 // updating schema.sql, or an edit of schema.sql alone, fails here.
 func TestSchemaSQL(t *testing.T) {
 	t.Parallel()
@@ -39,7 +39,7 @@ func TestSchemaSQL(t *testing.T) {
 	require.NoError(t, err, "applying schema.sql")
 
 	want, got := schemaCatalog(ctx, t, pool, migrated), schemaCatalog(ctx, t, pool, written)
-	for _, section := range []string{"relation", "column", "constraint", "index", "function", "sequence", "version"} {
+	for _, section := range []string{"relation", "column", "constraint", "index", "function", "sequence", "view", "version"} {
 		require.Equal(t, want[section], got[section], "%s: schema.sql (+) differs from what the migrations build (-)", section)
 	}
 	require.Equal(t, want, got)
@@ -50,6 +50,8 @@ func TestSchemaSQL(t *testing.T) {
 	require.Contains(t, want["index"], "workflows_queue_dedup_idx: CREATE UNIQUE INDEX workflows_queue_dedup_idx ON {{schema}}.workflows USING btree (queue_name, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['enqueued'::text, 'pending'::text])))")
 	require.Contains(t, want["column"], `workflows.id #1: text not null default - collation "C"`)
 	require.Contains(t, strings.Join(want["function"], "\n"), "FUNCTION {{schema}}.checkpoint_refused()")
+	require.Contains(t, want["relation"], "view runs_v1")
+	require.Contains(t, strings.Join(want["view"], "\n"), "steps_v1: ")
 	require.Len(t, want["version"], durable.SchemaVersion())
 }
 
@@ -115,6 +117,9 @@ func schemaCatalog(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema
 			JOIN pg_class c ON c.oid = s.seqrelid
 			JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE n.nspname = $1`,
+		"view": `SELECT c.relname || ': ' || pg_get_viewdef(c.oid)
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relkind = 'v'`,
 		"version": `SELECT version || ' ' || name FROM ` + sysdb.Render("{{schema}}.schema_migrations", schema),
 	}
 	out := map[string][]string{}

@@ -30,8 +30,10 @@ const (
 )
 
 // RetryPolicy says how a failing step is retried. Attempt n waits
-// BaseDelay * Factor^(n-1), capped at MaxDelay, spread by ±Jitter. Retries
-// happen in memory: after a crash a step starts again at attempt 1.
+// BaseDelay * Factor^(n-1), capped at MaxDelay, spread by ±Jitter. Failed
+// attempts are recorded: after a crash a step goes on from the attempt
+// after the last one that failed, so MaxAttempts bounds its attempts
+// across executions (an attempt cut short by the crash is made again).
 type RetryPolicy struct {
 	// MaxAttempts counts the first try. 1 means no retry.
 	// Defaults to RetryMaxAttemptsDefault.
@@ -147,7 +149,18 @@ type StepInfo struct {
 	WorkflowID string
 	Name       string
 	Pos        int // position of the step in its run, from 0
-	Attempt    int // 1 for the first try
+	// Attempt is 1 for the first try. It counts on across crashes: the
+	// attempts that failed in earlier executions of the run are recorded.
+	Attempt int
+	// Resumed reports that this attempt follows an interruption: an
+	// earlier execution of the run began this step (its failed attempts,
+	// or an [IntentStep]'s intent, are recorded) and then crashed, lost
+	// the run or was shut down before the step's outcome was recorded. A
+	// step whose effect has no idempotency key can check for it first. A
+	// crash during a first attempt that had not failed yet leaves no
+	// record (that would cost a write on every step): use IntentStep for
+	// a step that must always know.
+	Resumed bool
 }
 
 // IdempotencyKey is the step's stable key, workflow ID + "/" + position: the
@@ -288,9 +301,12 @@ func Go[R any](wctx Context, name string, fn func(ctx context.Context) (R, error
 func attempt[R any](r *run, sp *tspan, pos int, name string, policy RetryPolicy, timeout time.Duration, fn func(context.Context) (R, error)) (R, int, error) {
 	var out R
 	var err error
-	for n := 1; ; n++ {
+	for n := r.failed.first(pos); ; n++ {
 		out, err = callStep(r, sp, pos, name, n, timeout, fn)
 		if err == nil || errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
+			return out, n, err
+		}
+		if err := recordAttempt(r, pos, name, n, err); err != nil { // attempts.go
 			return out, n, err
 		}
 		if err := r.interrupted(); err != nil {
@@ -312,7 +328,8 @@ func attempt[R any](r *run, sp *tspan, pos int, name string, policy RetryPolicy,
 }
 
 func stepContext(r *run, sp *tspan, pos int, name string, n int, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx := context.WithValue(sp.context(r), stepInfoKey{}, StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n})
+	ctx := context.WithValue(sp.context(r), stepInfoKey{}, StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n,
+		Resumed: r.failed.resumed(pos, n, r.steps[pos])})
 	if timeout > 0 {
 		return context.WithTimeout(ctx, timeout)
 	}
@@ -443,7 +460,7 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 	sp := r.trace().step(pos, name, stepKindTx)
 	defer func() { sp.end(err); r.m.step(r.ctx, kindTx, started, err) }()
 	conflicts := 0
-	for n := 1; ; {
+	for n := r.failed.first(pos); ; {
 		out, output, done, err := txAttempt(r, sp, pos, name, n, started, &o, fn)
 		if done {
 			if err != nil {
@@ -477,6 +494,9 @@ func TxStep[R any](wctx Context, name string, fn func(ctx context.Context, tx pg
 		}
 		if errors.Is(err, ErrPermanent) || n >= policy.MaxAttempts {
 			return record[R](r, pos, name, zero, n, err, started)
+		}
+		if rerr := recordAttempt(r, pos, name, n, err); rerr != nil { // attempts.go
+			return zero, rerr
 		}
 		delay := policy.wait(n)
 		if r.debugEnabled() {

@@ -8,7 +8,8 @@
 // Every command takes --database-url (default $DATABASE_URL), --schema
 // (default "durable") and --json (machine-readable output), before or after
 // the command name. Exit status: 0 on success, 1 on an error, 2 on a usage
-// error. Run "durable help" for the list of commands.
+// error (and 3 when durable doctor finds a problem). Run "durable help" for
+// the list of commands.
 //
 // Install it with
 //
@@ -172,6 +173,7 @@ var commands = []*command{
 			fs.IntVar(&c.f.batch, "batch", durable.PruneBatchDefault, fmt.Sprintf("runs deleted per transaction (1..%d)", durable.PruneBatchMax))
 			fs.IntVar(&c.f.maxRuns, "max", 0, "stop after this many runs (0: no bound)")
 		}, run: cmdPrune},
+	{name: "doctor", summary: "report what endangers the install: dead rows, vacuum held back, stuck runs, dead executors (exit 3 on a problem)", nargs: [2]int{0, 0}, run: cmdDoctor},
 	{name: "ui", summary: "serve the dashboard (runs, step timelines, approvals, queues, schedules) until interrupted", nargs: [2]int{0, 0},
 		flags: func(fs *flag.FlagSet, c *cli) {
 			fs.StringVar(&c.f.addr, "addr", dashboard.DefaultAddr, "address to listen on; one that is not loopback needs a token")
@@ -290,9 +292,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err = c.exec(ctx, cmd, pos)
 	var ue *usageError
+	var pf *problemsFound
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &pf): // the report says what
+		return exitProblems
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "durable %s: %s\n", cmd.name, ue.msg)
 		return exitUsage

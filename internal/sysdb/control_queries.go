@@ -44,13 +44,16 @@ SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, ` + n(`'d:' || id`) + 
 		// Resumes a cancelled, dead-lettered or failed run from its last
 		// checkpoint: unowned and pending again (queued runs go back to
 		// their queue); not a cancelled queued run whose code is still
-		// stopping (it holds its slot: see stopping). $1 id.
+		// stopping (it holds its slot: see stopping). Its recovery attempts
+		// and the failed attempts of its unrecorded steps start again from
+		// zero. $1 id.
 		resume: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET status = CASE WHEN queue_name IS NULL THEN 'pending' ELSE 'enqueued' END,
 		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, error = NULL, output = NULL,
 		wake_at = NULL, wait_topic = NULL, updated_at = now()
 	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error') AND NOT (` + stopping + `)
-	RETURNING id, queue_name)
+	RETURNING id, queue_name),
+a AS (DELETE FROM {{schema}}.step_attempts WHERE workflow_id IN (SELECT id FROM u))
 SELECT ` + n(`CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_name END`) + `::text FROM u`),
 
 		// Deletes the last recorded step of run $1 when it recorded a

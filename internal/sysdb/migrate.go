@@ -46,6 +46,9 @@ func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
+		if strings.Contains(string(b), scriptDoTag) || strings.Contains(string(b), scriptBodyTag) {
+			return nil, fmt.Errorf("migration file %q: contains %s or %s, which Script quotes it with", e.Name(), scriptDoTag, scriptBodyTag)
+		}
 		migs = append(migs, Migration{Version: v, Name: rest, SQL: string(b)})
 	}
 	sort.Slice(migs, func(i, j int) bool { return migs[i].Version < migs[j].Version })
@@ -62,17 +65,32 @@ const versionTable = `CREATE TABLE IF NOT EXISTS {{schema}}.schema_migrations (
 );
 `
 
+// The dollar-quote tags of Script's guard around each migration; no
+// migration may contain them (LoadMigrations checks).
+const (
+	scriptDoTag   = "$durable_migration$"
+	scriptBodyTag = "$durable_body$"
+)
+
 // Script renders the whole migration script for schema, as a DBA would run
-// it by hand: schema, version table, then each migration and its version row.
+// it by hand: schema, version table, then each migration and its version
+// row. Each migration runs only where the schema lacks it, as Migrate
+// does: its SQL is the string of an EXECUTE, in a DO block that reads the
+// version table first. So the script can be applied again, after an
+// upgrade or twice, whatever a migration does: an earlier migration never
+// meets the objects of a later one (migration 015's column changes would
+// fail on the columns that 018's views use).
 func Script(migs []Migration, schema string) string {
 	var b strings.Builder
+	ident := pgx.Identifier{schema}.Sanitize()
 	b.WriteString(Render("CREATE SCHEMA IF NOT EXISTS {{schema}};\n", schema))
 	b.WriteString(Render(versionTable, schema))
 	for _, m := range migs {
-		fmt.Fprintf(&b, "\n-- migration %03d %s\nBEGIN;\n", m.Version, m.Name)
+		fmt.Fprintf(&b, "\n-- migration %03d %s\nBEGIN;\nDO %s BEGIN\nIF NOT EXISTS (SELECT FROM %s.schema_migrations WHERE version = %d) THEN\nEXECUTE %s\n",
+			m.Version, m.Name, scriptDoTag, ident, m.Version, scriptBodyTag)
 		b.WriteString(Render(m.SQL, schema))
-		fmt.Fprintf(&b, "\nINSERT INTO %s.schema_migrations (version, name) VALUES (%d, %s) ON CONFLICT DO NOTHING;\nCOMMIT;\n",
-			pgx.Identifier{schema}.Sanitize(), m.Version, quoteLiteral(m.Name))
+		fmt.Fprintf(&b, "\n%s;\nEND IF;\nEND %s;\nINSERT INTO %s.schema_migrations (version, name) VALUES (%d, %s) ON CONFLICT DO NOTHING;\nCOMMIT;\n",
+			scriptBodyTag, scriptDoTag, ident, m.Version, quoteLiteral(m.Name))
 	}
 	return b.String()
 }

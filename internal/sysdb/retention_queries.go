@@ -22,7 +22,8 @@ func NewRetentionQueries(schema string) *RetentionQueries {
 		// held back stays behind the walk instead of being read again by
 		// every batch; lock them, skipping rows locked by anyone else (a
 		// Resume in flight), and delete them with everything keyed by their
-		// ID. Runs held back:
+		// ID (the failed attempts of their steps too: not counted). Runs
+		// held back:
 		//   - a child whose parent exists and is not itself finished before
 		//     $1: a pending parent may still await it (and a resumed parent
 		//     replay it), so a child goes with or after its parent;
@@ -43,6 +44,7 @@ func NewRetentionQueries(schema string) *RetentionQueries {
 	LIMIT $4
 	FOR UPDATE OF w SKIP LOCKED),
 s AS (DELETE FROM {{schema}}.steps WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
+sa AS (DELETE FROM {{schema}}.step_attempts WHERE workflow_id IN (SELECT id FROM victims)),
 m AS (DELETE FROM {{schema}}.messages WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
 e AS (DELETE FROM {{schema}}.events WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
 st AS (DELETE FROM {{schema}}.streams WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
