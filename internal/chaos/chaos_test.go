@@ -580,4 +580,3 @@ func (c *controller) logPending(t *testing.T, ctx context.Context, schema string
 		FROM `+pgx.Identifier{schema, "executors"}.Sanitize()).Scan(&leases)
 	t.Logf("executors: %s", leases)
 }
-
