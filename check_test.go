@@ -3,6 +3,7 @@ package durable_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -347,7 +348,13 @@ func TestCheckIsReadOnly(t *testing.T) {
 	_, err := reader.Exec(ctx, "UPDATE "+ident+".workflows SET updated_at = updated_at")
 	requireSQLState(t, err, "42501") // insufficient_privilege: the role cannot write
 
-	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
+	// PgBouncer refuses the startup parameter: behind it (scripts/with-pgbouncer),
+	// the read-only sessions go to Postgres directly.
+	conn := b.pool.Config().ConnString()
+	if direct := os.Getenv("DURABLE_TEST_DIRECT_URL"); direct != "" {
+		conn = direct
+	}
+	cfg, err := pgxpool.ParseConfig(conn)
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	readOnly, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -179,9 +179,15 @@ func TestSmoke(t *testing.T) {
 	if !ok {
 		t.Fatalf("counts.dbos: got %v, want an object", counts["dbos"])
 	}
-	for _, k := range []string{"xids_per_wf0", "xids_per_step", "wal_bytes_per_step"} {
-		if v, ok := dc[k].(float64); !ok || v <= 0 {
-			t.Errorf("counts.dbos.%s missing or not positive: %v", k, dc[k])
+	if v, ok := dc["xids_per_wf0"].(float64); !ok || v <= 0 {
+		t.Errorf("counts.dbos.xids_per_wf0 missing or not positive: %v", dc["xids_per_wf0"])
+	}
+	// Per-step figures are differences of two batches of server-wide
+	// counters (a checkpoint's full-page images or an autovacuum land in
+	// either batch), so at smoke sizes they may come out negative.
+	for _, k := range []string{"xids_per_step", "wal_bytes_per_step"} {
+		if _, ok := dc[k].(float64); !ok {
+			t.Errorf("counts.dbos.%s missing", k)
 		}
 	}
 	if res.Counts.StatementsAvailable {

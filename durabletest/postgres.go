@@ -3,8 +3,6 @@ package durabletest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,12 +12,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/internal/pgtest"
 )
 
 const (
@@ -123,8 +121,6 @@ func poolOn(t testing.TB, url string) *pgxpool.Pool {
 	return pool
 }
 
-var schemaSeq atomic.Uint64
-
 // Schema creates a new, empty schema on the test's Postgres (see URL)
 // and returns its name; the schema and all in it are dropped when the
 // test ends. Pass it as Config.Schema: each test then has an engine of
@@ -136,35 +132,7 @@ func Schema(t testing.TB) string {
 
 func schemaOn(t testing.TB, url string) string {
 	t.Helper()
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	name := fmt.Sprintf("durabletest_%d_%d_%s", os.Getpid(), schemaSeq.Add(1), hex.EncodeToString(b[:]))
-	ident := pgx.Identifier{name}.Sanitize()
-	if err := execOn(url, "CREATE SCHEMA "+ident); err != nil {
-		t.Fatalf("durabletest: create schema %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		if err := execOn(url, "SET lock_timeout = '30s'", "DROP SCHEMA IF EXISTS "+ident+" CASCADE"); err != nil {
-			t.Errorf("durabletest: drop schema %s: %v", name, err)
-		}
-	})
-	return name
-}
-
-func execOn(url string, stmts ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	for _, s := range stmts {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			return err
-		}
-	}
-	return nil
+	return pgtest.SchemaOn(t, url, "durabletest")
 }
 
 // errNoServer: the PostgreSQL server binaries are not on this machine.

@@ -536,6 +536,7 @@ func (c *controller) drain() {
 					t.Logf("executor %d (%s) stderr:\n%s", i, x.id, x.child.Stderr.String())
 				}
 			}
+			c.logPending(t, ctx, schema)
 			t.Fatalf("runs still pending after 5 minutes of drain: %d (err %v)", pending, err)
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -549,4 +550,33 @@ func (c *controller) drain() {
 		}
 		c.slots[i] = nil
 	}
+}
+
+// logPending logs the runs still pending or enqueued and the executors'
+// leases, to tell why a drain did not end.
+func (c *controller) logPending(t *testing.T, ctx context.Context, schema string) {
+	rows, err := c.pool.Query(ctx, `SELECT id, name, status, coalesce(executor_id, '-'), epoch,
+		coalesce(queue_name, '-'), coalesce(wake_at::text, '-'), coalesce(wait_topic, '-'),
+		recovery_attempts, updated_at::text, app_version FROM `+pgx.Identifier{schema, "workflows"}.Sanitize()+`
+		WHERE status IN ('pending', 'enqueued') ORDER BY updated_at LIMIT 20`)
+	if err != nil {
+		t.Logf("pending runs: %v", err)
+		return
+	}
+	for rows.Next() {
+		var id, name, status, executor, queue, wake, topic, updated, version string
+		var epoch int64
+		var attempts int
+		if err := rows.Scan(&id, &name, &status, &executor, &epoch, &queue, &wake, &topic, &attempts, &updated, &version); err != nil {
+			t.Logf("pending runs: %v", err)
+			break
+		}
+		t.Logf("pending: id=%s name=%s status=%s executor=%s epoch=%d queue=%s wake_at=%s topic=%s attempts=%d updated=%s version=%s",
+			id, name, status, executor, epoch, queue, wake, topic, attempts, updated, version)
+	}
+	rows.Close()
+	var leases string
+	_ = c.pool.QueryRow(ctx, `SELECT coalesce(string_agg(executor_id || ' ' || lease_expires_at::text, '; '), '')
+		FROM `+pgx.Identifier{schema, "executors"}.Sanitize()).Scan(&leases)
+	t.Logf("executors: %s", leases)
 }

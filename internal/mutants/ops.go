@@ -39,6 +39,14 @@ func init() {
 			Pkg: "internal/sysdb", Tests: "TestResume$",
 		},
 		Mutant{
+			Name:      "resume/wait-stopping",
+			Mechanism: "Resume of a cancelled run whose code is still stopping waits for it, not fails",
+			Edits: []Edit{{File: "control.go",
+				Find:    "\t\treturn errStopping\n",
+				Replace: "\t\tbreak\n"}},
+			Pkg: ".", Tests: "^TestQueue$/^CancelledRunHoldsSlotUntilItStops$",
+		},
+		Mutant{
 			Name:      "resume/statuses",
 			Mechanism: "Resume takes only cancelled, dead or failed runs",
 			Edits: []Edit{{File: control,

@@ -45,6 +45,14 @@ func init() {
 			Pkg: "./internal/stream", Tests: "TestWriterDropsAfterFailure$",
 		},
 		Mutant{
+			Name:      "stream/halt-before-wake",
+			Mechanism: "a rejected flush halts its run before its waiters wake, so Flush's error and Halted agree",
+			Edits: []Edit{{File: "internal/stream/run.go",
+				Find:    "\t\trs.r.Halt(err)\n\t}\n\trs.mu.Lock()",
+				Replace: "\t}\n\tdefer func() {\n\t\tif err != nil {\n\t\t\trs.r.Halt(err)\n\t\t}\n\t}()\n\trs.mu.Lock()"}},
+			Pkg: "./internal/stream", Tests: "TestWriterRejects$",
+		},
+		Mutant{
 			Name:      "stream/replay-once",
 			Mechanism: "a replay of workflow code skips the stream entries its earlier executions stored",
 			Edits: []Edit{{File: "internal/stream/run.go",

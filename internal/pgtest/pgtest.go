@@ -192,13 +192,20 @@ var schemaSeq atomic.Uint64
 // name. The schema and everything in it are dropped when the test ends.
 func Schema(tb testing.TB) string {
 	tb.Helper()
+	return SchemaOn(tb, URL(tb), "t")
+}
+
+// SchemaOn is Schema on the server at url, with names starting with
+// prefix and an underscore (prefix: a lowercase identifier of at most 16
+// characters).
+func SchemaOn(tb testing.TB, url, prefix string) string {
+	tb.Helper()
 	var b [2]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
-	name := fmt.Sprintf("t_%d_%d_%s", os.Getpid(), schemaSeq.Add(1), hex.EncodeToString(b[:]))
+	name := fmt.Sprintf("%s_%d_%d_%s", prefix, os.Getpid(), schemaSeq.Add(1), hex.EncodeToString(b[:]))
 	ident := pgx.Identifier{name}.Sanitize()
-	url := URL(tb)
 	if err := execOnce(url, "CREATE SCHEMA IF NOT EXISTS "+ident); err != nil {
 		tb.Fatalf("pgtest: creating schema %s: %v", name, err)
 	}

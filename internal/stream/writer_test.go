@@ -141,6 +141,10 @@ type testRun struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// haltDelay slows Halt down, so a waiter woken before the run
+	// halts (and not after) sees it still running.
+	haltDelay time.Duration
+
 	mu   sync.Mutex
 	stop error
 }
@@ -159,6 +163,7 @@ func (r *testRun) Halted() error {
 }
 
 func (r *testRun) Halt(err error) {
+	time.Sleep(r.haltDelay)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stop == nil {
@@ -301,6 +306,7 @@ func TestWriterRejects(t *testing.T) {
 		{"finished", "status = 'success'", errs.Fenced},
 	} {
 		run := r.newRun(c.name)
+		run.haltDelay = 100 * time.Millisecond
 		require.NoError(t, r.write(run, false, "1"), c.name)
 		require.NoError(t, r.w.Flush(r.ctx, run, "flush"), c.name)
 		r.exec(`UPDATE {{schema}}.workflows SET `+c.set+` WHERE id = $1`, c.name)
