@@ -15,6 +15,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -108,8 +110,16 @@ func main() {
 			}
 		})
 	}
+	// The root package's mutants go first: each compiles the engine's
+	// test binary and most run tests with child processes, so the quick
+	// ones fill the workers at the end instead of one slow one running
+	// alone.
+	order := slices.Clone(selected)
+	slices.SortStableFunc(order, func(a, b Mutant) int {
+		return cmp.Compare(rootFirst(a), rootFirst(b))
+	})
 	go func() {
-		for _, m := range selected {
+		for _, m := range order {
 			work <- m
 		}
 		close(work)
@@ -131,6 +141,13 @@ func main() {
 	if failed > 0 {
 		os.Exit(1)
 	}
+}
+
+func rootFirst(m Mutant) int {
+	if m.Pkg == "." {
+		return 0
+	}
+	return 1
 }
 
 func selectMutants(run, skip string, ci bool) ([]Mutant, error) {
