@@ -51,7 +51,8 @@ func register(ms ...Mutant) { all = append(all, ms...) }
 type verdict struct {
 	m       Mutant
 	outcome string // caught, SURVIVED, STALE (an edit does not apply), BROKEN (does not build)
-	detail  string
+	detail  string // the failed tests, or what went wrong
+	out     string // the test run's output
 	took    time.Duration
 }
 
@@ -62,7 +63,7 @@ func main() {
 	checkOnly := flag.Bool("check", false, "only check that every mutant still applies to the code")
 	jobs := flag.Int("j", 2, "mutants tested at once (each in its own copy of the repository)")
 	timeout := flag.Duration("timeout", 4*time.Minute, "longest test run of one mutant")
-	keep := flag.Bool("v", false, "print the test output of every mutant, not only of those that survive")
+	keep := flag.Bool("v", false, "print the end of the test output of every mutant, not only of those that survive")
 	ci := flag.Bool("ci", false, "only the mutants CI runs (ciSet: those of the guarantees)")
 	flag.Parse()
 
@@ -133,7 +134,10 @@ func main() {
 		if v.outcome != "caught" {
 			failed++
 		}
-		if v.outcome != "caught" || *keep {
+		switch {
+		case *keep:
+			fmt.Println(indent(tail(v.out, 60)))
+		case v.outcome != "caught":
 			fmt.Println(indent(tail(v.detail, 60)))
 		}
 	}
@@ -241,6 +245,7 @@ func try(dir string, m Mutant, timeout time.Duration) (v verdict) {
 	cmd.WaitDelay = 10 * time.Second
 	err := cmd.Run()
 	v.detail = out.String()
+	v.out = v.detail
 	switch {
 	case err == nil && strings.Contains(v.detail, "no tests to run"):
 		v.outcome, v.detail = "SURVIVED", "no test matched "+m.Tests+"\n"+v.detail
