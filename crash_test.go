@@ -260,6 +260,9 @@ func fencingCase(t *testing.T, kind string) {
 	}
 	for deadline := time.Now().Add(30 * time.Second); strings.Count(a.Stderr.String(), refused) < runs; time.Sleep(10 * time.Millisecond) {
 		require.Zero(t, writtenByA(), "the woken old owner's writes must be refused; A's stderr:\n%s", a.Stderr.String())
+		if kind != "finish" && strings.Contains(a.Stderr.String(), "result discarded") {
+			t.Fatalf("the woken old owner got past the step where it was fenced; A's stderr:\n%s", a.Stderr.String())
+		}
 		require.False(t, time.Now().After(deadline), "the woken old owner must be fenced on every run")
 	}
 	require.Zero(t, writtenByA(), "A was fenced while B was still where A had been")

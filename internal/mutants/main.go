@@ -15,6 +15,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -49,7 +51,8 @@ func register(ms ...Mutant) { all = append(all, ms...) }
 type verdict struct {
 	m       Mutant
 	outcome string // caught, SURVIVED, STALE (an edit does not apply), BROKEN (does not build)
-	detail  string
+	detail  string // the failed tests, or what went wrong
+	out     string // the test run's output
 	took    time.Duration
 }
 
@@ -60,7 +63,7 @@ func main() {
 	checkOnly := flag.Bool("check", false, "only check that every mutant still applies to the code")
 	jobs := flag.Int("j", 2, "mutants tested at once (each in its own copy of the repository)")
 	timeout := flag.Duration("timeout", 4*time.Minute, "longest test run of one mutant")
-	keep := flag.Bool("v", false, "print the test output of every mutant, not only of those that survive")
+	keep := flag.Bool("v", false, "print the end of the test output of every mutant, not only of those that survive")
 	ci := flag.Bool("ci", false, "only the mutants CI runs (ciSet: those of the guarantees)")
 	flag.Parse()
 
@@ -108,8 +111,16 @@ func main() {
 			}
 		})
 	}
+	// The root package's mutants go first: each compiles the engine's
+	// test binary and most run tests with child processes, so the quick
+	// ones fill the workers at the end instead of one slow one running
+	// alone.
+	order := slices.Clone(selected)
+	slices.SortStableFunc(order, func(a, b Mutant) int {
+		return cmp.Compare(rootFirst(a), rootFirst(b))
+	})
 	go func() {
-		for _, m := range selected {
+		for _, m := range order {
 			work <- m
 		}
 		close(work)
@@ -123,7 +134,10 @@ func main() {
 		if v.outcome != "caught" {
 			failed++
 		}
-		if v.outcome != "caught" || *keep {
+		switch {
+		case *keep:
+			fmt.Println(indent(tail(v.out, 60)))
+		case v.outcome != "caught":
 			fmt.Println(indent(tail(v.detail, 60)))
 		}
 	}
@@ -131,6 +145,13 @@ func main() {
 	if failed > 0 {
 		os.Exit(1)
 	}
+}
+
+func rootFirst(m Mutant) int {
+	if m.Pkg == "." {
+		return 0
+	}
+	return 1
 }
 
 func selectMutants(run, skip string, ci bool) ([]Mutant, error) {
@@ -224,6 +245,7 @@ func try(dir string, m Mutant, timeout time.Duration) (v verdict) {
 	cmd.WaitDelay = 10 * time.Second
 	err := cmd.Run()
 	v.detail = out.String()
+	v.out = v.detail
 	switch {
 	case err == nil && strings.Contains(v.detail, "no tests to run"):
 		v.outcome, v.detail = "SURVIVED", "no test matched "+m.Tests+"\n"+v.detail
