@@ -20,6 +20,11 @@
 //	receipt, err := h.Result(ctx)
 //	err = eng.Shutdown(ctx)
 //
+// A process that only submits work needs neither the workflows' code nor
+// an engine: a [Client] starts, enqueues, messages and waits for runs by
+// workflow name ([ClientWorkflow] for the typed form), and can declare a
+// queue before any executor works it (docs/client.md).
+//
 // Cost: one database round trip per step on the live path. A run's recorded
 // steps are loaded once when it resumes and replayed from memory; each new
 // checkpoint is a single INSERT that also checks ownership (fencing).
@@ -185,7 +190,7 @@
 //	run kept crashing its executor                   *DeadLetterError (ErrDeadLetter), status dead
 //	executor lost ownership of a run                 ErrFenced (the run goes on elsewhere)
 //	schema too old with Config.SkipMigrate           ErrSchemaOutdated
-//	enqueue on a queue no executor declared          ErrQueueNotFound
+//	enqueue on a queue nobody declared               ErrQueueNotFound
 //	dedup ID held by a queued or running run         *DuplicateError (ErrDuplicate)
 //	send to a finished run                           ErrWorkflowFinished
 //	run cancelled                                    ErrCancelled (also matches context.Canceled)

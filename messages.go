@@ -28,7 +28,7 @@ type SendOpts struct {
 // is received even if the receiver's process is down now. It fails with
 // [ErrWorkflowNotFound] or [ErrWorkflowFinished].
 func Send[T any](ctx context.Context, e *Engine, id, topic string, msg T, opts *SendOpts) error {
-	return send(ctx, e, e.pool, id, topic, msg, opts)
+	return send(ctx, e.q, e.wq, e.cfg.MaxPayloadBytes, e.pool, id, topic, msg, opts)
 }
 
 // SendTx is [Send] inside the caller's transaction: the message exists if
@@ -37,7 +37,7 @@ func SendTx[T any](ctx context.Context, e *Engine, tx pgx.Tx, id, topic string, 
 	if tx == nil {
 		return fmt.Errorf("%w: SendTx needs a transaction", ErrInvalidArgument)
 	}
-	return send(ctx, e, tx, id, topic, msg, opts)
+	return send(ctx, e.q, e.wq, e.cfg.MaxPayloadBytes, tx, id, topic, msg, opts)
 }
 
 // SendStep sends a message from workflow code, as a recorded step whose
@@ -51,12 +51,14 @@ func SendStep[T any](wctx Context, id, topic string, msg T) error {
 	}
 	r := wctx.workflowRun()
 	_, err := step(wctx, "durable.send:"+topic, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, send(ctx, r.e, r.e.pool, id, topic, msg, &SendOpts{IdempotencyKey: IdempotencyKey(ctx)})
+		return struct{}{}, send(ctx, r.e.q, r.e.wq, r.e.cfg.MaxPayloadBytes, r.e.pool, id, topic, msg, &SendOpts{IdempotencyKey: IdempotencyKey(ctx)})
 	}, nil)
 	return err
 }
 
-func send[T any](ctx context.Context, e *Engine, db sysdb.DBTX, id, topic string, msg T, opts *SendOpts) error {
+// send stores msg for run id on topic through db (an engine's or a
+// client's), with the statements qs and wq; limit bounds its encoding.
+func send(ctx context.Context, qs *sysdb.Queries, wq *sysdb.WaitQueries, limit int, db sysdb.DBTX, id, topic string, msg any, opts *SendOpts) error {
 	if err := checkName("workflow ID", id); err != nil {
 		return err
 	}
@@ -70,16 +72,16 @@ func send[T any](ctx context.Context, e *Engine, db sysdb.DBTX, id, topic string
 		}
 		key = opts.IdempotencyKey
 	}
-	payload, err := encodeArg(msg, e.cfg.MaxPayloadBytes, "message on topic %q", topic)
+	payload, err := encodeArg(msg, limit, "message on topic %q", topic)
 	if err != nil {
 		return err
 	}
-	sent, err := e.wq.Send(ctx, db, sysdb.SendParams{WorkflowID: id, Topic: topic, Payload: payload, IdempotencyKey: key})
+	sent, err := wq.Send(ctx, db, sysdb.SendParams{WorkflowID: id, Topic: topic, Payload: payload, IdempotencyKey: key})
 	if err != nil {
 		return fmt.Errorf("durable: send to workflow %q topic %q: %w", id, topic, err)
 	}
 	if !sent.Found {
-		if _, err := readRun(ctx, e.q, db, id); err != nil {
+		if _, err := readRun(ctx, qs, db, id); err != nil {
 			return err
 		}
 		return fmt.Errorf("%w: cannot send to %q on topic %q", ErrWorkflowFinished, id, topic)
@@ -267,62 +269,14 @@ func SetEvent[T any](wctx Context, key string, value T) error {
 // up to timeout for it to be set (woken by a notification). ok is false
 // when the timeout passed, or the workflow finished, without the key set.
 func GetEvent[T any](ctx context.Context, e *Engine, id, key string, timeout time.Duration) (value T, ok bool, err error) {
-	if err := checkName("workflow ID", id); err != nil {
-		return value, false, err
+	raw, ok, err := engineWatcher(e).event(ctx, id, key, timeout)
+	if err != nil || !ok || raw == nil {
+		return value, ok, err
 	}
-	if err := checkName("event key", key); err != nil {
-		return value, false, err
+	if err := json.Unmarshal(raw, &value); err != nil {
+		return value, false, &DecodeError{WorkflowID: id, What: fmt.Sprintf("event %q", key), Err: err}
 	}
-	if timeout < 0 {
-		return value, false, fmt.Errorf("%w: GetEvent with a negative timeout %v", ErrInvalidArgument, timeout)
-	}
-	deadline := e.clock.now().Add(timeout)
-	for {
-		w := e.hub.Subscribe("e:" + id)
-		ev, err := e.wq.GetEvent(ctx, e.pool, sysdb.GetEventParams{WorkflowID: id, Key: key})
-		if errors.Is(err, pgx.ErrNoRows) {
-			e.hub.Unsubscribe("e:"+id, w)
-			return value, false, fmt.Errorf("%w: %q", ErrWorkflowNotFound, id)
-		}
-		if err != nil {
-			e.hub.Unsubscribe("e:"+id, w)
-			return value, false, fmt.Errorf("durable: get event %q of %q: %w", key, id, err)
-		}
-		if ev.Found {
-			e.hub.Unsubscribe("e:"+id, w)
-			if ev.Value == nil {
-				return value, true, nil
-			}
-			if err := json.Unmarshal(ev.Value, &value); err != nil {
-				return value, false, &DecodeError{WorkflowID: id, What: fmt.Sprintf("event %q", key), Err: err}
-			}
-			return value, true, nil
-		}
-		remaining := e.clock.until(deadline)
-		if remaining <= 0 || Status(ev.Status).Finished() {
-			e.hub.Unsubscribe("e:"+id, w)
-			return value, false, nil
-		}
-		if e.clock.fake != nil {
-			err := e.clock.waitOutside(ctx, w.Done(), deadline, e.listener.interval())
-			e.hub.Unsubscribe("e:"+id, w)
-			if err != nil {
-				return value, false, err
-			}
-			continue
-		}
-		t := time.NewTimer(min(remaining, e.listener.interval()))
-		select {
-		case <-w.Done():
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			e.hub.Unsubscribe("e:"+id, w)
-			return value, false, ctx.Err()
-		}
-		t.Stop()
-		e.hub.Unsubscribe("e:"+id, w)
-	}
+	return value, true, nil
 }
 
 // markWaiting records that the run blocks in memory on topic, for

@@ -151,7 +151,8 @@ func TryRegisterQueue(e *Engine, name string, opts *QueueOpts) (*Queue, error) {
 
 // QueueRef returns a reference to a queue declared by another executor,
 // for enqueueing only: this executor does not run its work. Enqueueing on a
-// queue that no executor ever declared fails with [ErrQueueNotFound].
+// queue that no executor ever declared, nor [Client.DeclareQueue], fails
+// with [ErrQueueNotFound].
 func (e *Engine) QueueRef(name string) *Queue {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -317,74 +318,15 @@ func (w *Workflow[P, R]) EnqueueTx(ctx context.Context, tx pgx.Tx, q *Queue, in 
 	return w.enqueue(ctx, tx, q, in, opts, !w.e.cfg.PollOnly)
 }
 
-func (w *Workflow[P, R]) enqueue(ctx context.Context, db sysdb.DBTX, q *Queue, in P, opts *EnqueueOpts, notify bool) (_ *Handle[R], err error) {
+func (w *Workflow[P, R]) enqueue(ctx context.Context, db sysdb.DBTX, q *Queue, in P, opts *EnqueueOpts, notify bool) (*Handle[R], error) {
 	if q == nil {
 		return nil, fmt.Errorf("%w: enqueue needs a queue", ErrInvalidArgument)
 	}
-	if err := checkName("queue name", q.name); err != nil {
-		return nil, err
-	}
-	var o EnqueueOpts
-	if opts != nil {
-		o = *opts
-	}
-	if o.Timeout < 0 {
-		return nil, fmt.Errorf("%w: EnqueueOpts.Timeout %v is negative", ErrInvalidArgument, o.Timeout)
-	}
-	if o.Priority < math.MinInt32 || o.Priority > math.MaxInt32 {
-		return nil, fmt.Errorf("%w: EnqueueOpts.Priority %d is outside the 32-bit range", ErrInvalidArgument, o.Priority)
-	}
-	if o.DedupID != "" {
-		if err := checkName("dedup ID", o.DedupID); err != nil {
-			return nil, err
-		}
-	}
-	if o.PartitionKey != "" {
-		if err := checkName("partition key", o.PartitionKey); err != nil {
-			return nil, err
-		}
-	}
-	so := &StartOpts{ID: o.ID, AcceptDifferentInput: o.AcceptDifferentInput}
-	id, input, err := w.prepare(in, so, "")
+	id, err := engineSubmitter(w.e).enqueue(ctx, db, w.def.name, q.name, in, opts, notify)
 	if err != nil {
 		return nil, err
 	}
-	var notBefore, deadline *time.Time
-	if !o.NotBefore.IsZero() {
-		notBefore = &o.NotBefore
-	}
-	if o.Timeout > 0 {
-		d := w.e.clock.now().Add(o.Timeout)
-		deadline = &d
-	}
-	sp := w.e.tr.enqueue(ctx, w.def.name, id, q.name)
-	defer func() { sp.end(err) }()
-	res, err := w.e.qq.Enqueue(ctx, db, sysdb.EnqueueParams{ID: id, Workflow: w.def.name, AppVersion: w.e.cfg.AppVersion,
-		Input: input, Queue: q.name, Priority: o.Priority, PartitionKey: o.PartitionKey, DedupID: o.DedupID,
-		NotBefore: notBefore, Deadline: deadline, Notify: notify, TraceContext: sp.traceparent()})
-	if err != nil {
-		return nil, fmt.Errorf("durable: enqueue workflow %q on queue %q: %w", w.def.name, q.name, err)
-	}
-	switch {
-	case !res.QueueFound:
-		return nil, fmt.Errorf("%w: %q (declare it with RegisterQueue in some executor)", ErrQueueNotFound, q.name)
-	case res.Inserted:
-		w.e.met.started(ctx, w.def.name, startEnqueue)
-		return &Handle[R]{e: w.e, id: id}, nil
-	}
-	// Not inserted: the ID exists, or the dedup ID is taken.
-	sp.existing()
-	if h, err := w.existing(ctx, db, id, so.sameInput(input), ""); !errors.Is(err, ErrWorkflowNotFound) {
-		return h, err
-	}
-	holder, err := w.e.qq.ByDedup(ctx, db, sysdb.ByDedupParams{Queue: q.name, DedupID: o.DedupID})
-	if err != nil {
-		return nil, fmt.Errorf("durable: enqueue workflow %q on queue %q: run %q not inserted and no dedup holder found: %w", w.def.name, q.name, id, err)
-	}
-	if o.OnDuplicate == DedupReturnExisting {
-		return w.existing(ctx, db, holder, nil, "") // another ID: its input may differ
-	}
-	return nil, &DuplicateError{Queue: q.name, DedupID: o.DedupID, ExistingID: holder}
+	return &Handle[R]{e: w.e, id: id}, nil
 }
 
 // wake makes this process's dispatcher of q, if it works q, look for work.

@@ -235,7 +235,8 @@ CREATE TABLE {{schema}}.queues (
     paused                boolean NOT NULL DEFAULT false,
     -- The settings last declared by code; a deploy that declares different
     -- ones overwrites the live settings, a restart with the same code keeps
-    -- changes made at run time.
+    -- changes made at run time. 'schema': declared outside code, with
+    -- settings that the first declaration by code keeps (Client.DeclareQueue).
     declared              text NOT NULL DEFAULT '',
     updated_at            timestamptz NOT NULL DEFAULT now(),
     -- Give back the slot of a run that parks (a long sleep or wait): it

@@ -197,18 +197,7 @@ func (w *Workflow[P, R]) prepare(in P, opts *StartOpts, defaultID string) (strin
 	if opts != nil && opts.ID != "" {
 		id = opts.ID
 	}
-	if id == "" {
-		u, err := uuid.NewV7()
-		if err != nil {
-			return "", nil, err
-		}
-		id = u.String()
-	}
-	if err := checkName("workflow ID", id); err != nil {
-		return "", nil, err
-	}
-	input, err := encodeArg(in, w.e.cfg.MaxPayloadBytes, "input of workflow %q", w.def.name)
-	return id, input, err
+	return prepareRun(w.def.name, in, id, w.e.cfg.MaxPayloadBytes)
 }
 
 // encodeArg is encodePayload for a value a caller hands in (a workflow
@@ -291,30 +280,14 @@ func checkExisting(ctx context.Context, qs *sysdb.Queries, q queryer, id, name s
 // exists if and only if tx commits. After the commit, a live executor with
 // w registered claims and runs it within milliseconds (woken by a
 // notification sent on commit). The returned handle waits for that run.
-func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *StartOpts) (_ *Handle[R], err error) {
+func (w *Workflow[P, R]) StartTx(ctx context.Context, tx pgx.Tx, in P, opts *StartOpts) (*Handle[R], error) {
 	if tx == nil {
 		return nil, fmt.Errorf("%w: StartTx needs a transaction", ErrInvalidArgument)
 	}
-	id, input, err := w.prepare(in, opts, "")
+	id, err := engineSubmitter(w.e).start(ctx, tx, w.def.name, in, opts)
 	if err != nil {
 		return nil, err
 	}
-	deadline, err := opts.deadline(w.e.clock.now())
-	if err != nil {
-		return nil, err
-	}
-	sp := w.e.tr.start(ctx, "durable.start", w.def.name, id)
-	defer func() { sp.end(err) }()
-	inserted, err := w.e.q.InsertWorkflow(ctx, tx, sysdb.InsertWorkflowParams{ID: id, Name: w.def.name, AppVersion: w.e.cfg.AppVersion,
-		Input: input, NotifyPayload: "n:" + id, Deadline: deadline, TraceContext: sp.traceparent()})
-	if err != nil {
-		return nil, fmt.Errorf("durable: start workflow %q id %q in transaction: %w", w.def.name, id, err)
-	}
-	if !inserted {
-		sp.existing()
-		return w.existing(ctx, tx, id, opts.sameInput(input), "")
-	}
-	w.e.met.started(ctx, w.def.name, startDirect)
 	return &Handle[R]{e: w.e, id: id}, nil
 }
 
@@ -421,51 +394,11 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			return zero, ctx.Err()
 		}
 	}
-	e := h.e
-	for {
-		w := e.hub.Subscribe(h.id)
-		info, err := readRun(ctx, e.q, e.pool, h.id)
-		if err != nil {
-			e.hub.Unsubscribe(h.id, w)
-			return zero, err
-		}
-		if !info.status.Finished() && !info.notify && !e.cfg.PollOnly {
-			// Ask whoever runs it to notify on finish (not when polling
-			// only: nobody would send it); no row means it finished in
-			// between.
-			watched, err := e.q.WatchWorkflow(ctx, e.pool, h.id)
-			if err != nil {
-				e.hub.Unsubscribe(h.id, w)
-				return zero, fmt.Errorf("durable: watch workflow %q: %w", h.id, err)
-			}
-			if !watched {
-				e.hub.Unsubscribe(h.id, w)
-				continue
-			}
-		}
-		if info.status.Finished() {
-			e.hub.Unsubscribe(h.id, w)
-			return decodeOutcome[R](h.id, &outcome{status: info.status, output: info.output, err: info.err})
-		}
-		t := time.NewTimer(e.listener.interval())
-		woken := false
-		select {
-		case <-w.Done():
-			woken = true
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			e.hub.Unsubscribe(h.id, w)
-			return zero, ctx.Err()
-		}
-		t.Stop()
-		e.hub.Unsubscribe(h.id, w)
-		// The outcome is written before Done is closed: read it only after
-		// the close was seen, or it races with a wake that comes meanwhile.
-		if woken && w.Outcome() != nil {
-			return decodeOutcome[R](h.id, w.Outcome())
-		}
+	o, err := engineWatcher(h.e).outcome(ctx, h.id)
+	if err != nil {
+		return zero, err
 	}
+	return decodeOutcome[R](h.id, o)
 }
 
 func decodeOutcome[R any](id string, o *outcome) (R, error) {

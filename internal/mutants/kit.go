@@ -65,9 +65,9 @@ func init() {
 		Mutant{
 			Name:      "kit/get-event-on-test-clock",
 			Mechanism: "GetEvent's timeout is on the engine's clock",
-			Edits: []Edit{{File: "messages.go",
-				Find:    "\t\tif e.clock.fake != nil {\n\t\t\terr := e.clock.waitOutside(",
-				Replace: "\t\tif false {\n\t\t\terr := e.clock.waitOutside("}},
+			Edits: []Edit{{File: "watcher.go",
+				Find:    "\t\tif w.clock.fake != nil {\n\t\t\terr := w.clock.waitOutside(",
+				Replace: "\t\tif false {\n\t\t\terr := w.clock.waitOutside("}},
 			Pkg: "durabletest", Tests: "^TestRecvAndGetEventOnTestClock$",
 		},
 		Mutant{

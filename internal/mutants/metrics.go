@@ -41,8 +41,8 @@ func init() {
 		Mutant{
 			Name:      "metrics/enqueued",
 			Mechanism: "an enqueued run is counted",
-			Edits: []Edit{{File: "queue.go",
-				Find:    "\t\tw.e.met.started(ctx, w.def.name, startEnqueue)\n",
+			Edits: []Edit{{File: "submit.go",
+				Find:    "\t\ts.met.started(ctx, name, startEnqueue)\n",
 				Replace: "\n"}},
 			Pkg: ".", Tests: "TestMetricsQueue",
 		},

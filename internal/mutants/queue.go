@@ -52,7 +52,7 @@ func init() {
 		Mutant{
 			Name:      "queue/dedup-ignored",
 			Mechanism: "the enqueue stores EnqueueOpts.DedupID",
-			Edits: []Edit{{File: "queue.go",
+			Edits: []Edit{{File: "submit.go",
 				Find:    "PartitionKey: o.PartitionKey, DedupID: o.DedupID,",
 				Replace: "PartitionKey: o.PartitionKey,"}},
 			Pkg: ".", Tests: "^TestQueue$/^DedupUnderConcurrentEnqueues$",

@@ -181,10 +181,10 @@ func (q *Queries) WorkflowByID(ctx context.Context, db DBTX, id string) (row *Wo
 // WatchWorkflow asks whoever finishes run id to notify its finish (a
 // waiter in another process). watched is false when the run is not
 // pending or queued any more (or does not exist): then no notification
-// will come.
+// will come. A run not claimed yet wakes the executors that may claim it
+// (its queue's dispatchers, or the takeover sweepers).
 func (q *Queries) WatchWorkflow(ctx context.Context, db DBTX, id string) (watched bool, err error) {
-	tag, err := db.Exec(ctx, q.watchWorkflow, id)
-	return tag.RowsAffected() > 0, err
+	return someRow(db.Query(ctx, q.watchWorkflow, id))
 }
 
 // FinishOneParams are the arguments of FinishOne: a run's final outcome,

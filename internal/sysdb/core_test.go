@@ -235,6 +235,21 @@ func TestWatchWorkflow(t *testing.T) {
 		require.Equal(t, want, watched, id)
 	}
 	require.Equal(t, "done:false pending:true queued:true", c.text(`SELECT string_agg(id || ':' || notify, ' ' ORDER BY id) FROM {{schema}}.workflows`))
+
+	// A run not claimed yet wakes those that may claim it, in case a claim
+	// skipped it while the watch held its lock; a claimed or parked one
+	// wakes nobody.
+	conn := c.listen()
+	c.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, queue_name) VALUES ('in-queue', 'w', 'enqueued', 'v', 'jobs')`)
+	c.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version) VALUES ('unowned', 'w', 'pending', 'v')`)
+	c.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, wake_at) VALUES ('parked', 'w', 'pending', 'v', now() + interval '1 hour')`)
+	for _, id := range []string{"pending", "parked", "in-queue", "unowned"} {
+		watched, err := c.q.WatchWorkflow(c.ctx, c.pool, id)
+		require.NoError(t, err)
+		require.True(t, watched, id)
+	}
+	c.marker("end")
+	require.Equal(t, []string{"q:jobs", "n:unowned", "end"}, []string{c.next(conn), c.next(conn), c.next(conn)})
 }
 
 func TestFinishOne(t *testing.T) {

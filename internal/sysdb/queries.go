@@ -172,8 +172,16 @@ RETURNING id`),
 FROM {{schema}}.workflows WHERE id = $1`),
 
 		// A waiter in another process asks to be notified of the finish.
-		// No row: the run is not pending any more.
-		watchWorkflow: r(`UPDATE {{schema}}.workflows SET notify = true WHERE id = $1 AND status IN ('pending', 'enqueued')`),
+		// No row: the run is not pending any more. A run no executor has
+		// claimed yet (queued, or pending without an owner, not parked for
+		// later) also wakes those that may claim it: a claim that ran while
+		// this statement held the row's lock skipped the row (SKIP LOCKED),
+		// and nothing else would wake them before their next poll.
+		watchWorkflow: r(`WITH u AS (
+	UPDATE {{schema}}.workflows SET notify = true WHERE id = $1 AND status IN ('pending', 'enqueued')
+	RETURNING id, status, queue_name, executor_id, wake_at)
+SELECT (CASE WHEN status = 'enqueued' THEN ` + n(`'q:' || queue_name`) + `
+	WHEN executor_id IS NULL AND (wake_at IS NULL OR wake_at <= now()) THEN ` + n(`'n:' || id`) + ` END)::text FROM u`),
 
 		// The recorded steps of claimed runs, within a byte budget: the
 		// runs of $1 are taken in its order while the outputs and errors of

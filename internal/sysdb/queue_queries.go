@@ -50,11 +50,17 @@ func NewQueueQueries(schema, channel string) *QueueQueries {
 	return &QueueQueries{
 		// Code declares a queue at Launch. A declaration different from the
 		// last one (a deploy changed the code) overwrites the live settings;
-		// the same declaration keeps changes made at run time.
+		// the same declaration keeps changes made at run time. A queue
+		// declared by the schema (DeclaredBySchema) keeps its settings at its
+		// first declaration by code, which only records itself (adopt).
 		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms, $7 declared, $8 release parked.
-		declare: r(`INSERT INTO {{schema}}.queues AS q (name, global_concurrency, worker_concurrency,
+		declare: r(`WITH adopt AS (
+	UPDATE {{schema}}.queues SET declared = $7, updated_at = now()
+	WHERE name = $1 AND declared = '` + DeclaredBySchema + `'
+	RETURNING 1)
+INSERT INTO {{schema}}.queues AS q (name, global_concurrency, worker_concurrency,
 	partition_concurrency, rate_limit, rate_period_ms, declared, release_parked)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE NOT EXISTS (SELECT 1 FROM adopt)
 ON CONFLICT (name) DO UPDATE SET global_concurrency = EXCLUDED.global_concurrency,
 	worker_concurrency = EXCLUDED.worker_concurrency, partition_concurrency = EXCLUDED.partition_concurrency,
 	rate_limit = EXCLUDED.rate_limit, rate_period_ms = EXCLUDED.rate_period_ms,
@@ -226,7 +232,9 @@ type QueueDeclareParams struct {
 }
 
 // Declare inserts queue p.Name or, when its declaration differs from the
-// stored one, overwrites its live settings with the declared ones.
+// stored one, overwrites its live settings with the declared ones; a queue
+// declared by the schema (DeclaredBySchema) keeps its settings and takes
+// p.Declared as its declaration.
 func (q *QueueQueries) Declare(ctx context.Context, db DBTX, p QueueDeclareParams) error {
 	s := p.Settings
 	_, err := db.Exec(ctx, q.declare, p.Name, s.GlobalConcurrency, s.WorkerConcurrency, s.PartitionConcurrency,
