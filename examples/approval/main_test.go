@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable/examples/internal/demotest"
 	"github.com/durable-go/durable/internal/proctest"
 )
 
@@ -49,9 +50,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // waits for approval, starts it again, approves from another process, and
 // checks the refund was issued once.
 func TestApprovalAcrossRestart(t *testing.T) {
-	if os.Getenv("DATABASE_URL") == "" {
-		t.Skip("DATABASE_URL not set; run with scripts/with-postgres")
-	}
+	demotest.NeedDatabase(t)
 	ctx := context.Background()
 	const schema = "approval_test"
 	var out proctest.Buffer
@@ -104,9 +103,7 @@ func TestApprovalAcrossRestart(t *testing.T) {
 // TestDeny denies the refund from another process: the model is told why,
 // and nothing is refunded.
 func TestDeny(t *testing.T) {
-	if os.Getenv("DATABASE_URL") == "" {
-		t.Skip("DATABASE_URL not set; run with scripts/with-postgres")
-	}
+	demotest.NeedDatabase(t)
 	ctx := context.Background()
 	const schema = "approval_test_deny"
 	var out proctest.Buffer

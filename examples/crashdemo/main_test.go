@@ -3,14 +3,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"os"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable/examples/internal/demotest"
 	"github.com/durable-go/durable/internal/proctest"
 )
 
@@ -23,9 +23,7 @@ func TestMain(m *testing.M) { proctest.Main(m, envWorker, workerMain) }
 // its checkpoint (the step runs again, the provider dedupes it), once after
 // the write-order transaction committed (the run resumes at send-email).
 func TestCrashDemo(t *testing.T) {
-	if os.Getenv("DATABASE_URL") == "" {
-		t.Skip("DATABASE_URL not set; run with scripts/with-postgres")
-	}
+	demotest.NeedDatabase(t)
 	for _, tc := range []struct {
 		killAfter int
 		want      string
@@ -34,20 +32,15 @@ func TestCrashDemo(t *testing.T) {
 		{4, "OK: resumed at step 5 (send-email)"},
 	} {
 		t.Run("kill-after-"+strconv.Itoa(tc.killAfter), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			var out bytes.Buffer
-			err := run(ctx, &out, options{
-				AppSchema:    "crashdemo_test",
-				EngineSchema: "crashdemo_test_durable",
-				StepDelay:    150 * time.Millisecond,
-				KillAfter:    tc.killAfter,
+			out := demotest.Run(t, 30*time.Second, func(ctx context.Context, w io.Writer) error {
+				return run(ctx, w, options{
+					AppSchema:    "crashdemo_test",
+					EngineSchema: "crashdemo_test_durable",
+					StepDelay:    150 * time.Millisecond,
+					KillAfter:    tc.killAfter,
+				})
 			})
-			t.Log("\n" + out.String())
-			if err != nil {
-				t.Fatalf("demo failed: %v", err)
-			}
-			if !strings.Contains(out.String(), "\n"+tc.want) {
+			if !strings.Contains(out, "\n"+tc.want) {
 				t.Fatalf("verdict: want a line starting with %q", tc.want)
 			}
 		})

@@ -3,13 +3,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"os"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable/examples/internal/demotest"
 	"github.com/durable-go/durable/internal/proctest"
 )
 
@@ -21,26 +21,19 @@ func TestMain(m *testing.M) { proctest.Main(m, envWorker, workerMain) }
 // after the subscription was created and after the second welcome email
 // was sent, each time before the step's checkpoint.
 func TestOnboardingDemo(t *testing.T) {
-	if os.Getenv("DATABASE_URL") == "" {
-		t.Skip("DATABASE_URL not set; run with scripts/with-postgres")
-	}
+	demotest.NeedDatabase(t)
 	for _, killAt := range []string{"payment", "email"} {
 		t.Run(killAt, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			var out bytes.Buffer
-			err := run(ctx, &out, options{
-				AppSchema:    "onboarding_test",
-				EngineSchema: "onboarding_test_durable",
-				StepDelay:    120 * time.Millisecond,
-				Chunks:       3,
-				KillAt:       killAt,
+			out := demotest.Run(t, time.Minute, func(ctx context.Context, w io.Writer) error {
+				return run(ctx, w, options{
+					AppSchema:    "onboarding_test",
+					EngineSchema: "onboarding_test_durable",
+					StepDelay:    120 * time.Millisecond,
+					Chunks:       3,
+					KillAt:       killAt,
+				})
 			})
-			t.Log("\n" + out.String())
-			if err != nil {
-				t.Fatalf("demo failed: %v", err)
-			}
-			if !strings.Contains(out.String(), "\nOK: killed after the "+killAt+" effect") {
+			if !strings.Contains(out, "\nOK: killed after the "+killAt+" effect") {
 				t.Fatal("no OK verdict")
 			}
 		})

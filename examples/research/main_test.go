@@ -3,13 +3,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"os"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable/examples/internal/demotest"
 	"github.com/durable-go/durable/internal/proctest"
 )
 
@@ -20,18 +20,11 @@ func TestMain(m *testing.M) { proctest.Main(m, envReplica, replicaMain) }
 // TestResearchDemo runs the schedule every second on two replicas for
 // three ticks and checks that each tick ran once.
 func TestResearchDemo(t *testing.T) {
-	if os.Getenv("DATABASE_URL") == "" {
-		t.Skip("DATABASE_URL not set; run with scripts/with-postgres")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	err := run(ctx, &out, options{Schema: "research_test", Spec: "* * * * * *", Ticks: 3, Replicas: 2})
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatalf("demo failed: %v", err)
-	}
-	if !strings.Contains(out.String(), "\nOK: ") {
+	demotest.NeedDatabase(t)
+	out := demotest.Run(t, time.Minute, func(ctx context.Context, w io.Writer) error {
+		return run(ctx, w, options{Schema: "research_test", Spec: "* * * * * *", Ticks: 3, Replicas: 2})
+	})
+	if !strings.Contains(out, "\nOK: ") {
 		t.Fatal("no OK verdict")
 	}
 }
