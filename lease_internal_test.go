@@ -141,7 +141,9 @@ func TestShutdownKeepsLeaseUntilRunsStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
-	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "drain", LeaseTTL: 600 * time.Millisecond})
+	// A TTL of seconds: a heartbeat late on a loaded machine must not let
+	// the lease lapse while the run drains (600 ms once did under -race).
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "drain", LeaseTTL: 3 * time.Second})
 	require.NoError(t, err)
 	reached, release := make(chan struct{}), make(chan struct{})
 	wf := Register(e, "w", func(wctx Context, n int) (int, error) {
