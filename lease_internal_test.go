@@ -173,10 +173,66 @@ func TestShutdownKeepsLeaseUntilRunsStop(t *testing.T) {
 		require.Eventually(t, func() bool {
 			after, _ := lease()
 			return after.After(before)
-		}, time.Minute, 10*time.Millisecond, "the heartbeat renews the lease while runs drain")
+		}, 5*time.Second, 10*time.Millisecond, "the heartbeat renews the lease while runs drain (every second)")
 	}
 	close(release)
 	require.NoError(t, <-stopped)
 	_, live := lease()
 	require.False(t, live, "released once every run stopped")
+}
+
+// TestShutdownStopsSweeperFirst: a run that Shutdown stops at a step
+// boundary is handed back unowned for a peer to take over, and the
+// stopping engine's own sweeper must not claim it while other runs still
+// drain: it would count a recovery and run it again here, only to stop it
+// once more.
+func TestShutdownStopsSweeperFirst(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
+	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: "drain", LeaseTTL: 3 * time.Second})
+	require.NoError(t, err)
+	reached := map[string]chan struct{}{"a": make(chan struct{}, 1), "b": make(chan struct{}, 1)}
+	release := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
+	wf := Register(e, "w", func(wctx Context, id string) (string, error) {
+		if _, err := Step(wctx, "first", func(context.Context) (int, error) {
+			reached[id] <- struct{}{}
+			<-release[id]
+			return 0, nil
+		}, nil); err != nil {
+			return "", err
+		}
+		return Step(wctx, "second", func(context.Context) (string, error) { return id, nil }, nil)
+	}, nil)
+	launchUntilCleanup(ctx, t, e)
+	for _, id := range []string{"a", "b"} {
+		_, err = wf.Start(ctx, id, &StartOpts{ID: id})
+		require.NoError(t, err)
+		<-reached[id]
+	}
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- e.Shutdown(ctx) }()
+	require.Eventually(t, e.isStopping, time.Minute, time.Millisecond)
+	state := func() (owner string, attempts int) {
+		require.NoError(t, pool.QueryRow(ctx, "SELECT coalesce(executor_id, ''), recovery_attempts FROM "+
+			pgx.Identifier{schema, "workflows"}.Sanitize()+" WHERE id = 'a'").Scan(&owner, &attempts))
+		return owner, attempts
+	}
+	close(release["a"]) // a stops before its second step and is handed back
+	require.Eventually(t, func() bool { owner, _ := state(); return owner == "" }, time.Minute, 5*time.Millisecond)
+	// While b still runs, nothing here may take a back. A sweeper still
+	// running is woken by the hand-back's notification and claims it in
+	// milliseconds; a second is far beyond that.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		owner, attempts := state()
+		require.Empty(t, owner, "a run handed back during the drain stays unowned")
+		require.Zero(t, attempts, "a run handed back during the drain is not recovered here")
+	}
+	close(release["b"])
+	require.NoError(t, <-stopped)
+	owner, attempts := state()
+	require.Empty(t, owner)
+	require.Zero(t, attempts)
 }

@@ -242,7 +242,10 @@ func gracefulStops(t *testing.T, queued bool) {
 			}
 			stopped := make(chan error, 1)
 			go func() { stopped <- e.Shutdown(ctx) }()
-			release <- struct{}{} // step i ends; the run stops before step i+1
+			// Step i ends once Shutdown has begun, so the run stops before
+			// step i+1 (ended any sooner, the run would go on into it).
+			require.Eventually(t, e.IsStopping, time.Minute, time.Millisecond)
+			release <- struct{}{}
 			require.NoError(t, <-stopped)
 			status, owned, parked := state()
 			require.False(t, owned, "deploy %d: the stopped run is handed back", d)

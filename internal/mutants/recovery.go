@@ -201,7 +201,7 @@ func init() {
 					Find:    "\t_ = e.lease.Stop(wait)\n",
 					Replace: "\t_ = e.recov.Stop(wait)\n\t_ = e.lease.Stop(wait)\n"},
 			},
-			Pkg: ".", Tests: "TestGracefulStopsDoNotCount",
+			Pkg: ".", Tests: "TestShutdownStopsSweeperFirst",
 		},
 		Mutant{
 			Name:      "shutdown/heartbeat-through-drain",
