@@ -37,6 +37,8 @@ var (
 		"receive messages with durable.Recv, and wait for parallel steps with durable.Go and Future.Wait"}
 	ruleMapOrder = &rule{"map-order", "calls durable operations in map order, which differs on replay",
 		"range over the sorted keys (slices.Sorted(maps.Keys(m)))"}
+	ruleWait = &rule{"wait", "waits outside the run's record, so a resumed run waits again and may see another outcome",
+		"use h.Await(wctx), which records the outcome and parks the run during a long wait"}
 	ruleGlobalWrite = &rule{"global", "happens again on every replay, and other runs see it",
 		"keep state in the workflow's local variables, or record it with a durable.Step"}
 	ruleGlobalRead = &rule{"global", "may see another value on replay (the package changes it at run time)",
@@ -101,6 +103,11 @@ func init() {
 	add(methodsOf, ruleIO, "github.com/jackc/pgx/v5/pgxpool", "Pool Conn Tx")
 	add(funcs, ruleIO, "github.com/jackc/pgx/v5/pgconn", "Connect ConnectConfig ConnectWithOptions")
 	add(methodsOf, ruleIO, "github.com/jackc/pgx/v5/pgconn", "PgConn ResultReader MultiResultReader")
+
+	// Waiting for another run from workflow code: Handle.Await records the
+	// outcome; Result and Status read the database on every replay.
+	add(funcs, ruleWait, "github.com/durable-go/durable", "Handle.Result Handle.Status")
+	add(methodsOf, ruleIO, "github.com/durable-go/durable", "Client")
 
 	add(funcs, ruleEnv, "os", "Getenv LookupEnv Environ ExpandEnv Hostname Getwd Getpid Getppid Executable "+
 		"UserHomeDir UserCacheDir UserConfigDir Args")
