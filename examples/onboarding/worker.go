@@ -225,15 +225,16 @@ SELECT $1, $2, g FROM generate_series(1, $3) g`, r.WorkspaceID, c, recordsPerChu
 	}
 
 	// 3. A model writes the starter configuration. The agent runs as a
-	// child workflow: its answer is recorded, and a resumed run gets it
-	// back from the database instead of asking the model again.
+	// child workflow, and Await records its answer: a resumed run gets it
+	// back from the database instead of asking the model again (and a
+	// long wait for it parks this run instead of holding a goroutine).
 	h, err := a.agent.Workflow().StartChild(wctx, agentkit.Input{Prompt: fmt.Sprintf(
 		"Write the starter configuration of the workspace of %s: plan %s, %d seats, roles admin, billing and developer. Answer with one compact JSON object only.",
 		in.Company, in.Plan, in.Seats)}, nil)
 	if err != nil {
 		return r, err
 	}
-	res, err := h.Result(wctx)
+	res, err := h.Await(wctx)
 	if err != nil {
 		return r, fmt.Errorf("generate config: %w", err)
 	}
