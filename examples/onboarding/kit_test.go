@@ -28,24 +28,7 @@ func TestOnboardingCrashMatrix(t *testing.T) {
 	env := durabletest.New(t, &durabletest.Options{Config: &durable.Config{AppVersion: appVersion}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	appSchema := durabletest.Schema(t)
-	if err := createAppTables(ctx, env.Pool, appSchema); err != nil {
-		t.Fatal(err)
-	}
-	o := options{StepDelay: time.Millisecond, Chunks: 2}.withDefaults()
-	svc, err := startServices(o)
-	defer svc.close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &app{pool: env.Pool, schema: pgx.Identifier{appSchema}.Sanitize(), http: &http.Client{Timeout: 30 * time.Second}, out: io.Discard,
-		cfg: workerConfig{AppSchema: appSchema, StepDelay: o.StepDelay, Chunks: o.Chunks,
-			PaymentsURL: svc.payments.URL + "/v1/subscriptions", MailURL: svc.mail.URL + "/v1/send", ChatURL: svc.chat.URL + "/api/chat.postMessage",
-			ModelURL: svc.gateway.URL, ModelName: o.ModelName}}
-	model, err := agentkit.NewOpenAI(agentkit.OpenAIConfig{BaseURL: a.cfg.ModelURL, Model: a.cfg.ModelName})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, model, svc := newTestApp(ctx, t, env)
 	effects := func() map[string]int {
 		out := map[string]int{}
 		for _, p := range []*provider{svc.payments, svc.mail, svc.chat} {
@@ -82,3 +65,33 @@ func TestOnboardingCrashMatrix(t *testing.T) {
 		}
 	}
 }
+
+// newTestApp starts the demo's fake providers and model gateway (stopped
+// when the test ends), creates the app's tables in a schema of their own
+// and returns the app, its model and the services.
+func newTestApp(ctx context.Context, t *testing.T, env *durabletest.Env) (*app, agentkit.Model, *services) {
+	t.Helper()
+	appSchema := durabletest.Schema(t)
+	if err := createAppTables(ctx, env.Pool, appSchema); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions()
+	svc, err := startServices(o)
+	t.Cleanup(svc.close)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &app{pool: env.Pool, schema: pgx.Identifier{appSchema}.Sanitize(), http: &http.Client{Timeout: 30 * time.Second}, out: io.Discard,
+		cfg: workerConfig{AppSchema: appSchema, StepDelay: o.StepDelay, Chunks: o.Chunks,
+			PaymentsURL: svc.payments.URL + "/v1/subscriptions", MailURL: svc.mail.URL + "/v1/send", ChatURL: svc.chat.URL + "/api/chat.postMessage",
+			ModelURL: svc.gateway.URL, ModelName: o.ModelName}}
+	model, err := agentkit.NewOpenAI(agentkit.OpenAIConfig{BaseURL: a.cfg.ModelURL, Model: a.cfg.ModelName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, model, svc
+}
+
+// testOptions are the demo's options in the tests: quick steps, two
+// import chunks (the workflow's shape depends on Chunks).
+func testOptions() options { return options{StepDelay: time.Millisecond, Chunks: 2}.withDefaults() }
