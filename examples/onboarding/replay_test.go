@@ -29,7 +29,7 @@ var historyFile = filepath.Join("testdata", "onboard.history.json")
 // before the deploy. After an intended change of the workflow (under a new
 // AppVersion), record the file again with
 //
-//	go test -run TestReplayRecordedRun -update ./examples/onboarding
+//	go test ./examples/onboarding -run TestReplayRecordedRun -update
 func TestReplayRecordedRun(t *testing.T) {
 	if *update {
 		recordHistory(t)
