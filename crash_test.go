@@ -18,16 +18,29 @@ import (
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/proctest"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
-func appTables(t *testing.T, pool *pgxpool.Pool, schema string) func(string) string {
-	q := func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
-	_, err := pool.Exec(ctxT(t), q(`
-		CREATE TABLE @executions (workflow_id text, pos int, pid int, at timestamptz DEFAULT clock_timestamp());
-		CREATE TABLE @effects (idem_key text PRIMARY KEY, seen int NOT NULL DEFAULT 1);
-		CREATE TABLE @orders (workflow_id text, pos int)`))
-	require.NoError(t, err)
-	return q
+func appTables(t *testing.T) (pool *pgxpool.Pool, schema string, q func(string) string) {
+	t.Helper()
+	pool = pgtest.Pool(t)
+	schema = pgtest.Reused(t, "migrated+app", func(ctx context.Context, conn *pgx.Conn, schema string) error {
+		if err := sysdbtest.Migrate(ctx, conn, schema); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, appQuery(schema)(`
+			CREATE TABLE @executions (workflow_id text, pos int, pid int, at timestamptz DEFAULT clock_timestamp());
+			CREATE TABLE @effects (idem_key text PRIMARY KEY, seen int NOT NULL DEFAULT 1);
+			CREATE TABLE @orders (workflow_id text, pos int)`))
+		return err
+	})
+	return pool, schema, appQuery(schema)
+}
+
+// appQuery returns a function that qualifies the tables written @name in
+// a query with schema.
+func appQuery(schema string) func(string) string {
+	return func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
 }
 
 // TestCrashMatrix kills a real child process (SIGKILL) at every boundary of
@@ -89,9 +102,7 @@ func (tc crashCase) again(pos int) (least, most int) {
 }
 
 func crashMatrixCase(t *testing.T, tc crashCase) {
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	q := appTables(t, pool, schema)
+	pool, schema, q := appTables(t)
 	ctx := ctxT(t)
 	env := []string{"DURABLE_LEASE=30s"}
 	if tc.deferred {
@@ -146,9 +157,7 @@ func crashMatrixCase(t *testing.T, tc crashCase) {
 // its lease expires, finishing each run exactly once.
 func TestTakeoverAfterExecutorDies(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	q := appTables(t, pool, schema)
+	pool, schema, q := appTables(t)
 	ctx := ctxT(t)
 	const runs = 6
 	// A's lease is short, so the survivors take its runs over soon after
@@ -220,9 +229,7 @@ func TestFencingRejectsPausedOwner(t *testing.T) {
 
 func fencingCase(t *testing.T, kind string) {
 	const runs = 4
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	q := appTables(t, pool, schema)
+	pool, schema, q := appTables(t)
 	ctx := ctxT(t)
 	// A's lease is short, so it expires while A is stopped; B's is long, so
 	// a stall of B on a loaded machine never lets A take the runs back.
@@ -303,9 +310,7 @@ func fencingCase(t *testing.T, kind string) {
 // recovery attempts, with an error saying so.
 func TestDeadLetterAfterRepeatedCrashes(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	q := appTables(t, pool, schema)
+	pool, schema, q := appTables(t)
 	env := []string{"DURABLE_LEASE=30s", "DURABLE_MAXREC=2", "DURABLE_CRASH=before:1"}
 	for i := 0; i < 3; i++ { // first run, then recovery attempts 1 and 2: all crash
 		c := startChild(t, "matrix", schema, "dl-exec", env...)

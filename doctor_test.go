@@ -59,7 +59,7 @@ func TestDoctorCleanInstall(t *testing.T) {
 // nobody works.
 func TestDoctorFindsProblems(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupFresh(t) // vacuum statistics of tables never vacuumed
 	ctx := ctxT(t)
 	b.engine(t, nil, nil) // migrates; it registers no workflow, so it claims none of the runs below
 	s := pgx.Identifier{b.schema}.Sanitize()

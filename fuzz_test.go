@@ -149,22 +149,23 @@ func FuzzSchemaName(f *testing.F) {
 			return
 		}
 		pgtest.SkipIfPooled(t, "LISTEN delivers nothing through it")
-		conn, err := pool.Acquire(ctx)
+		// A connection of its own: a listening one must not go back to
+		// the pool the tests share.
+		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Release()
+		defer conn.Close(context.Background())
 		if _, err := conn.Exec(ctx, e.q.ListenSQL()); err != nil {
 			t.Fatalf("schema %q: %s: %v", s, e.q.ListenSQL(), err)
 		}
-		defer conn.Exec(ctx, "UNLISTEN *")
 		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, 'probe')", e.q.Channel); err != nil {
 			t.Fatalf("schema %q: pg_notify on channel %q: %v", s, e.q.Channel, err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		for { // skip late notifications of an earlier input's channel
-			n, err := conn.Conn().WaitForNotification(wctx)
+			n, err := conn.WaitForNotification(wctx)
 			if err != nil {
 				t.Fatalf("schema %q: LISTEN %q heard nothing: %v", s, e.q.Channel, err)
 			}

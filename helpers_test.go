@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/internal/proctest"
+	"github.com/durable-go/durable/internal/sysdbtest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -34,10 +35,23 @@ type bundle struct {
 	logs   *proctest.Buffer
 }
 
+// setup returns a bundle on a migrated schema with empty tables, reused
+// by a later test once this one ends (pgtest.Reused).
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
+	pool, schema := sysdbtest.Migrated(t)
+	return setupOn(pool, schema)
+}
+
+// setupFresh is setup on a new schema, which the first engine migrates:
+// for the tests of what a new schema looks like, vacuum statistics of
+// tables never vacuumed included.
+func setupFresh(t *testing.T) *bundle {
+	t.Helper()
+	return setupOn(pgtest.Pool(t), pgtest.Schema(t))
+}
+
+func setupOn(pool *pgxpool.Pool, schema string) *bundle {
 	logs := &proctest.Buffer{}
 	b := &bundle{
 		pool:   pool,

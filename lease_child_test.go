@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/durable-go/durable/internal/pgtest"
 )
 
 // TestLiveOwnerKeepsItsRuns: executor A works its runs for longer than its
@@ -16,9 +14,7 @@ import (
 // once, and A's heartbeats keep its lease live to the end.
 func TestLiveOwnerKeepsItsRuns(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	q := appTables(t, pool, schema)
+	pool, schema, q := appTables(t)
 	ctx := ctxT(t)
 	// A's runs take at least 140 steps of 50 ms, 7 s, past its 5 s lease,
 	// which only its heartbeats keep live. The peer's lease is short, so

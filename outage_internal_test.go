@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/sysdb"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 // incEngine launches an engine of executor id on a fresh schema, with a
@@ -20,8 +20,7 @@ func incEngine(t *testing.T, id, name string, opts *QueueOpts) (context.Context,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
+	pool, schema := sysdbtest.Migrated(t)
 	e, err := New(pool, &Config{Schema: schema, AppVersion: "test", ExecutorID: id,
 		LeaseTTL: time.Second, PollInterval: 100 * time.Millisecond})
 	if err != nil {

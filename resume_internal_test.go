@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/internal/hooks"
-	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 // TestResumeBounded: a restart with many pending runs whose recorded
@@ -27,8 +27,7 @@ func TestResumeBounded(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
+	pool, schema := sysdbtest.Migrated(t)
 	const (
 		runs      = 24
 		limit     = 4

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
-	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/durable-go/durable/internal/proctest"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 // napLength is the sleep of the "nap" workflow.
@@ -98,8 +98,7 @@ func TestRecvSurvivesKillAndSendWhileDown(t *testing.T) {
 	for _, park := range []string{"2h", "1ms"} {
 		t.Run("park-threshold-"+park, func(t *testing.T) {
 			t.Parallel()
-			pool := pgtest.Pool(t)
-			schema := pgtest.Schema(t)
+			pool, schema := sysdbtest.Migrated(t)
 			q := waitsQ(schema)
 			ctx := ctxT(t)
 			env := []string{"DURABLE_LEASE=30s", "DURABLE_PARK=" + park, "DURABLE_START=recv", "DURABLE_RUN=r1"}
@@ -139,8 +138,7 @@ func TestRecvSurvivesKillAndSendWhileDown(t *testing.T) {
 // process's launch); a sleep that starts over takes all of it.
 func TestSleepSurvivesKill(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
+	pool, schema := sysdbtest.Migrated(t)
 	q := waitsQ(schema)
 	ctx := ctxT(t)
 	c := startReady(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s", "DURABLE_START=nap", "DURABLE_RUN=n1")

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
-	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 // TestQueueWakeUpAcrossProcesses: runs enqueued by a process that does not
@@ -61,8 +61,7 @@ func TestMessageWakeUpAcrossProcesses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pool := pgtest.Pool(t)
-			schema := pgtest.Schema(t)
+			pool, schema := sysdbtest.Migrated(t)
 			q := waitsQ(schema)
 			ctx := ctxT(t)
 			// The lease is long so that the sweeper, which claims parked

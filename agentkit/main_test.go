@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/internal/proctest"
+	"github.com/durable-go/durable/internal/sysdbtest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -39,7 +40,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return &env{pool: pgtest.Pool(t), schema: pgtest.Schema(t), logs: &proctest.Buffer{}}
+	pool, schema := sysdbtest.Migrated(t) // a reused schema, already migrated
+	return &env{pool: pool, schema: schema, logs: &proctest.Buffer{}}
 }
 
 func (v *env) config() *durable.Config {

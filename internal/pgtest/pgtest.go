@@ -58,7 +58,7 @@ func run(m *testing.M) int {
 			defer stop()
 			os.Setenv(EnvURL, url)
 		}
-		return m.Run()
+		return runTests(m)
 	}
 	script, err := scriptPath()
 	if err != nil {
@@ -91,6 +91,24 @@ func run(m *testing.M) int {
 	}()
 	owned = true
 	defer func() { owned = false }()
+	return runTests(m)
+}
+
+// runTests runs the tests, then drops the schemas Reused kept for reuse
+// (unless the cluster is ours: it goes away with them).
+func runTests(m *testing.M) int {
+	mainRunning.Store(true)
+	defer func() {
+		mainRunning.Store(false)
+		if statsOn {
+			fmt.Printf("pgtest: Reused prepared %d schemas, reused %d, dropped %d after their test\n",
+				reuseStats.prepared.Load(), reuseStats.reused.Load(), reuseStats.dropped.Load())
+		}
+		closeShared()
+		if !owned {
+			dropFree()
+		}
+	}()
 	return m.Run()
 }
 
@@ -179,9 +197,18 @@ func URL(tb testing.TB) string {
 	return url
 }
 
-// Pool returns a new pgx pool (MaxConns 20) on URL, closed when the test ends.
+// Pool returns a pgx pool on URL. Under Main it is the pool every test of
+// the process shares (MaxConns 64), closed when the tests end: on a
+// virtual machine a new server connection costs tens of milliseconds of
+// server CPU, and the tests of a package would open thousands. A test must
+// not close it nor leave session state on its connections (use SET LOCAL,
+// or a pool of its own). Outside Main it is a new pool (MaxConns 20),
+// closed when the test ends.
 func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
+	if mainRunning.Load() {
+		return sharedPool(tb, URL(tb))
+	}
 	return poolOn(tb, URL(tb))
 }
 
@@ -200,6 +227,15 @@ func Schema(tb testing.TB) string {
 // characters).
 func SchemaOn(tb testing.TB, url, prefix string) string {
 	tb.Helper()
+	name := createSchema(tb, url, prefix)
+	tb.Cleanup(func() { dropSchema(tb, url, name) })
+	return name
+}
+
+// createSchema creates a new schema on the server at url and returns its
+// name; the caller drops it.
+func createSchema(tb testing.TB, url, prefix string) string {
+	tb.Helper()
 	var b [2]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		tb.Fatalf("pgtest: %v", err)
@@ -209,14 +245,17 @@ func SchemaOn(tb testing.TB, url, prefix string) string {
 	if err := execOnce(url, "CREATE SCHEMA IF NOT EXISTS "+ident); err != nil {
 		tb.Fatalf("pgtest: creating schema %s: %v", name, err)
 	}
-	tb.Cleanup(func() {
-		// SET LOCAL, not SET: through a transaction-mode pooler a session
-		// setting would stay on a server connection other clients get.
-		if err := execTx(url, "SET LOCAL lock_timeout = '30s'", "DROP SCHEMA IF EXISTS "+ident+" CASCADE"); err != nil {
-			tb.Errorf("pgtest: dropping schema %s: %v", name, err)
-		}
-	})
 	return name
+}
+
+// dropSchema drops schema name and everything in it, failing tb on an
+// error.
+func dropSchema(tb testing.TB, url, name string) {
+	// SET LOCAL, not SET: through a transaction-mode pooler a session
+	// setting would stay on a server connection other clients get.
+	if err := execTx(url, "SET LOCAL lock_timeout = '30s'", "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+		tb.Errorf("pgtest: dropping schema %s: %v", name, err)
+	}
 }
 
 // execOnce runs statements on a short-lived connection.
@@ -232,11 +271,29 @@ func execTx(url string, stmts ...string) error {
 func onConn(url string, inTx bool, stmts []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	return withConn(ctx, url, func(conn *pgx.Conn) error { return onConnDo(ctx, conn, inTx, stmts) })
+}
+
+// withConn calls fn with a connection to url: one of the shared pool's
+// under Main (see Pool), a new one otherwise.
+func withConn(ctx context.Context, url string, fn func(*pgx.Conn) error) error {
+	if p := existingShared(url); p != nil {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		return fn(c.Conn())
+	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
+	return fn(conn)
+}
+
+func onConnDo(ctx context.Context, conn *pgx.Conn, inTx bool, stmts []string) error {
 	run := func(db interface {
 		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 	}) error {

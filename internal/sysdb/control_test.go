@@ -14,24 +14,27 @@ import (
 
 // opsListen returns a connection listening on the notification channel
 // of schema.
-func opsListen(tb testing.TB, pool *pgxpool.Pool, schema string) *pgxpool.Conn {
+func opsListen(tb testing.TB, pool *pgxpool.Pool, schema string) *pgx.Conn {
 	tb.Helper()
-	conn, err := pool.Acquire(context.Background())
+	// A connection of its own: one of the pool the tests share may hold
+	// notifications of an earlier test, and a listening one must not go
+	// back to it.
+	conn, err := pgx.ConnectConfig(context.Background(), pool.Config().ConnConfig)
 	require.NoError(tb, err)
-	tb.Cleanup(conn.Release)
+	tb.Cleanup(func() { _ = conn.Close(context.Background()) })
 	_, err = conn.Exec(context.Background(), "LISTEN "+pgx.Identifier{ChannelName(schema)}.Sanitize())
 	require.NoError(tb, err)
 	return conn
 }
 
 // opsNotes returns the payloads of the n next notifications on conn.
-func opsNotes(tb testing.TB, conn *pgxpool.Conn, n int) []string {
+func opsNotes(tb testing.TB, conn *pgx.Conn, n int) []string {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out []string
 	for range n {
-		note, err := conn.Conn().WaitForNotification(ctx)
+		note, err := conn.WaitForNotification(ctx)
 		require.NoError(tb, err)
 		out = append(out, note.Payload)
 	}

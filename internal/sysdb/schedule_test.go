@@ -242,9 +242,9 @@ func TestScheduleTriggers(t *testing.T) {
 	d := newScheduleDB(t)
 	ctx := context.Background()
 	r := d.declare(t, "s", schedAt(0, 0))
-	conn, err := d.pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig) // its own: see opsListen
 	require.NoError(t, err)
-	defer conn.Release()
+	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{ChannelName(d.schema)}.Sanitize())
 	require.NoError(t, err)
 
@@ -254,7 +254,7 @@ func TestScheduleTriggers(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, found)
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		n, err := conn.Conn().WaitForNotification(wctx)
+		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		require.NoError(t, err)
 		require.Equal(t, "k:s", n.Payload, "the executors are woken")

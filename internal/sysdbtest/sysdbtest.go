@@ -16,30 +16,29 @@ import (
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
-// Migrated returns the test pool and a new schema, dropped when the test
-// ends, with the migrations in the repository's migrations/ folder
-// applied.
+// Migrated returns the test pool and a schema with the migrations in the
+// repository's migrations/ folder applied and every table empty. The
+// schema is reused by a later test of the process once this one ends
+// (pgtest.Reused): migrating a schema costs the server far more than
+// emptying one.
 func Migrated(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
-	pool, schema := pgtest.Pool(tb), pgtest.Schema(tb)
+	return pgtest.Pool(tb), pgtest.Reused(tb, "migrated", Migrate)
+}
+
+// Migrate applies the migrations in the repository's migrations/ folder
+// to schema (a pgtest.Prepare).
+func Migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
 	root, err := moduleRoot()
 	if err != nil {
-		tb.Fatalf("sysdbtest: %v", err)
+		return err
 	}
 	migs, err := sysdb.LoadMigrations(os.DirFS(root), "migrations")
 	if err != nil {
-		tb.Fatalf("sysdbtest: %v", err)
+		return err
 	}
-	ctx := context.Background()
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		tb.Fatalf("sysdbtest: %v", err)
-	}
-	defer conn.Release()
-	if _, err := sysdb.Migrate(ctx, conn.Conn(), migs, schema); err != nil {
-		tb.Fatalf("sysdbtest: migrate %s: %v", schema, err)
-	}
-	return pool, schema
+	_, err = sysdb.Migrate(ctx, conn, migs, schema)
+	return err
 }
 
 // Exec runs sql, its schema marker rendered for schema, with args on pool,
