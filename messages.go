@@ -100,15 +100,30 @@ type received struct {
 // deadline is recorded, so it holds across restarts; a wait longer than
 // Config.ParkThreshold parks the run until the message or the deadline.
 func Recv[T any](wctx Context, topic string, timeout time.Duration) (msg T, ok bool, err error) {
-	if err := checkName("topic", topic); err != nil {
-		return msg, false, err
-	}
 	if timeout < 0 {
 		return msg, false, fmt.Errorf("%w: Recv with a negative timeout %v", ErrInvalidArgument, timeout)
 	}
+	return recv[T](wctx, topic, func(now time.Time) time.Time { return now.Add(timeout) })
+}
+
+// RecvUntil is Recv with a deadline instead of a timeout: it waits until
+// deadline, on the engine's clock (a test's clock under durabletest), for
+// the next message on topic. A deadline in the past receives only a
+// message already there. Like Recv's, the deadline is recorded the first
+// time, so a replay waits for the recorded one.
+func RecvUntil[T any](wctx Context, topic string, deadline time.Time) (msg T, ok bool, err error) {
+	return recv[T](wctx, topic, func(time.Time) time.Time { return deadline })
+}
+
+// recv is Recv and RecvUntil: deadline computes the wait's deadline from
+// the engine clock's time, when it is first recorded.
+func recv[T any](wctx Context, topic string, deadlineAt func(now time.Time) time.Time) (msg T, ok bool, err error) {
+	if err := checkName("topic", topic); err != nil {
+		return msg, false, err
+	}
 	r := wctx.workflowRun()
 	deadline, err := step(wctx, "durable.recv-deadline:"+topic, func(context.Context) (time.Time, error) {
-		return r.e.clock.now().Add(timeout), nil
+		return deadlineAt(r.e.clock.now()), nil
 	}, &StepOpts{Retry: noRetry})
 	if err != nil {
 		return msg, false, err

@@ -98,6 +98,45 @@ func TestWaits(t *testing.T) {
 		require.False(t, ok, "a finished run's unset event does not block")
 	})
 
+	// RecvUntil waits until a deadline: one in the past receives nothing
+	// not already there, at once; one ahead receives a message sent
+	// meanwhile.
+	t.Run("RecvUntil", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var wf *durable.Workflow[int, string]
+		e := b.engine(t, nil, func(e *durable.Engine) {
+			wf = durable.Register(e, "recv-until", func(wctx durable.Context, _ int) (string, error) {
+				now, err := durable.Now(wctx)
+				if err != nil {
+					return "", err
+				}
+				_, late, err := durable.RecvUntil[approval](wctx, "decision", now.Add(-time.Hour))
+				if err != nil {
+					return "", err
+				}
+				if err := durable.SetEvent(wctx, "status", "waiting"); err != nil {
+					return "", err
+				}
+				a, ok, err := durable.RecvUntil[approval](wctx, "decision", now.Add(time.Hour))
+				if err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("late=%v ok=%v by=%s", late, ok, a.By), nil
+			}, nil)
+		})
+		ctx := ctxT(t)
+		h, err := wf.Start(ctx, 0, nil)
+		require.NoError(t, err)
+		_, ok, err := durable.GetEvent[string](ctx, e, h.ID(), "status", time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, durable.Send(ctx, e, h.ID(), "decision", approval{true, "ann"}, nil))
+		out, err := h.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "late=false ok=true by=ann", out)
+	})
+
 	t.Run("RecvBadInput", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

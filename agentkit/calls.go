@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -92,9 +91,9 @@ func (rs *runState) approve(turn int, plans []*callPlan) (Outcome, error) {
 	for i, p := range waiting {
 		pol := p.tool.opts.Approval
 		pa := &pend[i]
-		// The wait's deadline is recorded by Recv when it first runs, so
-		// the timeout given on a replay does not matter.
-		d, ok, err := durable.Recv[Decision](rs.wctx, approvalPrefix+p.call.ID, max(0, time.Until(pa.Deadline)))
+		// Each call's deadline, on the engine's clock (a test's clock too),
+		// is recorded by RecvUntil when its wait first runs.
+		d, ok, err := durable.RecvUntil[Decision](rs.wctx, approvalPrefix+p.call.ID, pa.Deadline)
 		if err != nil {
 			return "", err
 		}
