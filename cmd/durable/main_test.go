@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -73,7 +74,18 @@ func newEnv(t *testing.T, register func(e *durable.Engine)) *env {
 	_, _ = rand.Read(b[:])
 	schema := "cli_" + hex.EncodeToString(b[:])
 	t.Cleanup(func() {
-		_, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		// A statement of a process that just went away can deadlock with
+		// DROP ... CASCADE, which locks one object at a time; the DROP goes
+		// again once the server has aborted one side.
+		var err error
+		for try := 1; try <= 5; try++ {
+			_, err = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			var pgErr *pgconn.PgError
+			if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+				break
+			}
+			time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+		}
 		require.NoError(t, err)
 	})
 	e := &env{t: t, pool: pool, schema: schema}

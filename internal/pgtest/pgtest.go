@@ -250,10 +250,25 @@ func createSchema(tb testing.TB, url, prefix string) string {
 
 // dropSchema drops schema name and everything in it, failing tb on an
 // error.
+//
+// A process the test killed may still have a statement running on the
+// server: its backend learns of the kill only when the statement ends.
+// DROP ... CASCADE takes its locks one object at a time, so such a
+// statement can deadlock with it; the server then aborts one side, and
+// when that is the DROP, it is tried again (the other side is gone).
 func dropSchema(tb testing.TB, url, name string) {
-	// SET LOCAL, not SET: through a transaction-mode pooler a session
-	// setting would stay on a server connection other clients get.
-	if err := execTx(url, "SET LOCAL lock_timeout = '30s'", "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+	var err error
+	for try := 1; try <= 5; try++ {
+		// SET LOCAL, not SET: through a transaction-mode pooler a session
+		// setting would stay on a server connection other clients get.
+		err = execTx(url, "SET LOCAL lock_timeout = '30s'", "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			break
+		}
+		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+	}
+	if err != nil {
 		tb.Errorf("pgtest: dropping schema %s: %v", name, err)
 	}
 }
