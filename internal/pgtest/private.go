@@ -125,19 +125,28 @@ func (c *Cluster) script(tb testing.TB, args ...string) string {
 
 func poolOn(tb testing.TB, url string) *pgxpool.Pool {
 	tb.Helper()
+	pool := newPool(tb, url, 20)
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// newPool returns a new pool of at most maxConns connections on url, once
+// it reached the server.
+func newPool(tb testing.TB, url string, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		tb.Fatalf("pgtest: parsing the database URL: %v", err)
 	}
-	cfg.MaxConns = 20
+	cfg.MaxConns = maxConns
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("pgtest: creating pool: %v", err)
 	}
-	tb.Cleanup(pool.Close)
 	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
 		tb.Fatalf("pgtest: cannot reach PostgreSQL at %s: %v", url, err)
 	}
 	return pool

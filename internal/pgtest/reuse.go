@@ -276,21 +276,7 @@ func sharedPool(tb testing.TB, url string) *pgxpool.Pool {
 	if p := shared.pools[url]; p != nil {
 		return p
 	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		tb.Fatalf("pgtest: parsing the database URL: %v", err)
-	}
-	cfg.MaxConns = 64
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		tb.Fatalf("pgtest: creating pool: %v", err)
-	}
-	if err := p.Ping(ctx); err != nil {
-		p.Close()
-		tb.Fatalf("pgtest: cannot reach PostgreSQL at %s: %v", url, err)
-	}
+	p := newPool(tb, url, 64)
 	if shared.pools == nil {
 		shared.pools = map[string]*pgxpool.Pool{}
 	}
