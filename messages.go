@@ -115,7 +115,7 @@ func RecvUntil[T any](wctx Context, topic string, deadline time.Time) (msg T, ok
 	return recv[T](wctx, topic, func(time.Time) time.Time { return deadline })
 }
 
-// recv is Recv and RecvUntil: deadline computes the wait's deadline from
+// recv is Recv and RecvUntil: deadlineAt computes the wait's deadline from
 // the engine clock's time, when it is first recorded.
 func recv[T any](wctx Context, topic string, deadlineAt func(now time.Time) time.Time) (msg T, ok bool, err error) {
 	if err := checkName("topic", topic); err != nil {

@@ -19,12 +19,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit"
+	"github.com/durable-go/durable/internal/pgtest"
 )
 
 // bin is the durable binary built once for the package's tests.
@@ -73,21 +73,7 @@ func newEnv(t *testing.T, register func(e *durable.Engine)) *env {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	schema := "cli_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		// A statement of a process that just went away can deadlock with
-		// DROP ... CASCADE, which locks one object at a time; the DROP goes
-		// again once the server has aborted one side.
-		var err error
-		for try := 1; try <= 5; try++ {
-			_, err = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-			var pgErr *pgconn.PgError
-			if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
-				break
-			}
-			time.Sleep(time.Duration(try) * 100 * time.Millisecond)
-		}
-		require.NoError(t, err)
-	})
+	t.Cleanup(func() { pgtest.DropSchema(t, os.Getenv("DATABASE_URL"), schema) })
 	e := &env{t: t, pool: pool, schema: schema}
 	if register != nil {
 		eng, err := durable.New(pool, &durable.Config{

@@ -250,13 +250,28 @@ func createSchema(tb testing.TB, url, prefix string) string {
 
 // dropSchema drops schema name and everything in it, failing tb on an
 // error.
+func dropSchema(tb testing.TB, url, name string) {
+	if err := drop(url, name); err != nil {
+		tb.Errorf("pgtest: dropping schema %s: %v", name, err)
+	}
+}
+
+// DropSchema drops schema name on the server at url and everything in it,
+// failing tb on an error, for a test that names its own schemas: as for
+// the schemas of Schema, a drop that deadlocked is tried again (see drop).
+func DropSchema(tb testing.TB, url, name string) {
+	tb.Helper()
+	dropSchema(tb, url, name)
+}
+
+// drop drops schema name on the server at url.
 //
 // A process the test killed may still have a statement running on the
 // server: its backend learns of the kill only when the statement ends.
 // DROP ... CASCADE takes its locks one object at a time, so such a
 // statement can deadlock with it; the server then aborts one side, and
 // when that is the DROP, it is tried again (the other side is gone).
-func dropSchema(tb testing.TB, url, name string) {
+func drop(url, name string) error {
 	var err error
 	for try := 1; try <= 5; try++ {
 		// SET LOCAL, not SET: through a transaction-mode pooler a session
@@ -264,13 +279,11 @@ func dropSchema(tb testing.TB, url, name string) {
 		err = execTx(url, "SET LOCAL lock_timeout = '30s'", "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
 		var pgErr *pgconn.PgError
 		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
-			break
+			return err
 		}
 		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
 	}
-	if err != nil {
-		tb.Errorf("pgtest: dropping schema %s: %v", name, err)
-	}
+	return err
 }
 
 // execOnce runs statements on a short-lived connection.

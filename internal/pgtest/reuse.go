@@ -44,14 +44,13 @@ type reusable struct {
 	// print is the schema's fingerprint once prepared: its objects,
 	// their definitions and grants, and the content of the tables that
 	// prepare filled (kept).
-	print    string
-	kept     []string // tables prepare filled: never emptied
-	emptied  []string // the other tables: emptied between tests
-	prepared string   // kind
+	print   string
+	kept    []string // tables prepare filled: never emptied
+	emptied []string // the other tables: emptied between tests
 }
 
 // Reused returns a schema that prepare made ready (once per schema, for
-// example migrated), with every table that prepare left empty empty again.
+// example migrated), its tables as prepare left them.
 // When the test ends, the schema goes back to a free list for the next
 // test of this process that asks for this kind, provided the test passed
 // and left the schema as prepare made it (no table, column, index, grant
@@ -79,7 +78,7 @@ func Reused(tb testing.TB, kind string, prepare Prepare) string {
 	}
 	name := createSchema(tb, url, "t")
 	reuseStats.prepared.Add(1)
-	s := &reusable{name: name, url: url, prepared: kind}
+	s := &reusable{name: name, url: url}
 	tb.Cleanup(func() { s.giveBack(tb, key) }) // drops it unless surveyed
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -195,7 +194,8 @@ func (s *reusable) fingerprint(ctx context.Context, db interface {
 // surveyed and its test passed and left it as prepared; otherwise it drops
 // it.
 func (s *reusable) giveBack(tb testing.TB, key string) {
-	if s.print == "" || tb.Failed() || !mainRunning.Load() || s.empty() != nil {
+	// print is set only under Main, which drops the free list at the end.
+	if s.print == "" || tb.Failed() || s.empty() != nil {
 		reuseStats.dropped.Add(1)
 		if statsOn {
 			fmt.Printf("pgtest: %s: dropping schema %s, not reusing it\n", tb.Name(), s.name)
@@ -219,32 +219,30 @@ var errChanged = fmt.Errorf("pgtest: the test changed the schema")
 func (s *reusable) empty() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return withConn(ctx, s.url, func(conn *pgx.Conn) error { return s.emptyOn(ctx, conn) })
-}
-
-func (s *reusable) emptyOn(ctx context.Context, conn *pgx.Conn) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		// A connection the test left in a transaction holds its locks:
-		// give up on reuse rather than wait.
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '5s'"); err != nil {
+	return withConn(ctx, s.url, func(conn *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			// A connection the test left in a transaction holds its locks:
+			// give up on reuse rather than wait.
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '5s'"); err != nil {
+				return err
+			}
+			print, err := s.fingerprint(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if print != s.print {
+				return errChanged
+			}
+			if len(s.emptied) == 0 {
+				return nil
+			}
+			idents := make([]string, len(s.emptied))
+			for i, t := range s.emptied {
+				idents[i] = s.ident(t)
+			}
+			_, err = tx.Exec(ctx, "TRUNCATE "+strings.Join(idents, ", ")+" RESTART IDENTITY")
 			return err
-		}
-		print, err := s.fingerprint(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if print != s.print {
-			return errChanged
-		}
-		if len(s.emptied) == 0 {
-			return nil
-		}
-		idents := make([]string, len(s.emptied))
-		for i, t := range s.emptied {
-			idents[i] = s.ident(t)
-		}
-		_, err = tx.Exec(ctx, "TRUNCATE "+strings.Join(idents, ", ")+" RESTART IDENTITY")
-		return err
+		})
 	})
 }
 
@@ -254,7 +252,7 @@ func dropFree() {
 	defer reuse.Unlock()
 	for key, list := range reuse.free {
 		for _, s := range list {
-			if err := execOnce(s.url, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s.name}.Sanitize()+" CASCADE"); err != nil {
+			if err := drop(s.url, s.name); err != nil {
 				fmt.Printf("pgtest: dropping schema %s: %v\n", s.name, err)
 			}
 		}

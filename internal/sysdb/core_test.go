@@ -33,6 +33,10 @@ func newCore(t *testing.T) *coreDB {
 	t.Helper()
 	t.Parallel()
 	pool, schema := migrated(t)
+	return coreOn(t, pool, schema)
+}
+
+func coreOn(t *testing.T, pool *pgxpool.Pool, schema string) *coreDB {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return &coreDB{t: t, ctx: ctx, pool: pool, schema: schema, q: New(schema, true)}

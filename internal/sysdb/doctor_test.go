@@ -29,7 +29,9 @@ func flushStats(t *testing.T, conn *pgx.Conn) {
 }
 
 func TestDoctorTableHealth(t *testing.T) {
-	c := newCore(t)
+	t.Parallel()
+	pool, schema := migratedFresh(t) // a table never vacuumed
+	c := coreOn(t, pool, schema)
 	q := NewDoctorQueries(c.schema)
 	conn, err := c.pool.Acquire(c.ctx)
 	require.NoError(t, err)
