@@ -306,6 +306,7 @@ type Engine struct {
 	clock       engineClock // the system clock, or a test's (clock.go)
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
+	pq          *sysdb.PartitionQueries
 	wq          *sysdb.WaitQueries
 	sq          *sysdb.StreamQueries
 	cq          *sysdb.ControlQueries
@@ -371,6 +372,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		clock:       newEngineClock(knobs),
 		q:           q,
 		qq:          sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
+		pq:          sysdb.NewPartitionQueries(c.Schema),
 		wq:          sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		sq:          sysdb.NewStreamQueries(c.Schema, q.NotifyTo),
 		cq:          sysdb.NewControlQueries(c.Schema, q.NotifyTo),

@@ -39,6 +39,10 @@ func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 const QueueBatchMax = dispatch.BatchMax
 
 // QueueOpts are the limits of a queue. Zero means unlimited for each.
+//
+// (The fields tagged omitempty keep the declaration of a queue that does
+// not use them, its settings encoded as JSON, as it was before they
+// existed: an upgrade of the library alone is not a new declaration.)
 type QueueOpts struct {
 	// GlobalConcurrency bounds the runs of the queue running at once across
 	// all executors.
@@ -47,8 +51,23 @@ type QueueOpts struct {
 	// each executor.
 	WorkerConcurrency int
 	// PartitionConcurrency bounds the running runs of each partition key
-	// (EnqueueOpts.PartitionKey), e.g. 1 for one agent per customer.
+	// (EnqueueOpts.PartitionKey), e.g. 1 for one agent per customer. Runs
+	// without a key count as one more key. [Queue.SetPartitionLimits]
+	// sets another bound for a single key.
 	PartitionConcurrency int
+	// FairShare shares the queue's capacity among the partition keys that
+	// have ready runs, instead of starting runs in priority order: each
+	// free slot goes to the key with the fewest runs holding a slot per
+	// unit of weight ([PartitionLimits].Weight, 1 by default). A key with
+	// nothing running gets the next free slot however many runs other keys
+	// have queued, and a slot no key can use is not held back. Priority
+	// orders the runs within each key.
+	FairShare bool `json:",omitempty"`
+	// PartitionRateLimit bounds how many runs of each partition key start
+	// per PartitionRatePeriod, across all executors, beside the queue's
+	// RateLimit. Both must be set together.
+	PartitionRateLimit  int           `json:",omitempty"`
+	PartitionRatePeriod time.Duration `json:",omitempty"`
 	// RateLimit bounds how many runs start per RatePeriod, across all
 	// executors. Both must be set together. Starts count from when the
 	// limit is in place: runs started while the queue had none do not
@@ -71,7 +90,8 @@ func (o QueueOpts) validate(name string) error {
 		name string
 		v    int
 	}{{"GlobalConcurrency", o.GlobalConcurrency}, {"WorkerConcurrency", o.WorkerConcurrency},
-		{"PartitionConcurrency", o.PartitionConcurrency}, {"RateLimit", o.RateLimit}} {
+		{"PartitionConcurrency", o.PartitionConcurrency}, {"RateLimit", o.RateLimit},
+		{"PartitionRateLimit", o.PartitionRateLimit}} {
 		if f.v > math.MaxInt32 {
 			return bad(f.name, "must be at most 2147483647")
 		}
@@ -91,6 +111,14 @@ func (o QueueOpts) validate(name string) error {
 		return bad("RateLimit", "and RatePeriod must be set together")
 	case o.RatePeriod > 0 && o.RatePeriod < time.Millisecond:
 		return bad("RatePeriod", "must be at least 1ms")
+	case o.PartitionRateLimit < 0:
+		return bad("PartitionRateLimit", "must not be negative")
+	case o.PartitionRatePeriod < 0:
+		return bad("PartitionRatePeriod", "must not be negative")
+	case (o.PartitionRateLimit > 0) != (o.PartitionRatePeriod > 0):
+		return bad("PartitionRateLimit", "and PartitionRatePeriod must be set together")
+	case o.PartitionRatePeriod > 0 && o.PartitionRatePeriod < time.Millisecond:
+		return bad("PartitionRatePeriod", "must be at least 1ms")
 	}
 	return nil
 }
@@ -253,14 +281,16 @@ func queueStats(name string, set sysdb.QueueSettingsRow, counts sysdb.QueueStats
 func (o QueueOpts) settings() sysdb.QueueSettings {
 	return sysdb.QueueSettings{GlobalConcurrency: o.GlobalConcurrency, WorkerConcurrency: o.WorkerConcurrency,
 		PartitionConcurrency: o.PartitionConcurrency, RateLimit: o.RateLimit, RatePeriod: o.RatePeriod,
-		ReleaseParked: o.ReleaseSlotWhileParked}
+		ReleaseParked: o.ReleaseSlotWhileParked, FairShare: o.FairShare, PartitionRateLimit: o.PartitionRateLimit,
+		PartitionRatePeriod: o.PartitionRatePeriod}
 }
 
 // queueOpts are the limits of a queue's row s.
 func queueOpts(s sysdb.QueueSettings) QueueOpts {
 	return QueueOpts{GlobalConcurrency: s.GlobalConcurrency, WorkerConcurrency: s.WorkerConcurrency,
 		PartitionConcurrency: s.PartitionConcurrency, RateLimit: s.RateLimit, RatePeriod: s.RatePeriod,
-		ReleaseSlotWhileParked: s.ReleaseParked}
+		ReleaseSlotWhileParked: s.ReleaseParked, FairShare: s.FairShare, PartitionRateLimit: s.PartitionRateLimit,
+		PartitionRatePeriod: s.PartitionRatePeriod}
 }
 
 // DedupPolicy says what an enqueue does when its dedup ID is taken.

@@ -30,6 +30,11 @@ var queueDecls = map[string]durable.QueueOpts{
 	"parts":  {PartitionConcurrency: 1, WorkerConcurrency: 3},
 	"rated":  {RateLimit: 4, RatePeriod: time.Second},
 	"single": {GlobalConcurrency: 1},
+	// TestQueueFlowControlAcrossProcesses
+	"fair":     {FairShare: true, GlobalConcurrency: 4},
+	"weighted": {FairShare: true, GlobalConcurrency: 4},
+	"keyrate":  {PartitionRateLimit: 2, PartitionRatePeriod: time.Second},
+	"plans":    {PartitionConcurrency: 1},
 }
 
 // registerJob registers the queue test's workflow: one step that records

@@ -73,6 +73,7 @@ func (qs *queueSet) newDispatcher() *dispatch.Dispatcher {
 	return dispatch.New(dispatch.Config{
 		Pool:         qs.e.pool,
 		Queries:      qs.e.qq,
+		Partitions:   qs.e.pq,
 		ExecutorID:   qs.e.cfg.ExecutorID,
 		AppVersion:   qs.e.cfg.AppVersion,
 		Workflows:    qs.e.names,

@@ -18,11 +18,14 @@ import (
 )
 
 // hardStop shuts e down at once, as a crash would leave its runs: pending
-// and owned by e until its lease expires.
+// and owned by e until its lease expires. The Shutdown fails when runs were
+// in flight; with none (they all finished before it) it may succeed.
 func hardStop(t *testing.T, e *durable.Engine) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	require.Error(t, e.Shutdown(ctx))
+	if err := e.Shutdown(ctx); err != nil {
+		require.ErrorIs(t, err, context.Canceled)
+	}
 }
 
 // blockUntilStopped waits in workflow code until the engine hard-stops.

@@ -42,7 +42,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (15, 'identifiers_collate_c'),
     (16, 'cancelled_runs_hold_slots'),
     (17, 'step_attempts'),
-    (18, 'views_v1');
+    (18, 'views_v1'),
+    (19, 'flow_control');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -118,7 +119,13 @@ CREATE TABLE {{schema}}.workflows (
 
     -- The claim time, set only while the run's queue has a rate limit: the
     -- rate limit counts these recent starts.
-    rate_start        timestamptz
+    rate_start        timestamptz,
+
+    -- A debounced run: enqueues with the same key while it is queued
+    -- collapse into it. debounce_until is the latest time it may be pushed
+    -- back to (its first enqueue plus the longest wait); NULL: no bound.
+    debounce_key      text COLLATE "C",
+    debounce_until    timestamptz
 );
 
 -- The indexes below on workflows are all partial but the primary key and
@@ -175,6 +182,20 @@ CREATE INDEX workflows_queue_rate_idx
 -- Deduplication: one queued or running run per queue and dedup ID.
 CREATE UNIQUE INDEX workflows_queue_dedup_idx
     ON {{schema}}.workflows (queue_name, dedup_id) WHERE dedup_id IS NOT NULL AND status IN ('enqueued', 'pending');
+-- The ready runs of a queue by partition key: a fair dispatch finds the
+-- keys with work by skipping along it, and takes each key's first runs.
+-- An entry is written at the enqueue only: the claim's new row version is
+-- not enqueued, so it enters no entry.
+CREATE INDEX workflows_queue_fair_idx
+    ON {{schema}}.workflows (queue_name, partition_key, priority, created_at, id)
+    WHERE status = 'enqueued' AND queue_name IS NOT NULL;
+-- Recent starts of each key, for the rate limit per partition key.
+CREATE INDEX workflows_queue_partition_rate_idx
+    ON {{schema}}.workflows (queue_name, partition_key, rate_start) WHERE rate_start IS NOT NULL;
+-- One queued run per queue and debounce key.
+CREATE UNIQUE INDEX workflows_queue_debounce_idx
+    ON {{schema}}.workflows (queue_name, debounce_key)
+    WHERE debounce_key IS NOT NULL AND status = 'enqueued';
 
 -- ---------------------------------------------------------------------------
 -- Steps: one row per recorded step, keyed by the step's position in its run.
@@ -241,7 +262,28 @@ CREATE TABLE {{schema}}.queues (
     updated_at            timestamptz NOT NULL DEFAULT now(),
     -- Give back the slot of a run that parks (a long sleep or wait): it
     -- re-enters the queue, delayed until its wake-up time.
-    release_parked        boolean NOT NULL DEFAULT false
+    release_parked        boolean NOT NULL DEFAULT false,
+    -- Share the capacity among the partition keys with ready runs (least
+    -- loaded first, by weight) instead of going in priority order.
+    fair_share            boolean NOT NULL DEFAULT false,
+    -- At most partition_rate_limit starts of each key per period.
+    partition_rate_limit  integer NOT NULL DEFAULT 0,
+    partition_rate_period_ms bigint NOT NULL DEFAULT 0,
+    -- The last key a fair dispatch looked at, where the next one goes on
+    -- when more keys have work than one dispatch reads.
+    fair_cursor           text COLLATE "C"
+);
+
+-- Limits of one partition key of a queue, set at run time (a customer's
+-- plan): concurrency replaces the queue's partition_concurrency for that
+-- key (0: the queue's), weight is the key's share under fair_share.
+CREATE TABLE {{schema}}.queue_partitions (
+    queue_name    text COLLATE "C" NOT NULL REFERENCES {{schema}}.queues (name) ON DELETE CASCADE,
+    partition_key text COLLATE "C" NOT NULL,
+    concurrency   integer NOT NULL DEFAULT 0 CHECK (concurrency >= 0),
+    weight        integer NOT NULL DEFAULT 1 CHECK (weight >= 1),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue_name, partition_key)
 );
 
 -- ---------------------------------------------------------------------------

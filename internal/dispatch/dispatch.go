@@ -36,8 +36,9 @@ const batchFirst = 64
 
 // Config is what a Dispatcher needs from the engine.
 type Config struct {
-	Pool    *pgxpool.Pool
-	Queries *sysdb.QueueQueries
+	Pool       *pgxpool.Pool
+	Queries    *sysdb.QueueQueries
+	Partitions *sysdb.PartitionQueries
 	// ExecutorID and AppVersion identify this executor; a claimed run
 	// takes both.
 	ExecutorID string
@@ -204,6 +205,7 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 	var got []sysdb.ClaimedRow
 	wait = poll
 	claimLimit := 0
+	keyedMore := false
 	err := pgx.BeginFunc(ctx, d.cfg.Pool, func(tx pgx.Tx) error {
 		row, err := d.cfg.Queries.LockAndLoad(ctx, tx, q.name)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -241,11 +243,17 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 			return nil
 		}
 		claimLimit = n
-		if s.PartitionConcurrency > 0 {
-			got, err = d.claimPartitioned(ctx, tx, q.name, n, s.PartitionConcurrency, s.RateLimit > 0)
+		rated := s.RateLimit > 0 || s.PartitionRateLimit > 0
+		if s.FairShare || s.PartitionConcurrency > 0 || s.PartitionRateLimit > 0 || row.PartitionLimits {
+			var res keyedResult
+			res, err = d.claimKeyed(ctx, tx, q.name, row, n, rated)
+			got, keyedMore = res.got, res.more
+			if res.rateFree > 0 {
+				wait = min(wait, res.rateFree)
+			}
 		} else {
 			got, err = d.cfg.Queries.ClaimSimple(ctx, tx, sysdb.ClaimSimpleParams{Queue: q.name, ExecutorID: d.cfg.ExecutorID,
-				AppVersion: d.cfg.AppVersion, Workflows: d.cfg.Workflows, Limit: n, Rated: s.RateLimit > 0})
+				AppVersion: d.cfg.AppVersion, Workflows: d.cfg.Workflows, Limit: n, Rated: rated})
 		}
 		return err
 	})
@@ -266,44 +274,8 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 				d.cfg.Logger.Warn("durable: start claimed runs", "queue", q.name, "err", err)
 			}
 		}
-		more = len(got) >= claimLimit
+		more = len(got) >= claimLimit || keyedMore
 	}
 	d.signals.Pass.Signal(Pass{Queue: q.name, Claimed: len(got), More: more, Wait: wait})
 	return wait, more
-}
-
-// claimPartitioned claims up to n runs, at most limit running per partition
-// key, from a window of candidates in priority order.
-func (d *Dispatcher) claimPartitioned(ctx context.Context, tx pgx.Tx, queue string, n, limit int, rated bool) ([]sysdb.ClaimedRow, error) {
-	cands, err := d.cfg.Queries.Candidates(ctx, tx, sysdb.CandidatesParams{Queue: queue, AppVersion: d.cfg.AppVersion,
-		Workflows: d.cfg.Workflows, Limit: min(n*8, BatchMax*4)})
-	if err != nil || len(cands) == 0 {
-		return nil, err
-	}
-	keys := map[string]bool{}
-	for _, c := range cands {
-		keys[c.PartitionKey] = true
-	}
-	keyList := make([]string, 0, len(keys))
-	for k := range keys {
-		keyList = append(keyList, k)
-	}
-	load, err := d.cfg.Queries.PartitionLoad(ctx, tx, sysdb.PartitionLoadParams{Queue: queue, Keys: keyList})
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, c := range cands {
-		if len(ids) == n {
-			break
-		}
-		if load[c.PartitionKey] < limit {
-			load[c.PartitionKey]++
-			ids = append(ids, c.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	return d.cfg.Queries.ClaimIDs(ctx, tx, sysdb.ClaimIDsParams{IDs: ids, ExecutorID: d.cfg.ExecutorID, AppVersion: d.cfg.AppVersion, Rated: rated})
 }

@@ -54,7 +54,7 @@ func newFix(t *testing.T, s sysdb.QueueSettings) *fix {
 		q: NewQueue("q"), launched: make(chan []sysdb.ClaimedRow, 100)}
 	require.NoError(t, f.qq.Declare(ctx, pool, sysdb.QueueDeclareParams{Name: "q", Settings: s, Declared: "test"}))
 	f.cfg = Config{
-		Pool: pool, Queries: f.qq, ExecutorID: "me", AppVersion: "v", Workflows: []string{"w"}, Queues: []*Queue{f.q},
+		Pool: pool, Queries: f.qq, Partitions: sysdb.NewPartitionQueries(schema), ExecutorID: "me", AppVersion: "v", Workflows: []string{"w"}, Queues: []*Queue{f.q},
 		PollInterval: func() time.Duration { return never },
 		Launch: func(_ context.Context, q *Queue, got []sysdb.ClaimedRow) error {
 			require.Same(t, f.q, q)

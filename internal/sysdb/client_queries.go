@@ -23,11 +23,9 @@ func NewClientQueries(schema string) *ClientQueries {
 		// A queue is created, never changed: a queue that exists keeps the
 		// settings its executors or an operator gave it. No notification: a
 		// new queue has no runs to dispatch.
-		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms,
-		// $7 release parked, $8 declared.
-		createQueue: Render(`INSERT INTO {{schema}}.queues (name, global_concurrency, worker_concurrency,
-	partition_concurrency, rate_limit, rate_period_ms, release_parked, declared)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		// $1 name, $2-$10 settings (settingsArgs), $11 declared.
+		createQueue: Render(`INSERT INTO {{schema}}.queues (name, `+settingsColumns+`, declared)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (name) DO NOTHING`, schema),
 	}
 }
@@ -44,8 +42,7 @@ type CreateQueueParams struct {
 // CreateQueue creates queue p.Name unless a queue of that name exists;
 // created reports whether it did.
 func (q *ClientQueries) CreateQueue(ctx context.Context, db DBTX, p CreateQueueParams) (created bool, err error) {
-	s := p.Settings
-	tag, err := db.Exec(ctx, q.createQueue, p.Name, s.GlobalConcurrency, s.WorkerConcurrency, s.PartitionConcurrency,
-		s.RateLimit, s.RatePeriod.Milliseconds(), s.ReleaseParked, p.Declared)
+	args := append(append([]any{p.Name}, settingsArgs(p.Settings)...), p.Declared)
+	tag, err := db.Exec(ctx, q.createQueue, args...)
 	return tag.RowsAffected() == 1, err
 }

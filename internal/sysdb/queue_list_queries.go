@@ -16,8 +16,7 @@ CROSS JOIN LATERAL (SELECT ` + running(name) + ` AS running) r`
 
 // listQueues lists every declared queue with its live settings and counts
 // (queueCounts), by name.
-var listQueues = `SELECT q.name, q.global_concurrency, q.worker_concurrency, q.partition_concurrency,
-	q.rate_limit, q.rate_period_ms, q.paused, q.release_parked, e.ready, e.delayed, r.running
+var listQueues = `SELECT q.name, ` + settingsColumns + `, q.paused, e.ready, e.delayed, r.running
 FROM {{schema}}.queues q
 CROSS JOIN ` + queueCounts("q.name") + `
 ORDER BY q.name`

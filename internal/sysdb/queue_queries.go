@@ -10,23 +10,21 @@ import (
 
 // QueueQueries are the statements of queues, rendered for one schema.
 type QueueQueries struct {
-	declare       string
-	settings      string
-	update        string
-	setPaused     string
-	enqueue       string
-	lockAndLoad   string
-	counts        string
-	claimSimple   string
-	candidates    string
-	partitionLoad string
-	claimIDs      string
-	requeue       string
-	release       string
-	ownStopping   string
-	stats         string
-	byDedup       string
-	list          string
+	declare     string
+	settings    string
+	update      string
+	setPaused   string
+	enqueue     string
+	lockAndLoad string
+	counts      string
+	claimSimple string
+	claimIDs    string
+	requeue     string
+	release     string
+	ownStopping string
+	stats       string
+	byDedup     string
+	list        string
 }
 
 // stopping is the condition of a cancelled queued run whose code may
@@ -53,27 +51,28 @@ func NewQueueQueries(schema, channel string) *QueueQueries {
 		// the same declaration keeps changes made at run time. A queue
 		// declared by the schema (DeclaredBySchema) keeps its settings at its
 		// first declaration by code, which only records itself (adopt).
-		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms, $7 declared, $8 release parked.
+		// $1 name, $2-$10 settings (settingsArgs), $11 declared.
 		declare: r(`WITH adopt AS (
-	UPDATE {{schema}}.queues SET declared = $7, updated_at = now()
+	UPDATE {{schema}}.queues SET declared = $11, updated_at = now()
 	WHERE name = $1 AND declared = '` + DeclaredBySchema + `'
 	RETURNING 1)
-INSERT INTO {{schema}}.queues AS q (name, global_concurrency, worker_concurrency,
-	partition_concurrency, rate_limit, rate_period_ms, declared, release_parked)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE NOT EXISTS (SELECT 1 FROM adopt)
+INSERT INTO {{schema}}.queues AS q (name, ` + settingsColumns + `, declared)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 WHERE NOT EXISTS (SELECT 1 FROM adopt)
 ON CONFLICT (name) DO UPDATE SET global_concurrency = EXCLUDED.global_concurrency,
 	worker_concurrency = EXCLUDED.worker_concurrency, partition_concurrency = EXCLUDED.partition_concurrency,
 	rate_limit = EXCLUDED.rate_limit, rate_period_ms = EXCLUDED.rate_period_ms,
-	release_parked = EXCLUDED.release_parked, declared = EXCLUDED.declared, updated_at = now()
+	release_parked = EXCLUDED.release_parked, fair_share = EXCLUDED.fair_share,
+	partition_rate_limit = EXCLUDED.partition_rate_limit, partition_rate_period_ms = EXCLUDED.partition_rate_period_ms,
+	declared = EXCLUDED.declared, updated_at = now()
 WHERE q.declared IS DISTINCT FROM EXCLUDED.declared`),
 
-		settings: r(`SELECT global_concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_period_ms, paused, release_parked
-FROM {{schema}}.queues WHERE name = $1`),
+		settings: r(`SELECT ` + settingsColumns + `, paused FROM {{schema}}.queues WHERE name = $1`),
 
-		// $1 name, $2 global, $3 worker, $4 partition, $5 rate, $6 period ms, $7 release parked.
+		// $1 name, $2-$10 settings (settingsArgs).
 		update: r(`WITH u AS (
 	UPDATE {{schema}}.queues SET global_concurrency = $2, worker_concurrency = $3, partition_concurrency = $4,
-		rate_limit = $5, rate_period_ms = $6, release_parked = $7, updated_at = now()
+		rate_limit = $5, rate_period_ms = $6, release_parked = $7, fair_share = $8,
+		partition_rate_limit = $9, partition_rate_period_ms = $10, updated_at = now()
 	WHERE name = $1 RETURNING name)
 SELECT ` + n(`'q:' || name`) + ` FROM u`),
 
@@ -103,9 +102,11 @@ SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
 		// they left it (a row lock re-reads the latest version, an advisory
 		// lock would not).
 		// $1 name.
-		lockAndLoad: r(`SELECT global_concurrency, worker_concurrency,
-	partition_concurrency, rate_limit, rate_period_ms, paused, release_parked
-FROM {{schema}}.queues WHERE name = $1 FOR NO KEY UPDATE`),
+		// The pass also reads where the last fair pass stopped and whether
+		// any partition key has limits of its own.
+		lockAndLoad: r(`SELECT ` + settingsColumns + `, paused, fair_cursor,
+	EXISTS (SELECT 1 FROM {{schema}}.queue_partitions p WHERE p.queue_name = q.name)
+FROM {{schema}}.queues q WHERE name = $1 FOR NO KEY UPDATE OF q`),
 
 		// Recent starts are those with rate_start, which the claims set
 		// only while the queue has a rate limit.
@@ -138,21 +139,6 @@ WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
 	clock_timestamp() - w.created_at`),
-
-		// With partition limits the choice is made in Go from a window of
-		// candidates. $1 name, $2 app_version, $3 names, $4 limit.
-		candidates: r(`SELECT id, coalesce(partition_key, '') FROM {{schema}}.workflows
-WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
-	AND name = ANY($3::text[]) AND (epoch = 0 OR app_version = $2)
-ORDER BY priority, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`),
-
-		partitionLoad: r(`SELECT k, count(*) FROM (
-	SELECT coalesce(partition_key, '') AS k FROM {{schema}}.workflows
-	WHERE queue_name = $1 AND status = 'pending' AND coalesce(partition_key, '') = ANY($2::text[])
-	UNION ALL
-	SELECT coalesce(partition_key, '') FROM {{schema}}.workflows
-	WHERE queue_name = $1 AND ` + stopping + ` AND coalesce(partition_key, '') = ANY($2::text[])) s
-GROUP BY 1`),
 
 		// $1 ids, $2 executor, $3 app_version, $4 rate limited.
 		claimIDs: r(`UPDATE {{schema}}.workflows w
@@ -220,6 +206,36 @@ type QueueSettings struct {
 	RateLimit            int
 	RatePeriod           time.Duration // stored in whole milliseconds
 	ReleaseParked        bool          // a parked run gives its slot back
+	FairShare            bool          // share the capacity among partition keys
+	PartitionRateLimit   int           // starts of each partition key per PartitionRatePeriod
+	PartitionRatePeriod  time.Duration // stored in whole milliseconds
+}
+
+// settingsColumns are the columns of a queue's settings, in the order of
+// settingsArgs and scanSettings.
+const settingsColumns = `global_concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_period_ms,
+	release_parked, fair_share, partition_rate_limit, partition_rate_period_ms`
+
+// settingsArgs are s as the arguments of settingsColumns.
+func settingsArgs(s QueueSettings) []any {
+	return []any{s.GlobalConcurrency, s.WorkerConcurrency, s.PartitionConcurrency, s.RateLimit,
+		s.RatePeriod.Milliseconds(), s.ReleaseParked, s.FairShare, s.PartitionRateLimit,
+		s.PartitionRatePeriod.Milliseconds()}
+}
+
+// settingsDest are the scan destinations of settingsColumns into s, with
+// the two periods read as milliseconds into ms; ms.set stores them.
+func settingsDest(s *QueueSettings, ms *periodsMs) []any {
+	return []any{&s.GlobalConcurrency, &s.WorkerConcurrency, &s.PartitionConcurrency, &s.RateLimit,
+		&ms.rate, &s.ReleaseParked, &s.FairShare, &s.PartitionRateLimit, &ms.partitionRate}
+}
+
+// periodsMs are a queue's periods as stored, in milliseconds.
+type periodsMs struct{ rate, partitionRate int64 }
+
+func (ms periodsMs) set(s *QueueSettings) {
+	s.RatePeriod = time.Duration(ms.rate) * time.Millisecond
+	s.PartitionRatePeriod = time.Duration(ms.partitionRate) * time.Millisecond
 }
 
 // QueueDeclareParams are a queue's settings as code declares them.
@@ -236,9 +252,8 @@ type QueueDeclareParams struct {
 // declared by the schema (DeclaredBySchema) keeps its settings and takes
 // p.Declared as its declaration.
 func (q *QueueQueries) Declare(ctx context.Context, db DBTX, p QueueDeclareParams) error {
-	s := p.Settings
-	_, err := db.Exec(ctx, q.declare, p.Name, s.GlobalConcurrency, s.WorkerConcurrency, s.PartitionConcurrency,
-		s.RateLimit, s.RatePeriod.Milliseconds(), p.Declared, s.ReleaseParked)
+	args := append(append([]any{p.Name}, settingsArgs(p.Settings)...), p.Declared)
+	_, err := db.Exec(ctx, q.declare, args...)
 	return err
 }
 
@@ -250,11 +265,9 @@ type QueueSettingsRow struct {
 
 func scanSettings(row pgx.Row) (QueueSettingsRow, error) {
 	var r QueueSettingsRow
-	var periodMs int64
-	s := &r.Settings
-	err := row.Scan(&s.GlobalConcurrency, &s.WorkerConcurrency, &s.PartitionConcurrency, &s.RateLimit, &periodMs,
-		&r.Paused, &s.ReleaseParked)
-	s.RatePeriod = time.Duration(periodMs) * time.Millisecond
+	var ms periodsMs
+	err := row.Scan(append(settingsDest(&r.Settings, &ms), &r.Paused)...)
+	ms.set(&r.Settings)
 	return r, err
 }
 
@@ -264,12 +277,30 @@ func (q *QueueQueries) Settings(ctx context.Context, db DBTX, name string) (Queu
 	return scanSettings(db.QueryRow(ctx, q.settings, name))
 }
 
+// DispatchRow is what a dispatch pass reads from its queue's row.
+type DispatchRow struct {
+	QueueSettingsRow
+	// FairCursor is the last partition key a fair pass looked at; "": none.
+	FairCursor string
+	// PartitionLimits reports whether some partition key of the queue has
+	// limits of its own (SetPartitionLimits).
+	PartitionLimits bool
+}
+
 // LockAndLoad locks the row of queue name until the end of the
 // transaction tx, serialising the dispatches of the queue across
 // executors, and returns its live settings; pgx.ErrNoRows when no queue
 // has that name.
-func (q *QueueQueries) LockAndLoad(ctx context.Context, tx DBTX, name string) (QueueSettingsRow, error) {
-	return scanSettings(tx.QueryRow(ctx, q.lockAndLoad, name))
+func (q *QueueQueries) LockAndLoad(ctx context.Context, tx DBTX, name string) (DispatchRow, error) {
+	var r DispatchRow
+	var ms periodsMs
+	var cursor *string
+	err := tx.QueryRow(ctx, q.lockAndLoad, name).Scan(append(settingsDest(&r.Settings, &ms), &r.Paused, &cursor, &r.PartitionLimits)...)
+	ms.set(&r.Settings)
+	if cursor != nil {
+		r.FairCursor = *cursor
+	}
+	return r, err
 }
 
 // QueueUpdateParams are the new live settings of a queue.
@@ -281,9 +312,7 @@ type QueueUpdateParams struct {
 // Update sets the live settings of queue p.Name, waking its dispatchers,
 // and reports whether the queue exists.
 func (q *QueueQueries) Update(ctx context.Context, db DBTX, p QueueUpdateParams) (bool, error) {
-	s := p.Settings
-	return someRow(db.Query(ctx, q.update, p.Name, s.GlobalConcurrency, s.WorkerConcurrency, s.PartitionConcurrency,
-		s.RateLimit, s.RatePeriod.Milliseconds(), s.ReleaseParked))
+	return someRow(db.Query(ctx, q.update, append([]any{p.Name}, settingsArgs(p.Settings)...)...))
 }
 
 // QueuePausedParams pause or resume a queue.
@@ -390,61 +419,6 @@ type ClaimSimpleParams struct {
 // on its own.
 func (q *QueueQueries) ClaimSimple(ctx context.Context, tx DBTX, p ClaimSimpleParams) ([]ClaimedRow, error) {
 	return collectClaimed(tx.Query(ctx, q.claimSimple, p.Queue, p.ExecutorID, p.AppVersion, p.Workflows, p.Limit, p.Rated))
-}
-
-// CandidatesParams select the first ready runs of a queue.
-type CandidatesParams struct {
-	Queue      string
-	AppVersion string
-	Workflows  []string
-	Limit      int
-}
-
-// CandidateRow is a ready run and its partition key ("": none).
-type CandidateRow struct {
-	ID           string
-	PartitionKey string
-}
-
-// Candidates locks and returns up to p.Limit ready runs of p.Queue in
-// priority order (those ClaimSimple would claim), for a choice by
-// partition.
-func (q *QueueQueries) Candidates(ctx context.Context, tx DBTX, p CandidatesParams) ([]CandidateRow, error) {
-	rows, err := tx.Query(ctx, q.candidates, p.Queue, p.AppVersion, p.Workflows, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (CandidateRow, error) {
-		var c CandidateRow
-		err := row.Scan(&c.ID, &c.PartitionKey)
-		return c, err
-	})
-}
-
-// PartitionLoadParams name partitions of a queue.
-type PartitionLoadParams struct {
-	Queue string
-	Keys  []string // partition keys ("": runs without one)
-}
-
-// PartitionLoad returns how many runs of each partition of p.Keys hold a
-// slot of p.Queue; a partition without any is left out.
-func (q *QueueQueries) PartitionLoad(ctx context.Context, tx DBTX, p PartitionLoadParams) (map[string]int, error) {
-	rows, err := tx.Query(ctx, q.partitionLoad, p.Queue, p.Keys)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	load := map[string]int{}
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			return nil, err
-		}
-		load[k] = n
-	}
-	return load, rows.Err()
 }
 
 // ClaimIDsParams claim chosen queued runs.
@@ -566,11 +540,9 @@ func (q *QueueQueries) List(ctx context.Context, db DBTX) ([]QueueListRow, error
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueueListRow, error) {
 		var r QueueListRow
-		var periodMs int64
-		s := &r.Settings
-		err := row.Scan(&r.Name, &s.GlobalConcurrency, &s.WorkerConcurrency, &s.PartitionConcurrency, &s.RateLimit,
-			&periodMs, &r.Paused, &s.ReleaseParked, &r.Ready, &r.Delayed, &r.Running)
-		s.RatePeriod = time.Duration(periodMs) * time.Millisecond
+		var ms periodsMs
+		err := row.Scan(append(append([]any{&r.Name}, settingsDest(&r.Settings, &ms)...), &r.Paused, &r.Ready, &r.Delayed, &r.Running)...)
+		ms.set(&r.Settings)
 		return r, err
 	})
 }

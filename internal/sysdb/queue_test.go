@@ -115,7 +115,8 @@ func TestQueueSettingsAndLockAndLoad(t *testing.T) {
 	f := newQueueFix(t)
 	_, err := f.q.Settings(f.ctx, f.pool, "q")
 	require.ErrorIs(t, err, pgx.ErrNoRows)
-	s := QueueSettings{GlobalConcurrency: 3, RateLimit: 2, RatePeriod: time.Minute}
+	s := QueueSettings{GlobalConcurrency: 3, RateLimit: 2, RatePeriod: time.Minute, FairShare: true,
+		PartitionRateLimit: 4, PartitionRatePeriod: 2 * time.Second}
 	f.declare("q", s)
 	f.exec(`UPDATE {{schema}}.queues SET paused = true`)
 	row, err := f.q.Settings(f.ctx, f.pool, "q")
@@ -127,9 +128,9 @@ func TestQueueSettingsAndLockAndLoad(t *testing.T) {
 	defer func() { _ = tx.Rollback(f.ctx) }()
 	_, err = f.q.LockAndLoad(f.ctx, tx, "nope")
 	require.ErrorIs(t, err, pgx.ErrNoRows)
-	row, err = f.q.LockAndLoad(f.ctx, tx, "q")
+	locked, err := f.q.LockAndLoad(f.ctx, tx, "q")
 	require.NoError(t, err)
-	require.Equal(t, QueueSettingsRow{Settings: s, Paused: true}, row)
+	require.Equal(t, DispatchRow{QueueSettingsRow: QueueSettingsRow{Settings: s, Paused: true}}, locked)
 	// The queue's row stays locked until tx ends: another dispatch, a
 	// pause or an update of the queue waits for it.
 	_, err = f.pool.Exec(f.ctx, Render(`SELECT 1 FROM {{schema}}.queues WHERE name = 'q' FOR NO KEY UPDATE NOWAIT`, f.schema))
@@ -336,17 +337,9 @@ func TestQueueClaimSimple(t *testing.T) {
 	require.Equal(t, "enqueued - 0", f.status("c"))
 }
 
-func TestQueueCandidatesAndClaimIDs(t *testing.T) {
+func TestQueueClaimIDs(t *testing.T) {
 	f := newQueueFix(t)
 	claimFixture(f)
-	cands, err := f.q.Candidates(f.ctx, f.pool, CandidatesParams{Queue: "q", AppVersion: "v1", Workflows: []string{"w"}, Limit: 4})
-	require.NoError(t, err)
-	require.Equal(t, []CandidateRow{{"a", "k1"}, {"b", "k1"}, {"c", "k2"}, {"d", ""}}, cands)
-	cands, err = f.q.Candidates(f.ctx, f.pool, CandidatesParams{Queue: "q", AppVersion: "v1", Workflows: []string{"w", "x"}, Limit: 100})
-	require.NoError(t, err)
-	require.Equal(t, []CandidateRow{{"a", "k1"}, {"b", "k1"}, {"c", "k2"}, {"d", ""}, {"e", ""}, {"h", ""}, {"i", ""}}, cands)
-	require.Equal(t, "enqueued - 0", f.status("a"), "candidates are only read")
-
 	f.exec(`UPDATE {{schema}}.workflows SET status = 'pending', executor_id = 'x' WHERE id = 'b'`)
 	got, err := f.q.ClaimIDs(f.ctx, f.pool, ClaimIDsParams{IDs: []string{"a", "b", "h", "nope"}, ExecutorID: "ex", AppVersion: "v1", Rated: true})
 	require.NoError(t, err)
@@ -357,23 +350,6 @@ func TestQueueCandidatesAndClaimIDs(t *testing.T) {
 	require.Equal(t, 2, got[1].Attempts)
 	require.Equal(t, "pending x 0", f.status("b"))
 	require.Equal(t, 2, value[int](f, `SELECT count(*) FROM {{schema}}.workflows WHERE rate_start IS NOT NULL`))
-}
-
-func TestQueuePartitionLoad(t *testing.T) {
-	f := newQueueFix(t)
-	f.declare("q", QueueSettings{})
-	f.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, queue_name, partition_key) VALUES
-		('1', 'w', 'pending', 'v', 'x', 'q', 'k1'),
-		('2', 'w', 'pending', 'v', 'x', 'q', 'k1'),
-		('3', 'w', 'cancelled', 'v', 'x', 'q', 'k1'),
-		('4', 'w', 'cancelled', 'v', NULL, 'q', 'k2'),
-		('5', 'w', 'pending', 'v', 'x', 'q', NULL),
-		('6', 'w', 'pending', 'v', 'x', 'q', 'k3'),
-		('7', 'w', 'enqueued', 'v', NULL, 'q', 'k2'),
-		('8', 'w', 'pending', 'v', 'x', 'other', 'k2')`)
-	load, err := f.q.PartitionLoad(f.ctx, f.pool, PartitionLoadParams{Queue: "q", Keys: []string{"k1", "k2", ""}})
-	require.NoError(t, err)
-	require.Equal(t, map[string]int{"k1": 3, "": 1}, load)
 }
 
 func TestQueueRequeue(t *testing.T) {
