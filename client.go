@@ -108,6 +108,7 @@ type Client struct {
 	cfg    ClientConfig
 	q      *sysdb.Queries
 	qq     *sysdb.QueueQueries
+	bq     *sysdb.BatchQueries
 	wq     *sysdb.WaitQueries
 	cq     *sysdb.ClientQueries
 	tr     tracer
@@ -132,6 +133,7 @@ func NewClient(pool *pgxpool.Pool, cfg *ClientConfig) (*Client, error) {
 		cfg:  c,
 		q:    q,
 		qq:   sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
+		bq:   sysdb.NewBatchQueries(c.Schema, q.NotifyTo),
 		wq:   sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		cq:   sysdb.NewClientQueries(c.Schema),
 		tr:   tracer{t: newTracer(c.TracerProvider), appVersion: c.AppVersion},
@@ -260,7 +262,7 @@ func (c *Client) DeclareQueue(ctx context.Context, name string, opts *QueueOpts)
 func (c *Client) Close() { c.listen.close() }
 
 func (c *Client) submitter() submitter {
-	return submitter{q: c.q, qq: c.qq, appVersion: c.cfg.AppVersion, limit: c.cfg.MaxPayloadBytes, tr: &c.tr}
+	return submitter{q: c.q, qq: c.qq, bq: c.bq, appVersion: c.cfg.AppVersion, limit: c.cfg.MaxPayloadBytes, tr: &c.tr}
 }
 
 func (c *Client) watcher() watcher {
@@ -431,6 +433,47 @@ func (w *WorkflowRef[P, R]) Enqueue(ctx context.Context, queue string, in P, opt
 // EnqueueTx is [Client.EnqueueTx] of w.
 func (w *WorkflowRef[P, R]) EnqueueTx(ctx context.Context, tx pgx.Tx, queue string, in P, opts *EnqueueOpts) (*ClientHandle[R], error) {
 	return w.handle(w.c.EnqueueTx(ctx, tx, w.name, queue, in, opts))
+}
+
+// EnqueueMany is [Workflow.EnqueueMany] for a client: the same rows in one
+// statement, in a transaction of its own, all or nothing.
+func (w *WorkflowRef[P, R]) EnqueueMany(ctx context.Context, queue string, items []EnqueueItem[P]) ([]*ClientHandle[R], error) {
+	return w.handles(enqueueMany(ctx, w.c.submitter(), "EnqueueMany", w.c.pool, nil, w.name, queue, items, !w.c.cfg.PollOnly))
+}
+
+// EnqueueManyTx is [Workflow.EnqueueManyTx] for a client: on an error, roll
+// tx back.
+func (w *WorkflowRef[P, R]) EnqueueManyTx(ctx context.Context, tx pgx.Tx, queue string, items []EnqueueItem[P]) ([]*ClientHandle[R], error) {
+	if tx == nil {
+		return nil, fmt.Errorf("%w: EnqueueManyTx needs a transaction", ErrInvalidArgument)
+	}
+	return w.handles(enqueueMany(ctx, w.c.submitter(), "EnqueueManyTx", nil, tx, w.name, queue, items, !w.c.cfg.PollOnly))
+}
+
+// StartMany is [Workflow.StartMany] for a client: the runs start on the
+// executors that register w, woken by one notification.
+func (w *WorkflowRef[P, R]) StartMany(ctx context.Context, items []StartItem[P]) ([]*ClientHandle[R], error) {
+	return w.handles(startMany(ctx, w.c.submitter(), "StartMany", w.c.pool, nil, w.name, items))
+}
+
+// StartManyTx is [Workflow.StartManyTx] for a client: on an error, roll tx
+// back.
+func (w *WorkflowRef[P, R]) StartManyTx(ctx context.Context, tx pgx.Tx, items []StartItem[P]) ([]*ClientHandle[R], error) {
+	if tx == nil {
+		return nil, fmt.Errorf("%w: StartManyTx needs a transaction", ErrInvalidArgument)
+	}
+	return w.handles(startMany(ctx, w.c.submitter(), "StartManyTx", nil, tx, w.name, items))
+}
+
+func (w *WorkflowRef[P, R]) handles(ids []string, err error) ([]*ClientHandle[R], error) {
+	if err != nil || ids == nil {
+		return nil, w.c.hint(err)
+	}
+	hs := make([]*ClientHandle[R], len(ids))
+	for i, id := range ids {
+		hs[i] = &ClientHandle[R]{c: w.c, id: id}
+	}
+	return hs, nil
 }
 
 // Handle returns the handle of run id of w. It fails with

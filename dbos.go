@@ -306,6 +306,7 @@ type Engine struct {
 	clock       engineClock // the system clock, or a test's (clock.go)
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
+	bq          *sysdb.BatchQueries
 	pq          *sysdb.PartitionQueries
 	wq          *sysdb.WaitQueries
 	sq          *sysdb.StreamQueries
@@ -372,6 +373,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		clock:       newEngineClock(knobs),
 		q:           q,
 		qq:          sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
+		bq:          sysdb.NewBatchQueries(c.Schema, q.NotifyTo),
 		pq:          sysdb.NewPartitionQueries(c.Schema),
 		wq:          sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		sq:          sysdb.NewStreamQueries(c.Schema, q.NotifyTo),

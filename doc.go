@@ -192,6 +192,7 @@
 //	schema too old with Config.SkipMigrate           ErrSchemaOutdated
 //	enqueue on a queue nobody declared               ErrQueueNotFound
 //	dedup ID held by a queued or running run         *DuplicateError (ErrDuplicate)
+//	an item of EnqueueMany/StartMany refused         *BatchItemError wrapping the item's error
 //	send to a finished run                           ErrWorkflowFinished
 //	run cancelled                                    ErrCancelled (also matches context.Canceled)
 //	run past its deadline (StartOpts.Timeout)        matches context.DeadlineExceeded

@@ -238,6 +238,14 @@ func (m *meters) started(ctx context.Context, workflow, kind string) {
 	m.startedC.Add(ctx, 1, m.workflow(workflow).started[kind]...)
 }
 
+// startedMany counts n runs of workflow created at once, as started does.
+func (m *meters) startedMany(ctx context.Context, workflow, kind string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.startedC.Add(ctx, int64(n), m.workflow(workflow).started[kind]...)
+}
+
 // startedRun counts r, just created by this process to execute here.
 func (m *meters) startedRun(r *run, kind string) {
 	if m == nil {

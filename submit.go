@@ -18,6 +18,7 @@ import (
 type submitter struct {
 	q          *sysdb.Queries
 	qq         *sysdb.QueueQueries
+	bq         *sysdb.BatchQueries
 	appVersion string
 	limit      int // the encoded input's limit (MaxPayloadBytes)
 	tr         *tracer
@@ -27,7 +28,7 @@ type submitter struct {
 
 // engineSubmitter is the submitter of e's runs.
 func engineSubmitter(e *Engine) submitter {
-	return submitter{q: e.q, qq: e.qq, appVersion: e.cfg.AppVersion, limit: e.cfg.MaxPayloadBytes, tr: &e.tr,
+	return submitter{q: e.q, qq: e.qq, bq: e.bq, appVersion: e.cfg.AppVersion, limit: e.cfg.MaxPayloadBytes, tr: &e.tr,
 		clock: e.clock, met: e.met}
 }
 
@@ -122,7 +123,6 @@ func (s submitter) enqueue(ctx context.Context, db sysdb.DBTX, name, queue strin
 	if err := o.check(); err != nil {
 		return "", err
 	}
-	so := &StartOpts{ID: o.ID, AcceptDifferentInput: o.AcceptDifferentInput}
 	id, input, err := prepareRun(name, in, o.ID, s.limit)
 	if err != nil {
 		return "", err
@@ -152,6 +152,16 @@ func (s submitter) enqueue(ctx context.Context, db sysdb.DBTX, name, queue strin
 	}
 	// Not inserted: the ID exists, or the dedup ID is taken.
 	sp.existing()
+	return s.settleEnqueue(ctx, db, name, queue, id, input, &o)
+}
+
+// settleEnqueue returns the run to follow for an enqueue of run id with
+// input and options o that was not inserted: the existing run of its ID
+// (see [StartOpts].ID) or, with DedupReturnExisting, the run holding its
+// dedup ID, else a [*DuplicateError]. When neither exists, the error
+// matches pgx.ErrNoRows.
+func (s submitter) settleEnqueue(ctx context.Context, db sysdb.DBTX, name, queue, id string, input []byte, o *EnqueueOpts) (string, error) {
+	so := &StartOpts{ID: id, AcceptDifferentInput: o.AcceptDifferentInput}
 	if err := checkExisting(ctx, s.q, db, id, name, so.sameInput(input), ""); !errors.Is(err, ErrWorkflowNotFound) {
 		return id, err
 	}

@@ -15,8 +15,8 @@ import (
 // Tracing. With Config.TracerProvider set, the engine makes OpenTelemetry
 // spans (see the package doc, "Tracing and logs"):
 //
-//	durable.start <workflow>     Start, StartTx, StartChild, a schedule's tick (producer)
-//	durable.enqueue <workflow>   Enqueue, EnqueueTx (producer)
+//	durable.start <workflow>     Start, StartTx, StartChild, a schedule's tick, StartMany (producer)
+//	durable.enqueue <workflow>   Enqueue, EnqueueTx, EnqueueMany (producer)
 //	durable.fork <workflow>      Workflow.Fork (producer)
 //	  durable.run <workflow>     one per execution of the run, in any process
 //	    durable.step <step>      one per executed step (not per replayed one)
@@ -44,6 +44,7 @@ const (
 	attrQueue         = attribute.Key("durable.queue.name")
 	attrQueueWait     = attribute.Key("durable.queue.wait_ms")
 	attrForkOf        = attribute.Key("durable.fork.source_id")
+	attrBatchSize     = attribute.Key("durable.batch.size")
 	attrForkFrom      = attribute.Key("durable.fork.from_step")
 	attrStepName      = attribute.Key("durable.step.name")
 	attrStepPos       = attribute.Key("durable.step.pos")
@@ -117,6 +118,21 @@ func (t *tracer) enqueue(ctx context.Context, workflow, id, queue string) *tspan
 	sp := t.start(ctx, "durable.enqueue", workflow, id)
 	sp.span.SetAttributes(attrQueue.String(queue))
 	return sp
+}
+
+// batch starts the one span of a call that creates n runs of workflow at
+// once (op is durable.start or durable.enqueue; queue "" for a start).
+// Every run of the batch stores it as its trace parent.
+func (t *tracer) batch(ctx context.Context, op, workflow, queue string, n int) *tspan {
+	if t.t == nil {
+		return nil
+	}
+	sctx, span := t.t.Start(ctx, op+" "+workflow, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrWorkflowName.String(workflow), attrBatchSize.Int(n)))
+	if queue != "" {
+		span.SetAttributes(attrQueue.String(queue))
+	}
+	return &tspan{span: span, ctx: sctx}
 }
 
 // fork starts the span of a fork of run source from step from as the
