@@ -109,6 +109,7 @@ type Client struct {
 	q      *sysdb.Queries
 	qq     *sysdb.QueueQueries
 	bq     *sysdb.BatchQueries
+	dq     *sysdb.DebounceQueries
 	wq     *sysdb.WaitQueries
 	cq     *sysdb.ClientQueries
 	tr     tracer
@@ -134,6 +135,7 @@ func NewClient(pool *pgxpool.Pool, cfg *ClientConfig) (*Client, error) {
 		q:    q,
 		qq:   sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
 		bq:   sysdb.NewBatchQueries(c.Schema, q.NotifyTo),
+		dq:   sysdb.NewDebounceQueries(c.Schema, q.NotifyTo),
 		wq:   sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		cq:   sysdb.NewClientQueries(c.Schema),
 		tr:   tracer{t: newTracer(c.TracerProvider), appVersion: c.AppVersion},
@@ -262,7 +264,7 @@ func (c *Client) DeclareQueue(ctx context.Context, name string, opts *QueueOpts)
 func (c *Client) Close() { c.listen.close() }
 
 func (c *Client) submitter() submitter {
-	return submitter{q: c.q, qq: c.qq, bq: c.bq, appVersion: c.cfg.AppVersion, limit: c.cfg.MaxPayloadBytes, tr: &c.tr}
+	return submitter{q: c.q, qq: c.qq, bq: c.bq, dq: c.dq, appVersion: c.cfg.AppVersion, limit: c.cfg.MaxPayloadBytes, tr: &c.tr}
 }
 
 func (c *Client) watcher() watcher {

@@ -306,8 +306,9 @@ type Engine struct {
 	clock       engineClock // the system clock, or a test's (clock.go)
 	q           *sysdb.Queries
 	qq          *sysdb.QueueQueries
-	bq          *sysdb.BatchQueries
 	pq          *sysdb.PartitionQueries
+	bq          *sysdb.BatchQueries
+	dq          *sysdb.DebounceQueries
 	wq          *sysdb.WaitQueries
 	sq          *sysdb.StreamQueries
 	cq          *sysdb.ControlQueries
@@ -373,8 +374,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		clock:       newEngineClock(knobs),
 		q:           q,
 		qq:          sysdb.NewQueueQueries(c.Schema, q.NotifyTo),
-		bq:          sysdb.NewBatchQueries(c.Schema, q.NotifyTo),
 		pq:          sysdb.NewPartitionQueries(c.Schema),
+		bq:          sysdb.NewBatchQueries(c.Schema, q.NotifyTo),
+		dq:          sysdb.NewDebounceQueries(c.Schema, q.NotifyTo),
 		wq:          sysdb.NewWaitQueries(c.Schema, q.NotifyTo),
 		sq:          sysdb.NewStreamQueries(c.Schema, q.NotifyTo),
 		cq:          sysdb.NewControlQueries(c.Schema, q.NotifyTo),

@@ -324,6 +324,14 @@ type EnqueueOpts struct {
 	// of an existing ID returns the existing run whatever its input.
 	// Defaults to false.
 	AcceptDifferentInput bool
+	// Debounce collapses this enqueue into the queued run of the workflow
+	// with the same debounce key, if there is one, which then starts
+	// Debounce.Window after this enqueue with this input (or the merged
+	// one); else the enqueue makes such a run. The returned handle is that
+	// run's. ID, DedupID and NotBefore must not be set with it; the run
+	// keeps the Priority and PartitionKey of its first enqueue, and takes
+	// the Timeout of the latest. Defaults to nil.
+	Debounce *Debounce
 }
 
 // Enqueue puts a run of w on queue q and returns its handle. It starts when

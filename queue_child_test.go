@@ -31,10 +31,11 @@ var queueDecls = map[string]durable.QueueOpts{
 	"rated":  {RateLimit: 4, RatePeriod: time.Second},
 	"single": {GlobalConcurrency: 1},
 	// TestQueueFlowControlAcrossProcesses
-	"fair":     {FairShare: true, GlobalConcurrency: 4},
-	"weighted": {FairShare: true, GlobalConcurrency: 4},
-	"keyrate":  {PartitionRateLimit: 2, PartitionRatePeriod: time.Second},
-	"plans":    {PartitionConcurrency: 1},
+	"fair":      {FairShare: true, GlobalConcurrency: 4},
+	"weighted":  {FairShare: true, GlobalConcurrency: 4},
+	"keyrate":   {PartitionRateLimit: 2, PartitionRatePeriod: time.Second},
+	"plans":     {PartitionConcurrency: 1},
+	"debounced": {},
 }
 
 // registerJob registers the queue test's workflow: one step that records

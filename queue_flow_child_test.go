@@ -1,9 +1,11 @@
 package durable_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
@@ -22,7 +24,10 @@ import (
 //   - keyrate: at most 2 starts per key in any second, while two keys
 //     start in the same second;
 //   - plans: one run per key at a time, but 3 for the key given a limit
-//     of its own at run time.
+//     of its own at run time;
+//   - debounced: 80 enqueues with one debounce key from 4 goroutines,
+//     merged: every enqueue's part is in exactly one run's input, and
+//     each run's step ran once, on whichever executor claimed it.
 func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	pool, schema, q := queueSchema(t)
@@ -59,6 +64,20 @@ func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	for _, name := range queues {
 		require.NoError(t, client.QueueRef(name).Resume(ctx))
 	}
+	// Debounced enqueues, merged: each adds 1 ms to the run's hold.
+	merge := durable.MergeInputs(func(queued, next jobIn) jobIn { queued.Hold += next.Hold; return queued })
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 20 {
+				_, err := job.Enqueue(ctx, client.QueueRef("debounced"), jobIn{Queue: "debounced", Hold: 1},
+					&durable.EnqueueOpts{Debounce: &durable.Debounce{Key: "doc", Window: 2 * time.Second, Merge: merge}})
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	total++ // at least one run; the check below counts them
 	// Once the backlog holds every slot of the fair queue, a small key
 	// comes.
 	require.Eventually(t, func() bool {
@@ -68,11 +87,15 @@ func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	}, 30*time.Second, 2*time.Millisecond)
 	enqueue("fair", "small", 40, 3)
 
+	var debounced int
 	require.Eventually(t, func() bool {
-		var n int
-		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE status = 'success'")).Scan(&n)
-		return n == total
+		var n, queued int
+		_ = pool.QueryRow(ctx, q(`SELECT count(*) FILTER (WHERE status = 'success' AND queue_name <> 'debounced'),
+			count(*) FILTER (WHERE queue_name = 'debounced'), count(*) FILTER (WHERE status IN ('enqueued', 'pending'))
+			FROM @workflows`)).Scan(&n, &debounced, &queued)
+		return n == total-1 && queued == 0
 	}, 90*time.Second, 10*time.Millisecond)
+	total += debounced - 1
 
 	// fair: the small key's wait, from its enqueue to its step's start, and
 	// how much of the backlog started after its first run.
@@ -118,6 +141,15 @@ func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	require.Equal(t, 1, free)
 	require.LessOrEqual(t, vip, 3)
 	require.GreaterOrEqual(t, vip, 2, "the key's own limit was not applied")
+
+	// debounced: every enqueue's millisecond in exactly one run.
+	var holds, debouncedSteps int
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT sum((input->>'hold_ms')::int),
+		(SELECT count(*) FROM @intervals WHERE queue = 'debounced') FROM @workflows WHERE queue_name = 'debounced'`)).Scan(&holds, &debouncedSteps))
+	t.Logf("debounced: 80 enqueues made %d run(s), their inputs hold %d parts", debounced, holds)
+	require.Equal(t, 80, holds, "an enqueue's part was lost or counted twice")
+	require.Equal(t, debounced, debouncedSteps, "each debounced run's step ran once")
+	require.Less(t, debounced, 10, "the enqueues did not collapse")
 
 	var steps int
 	require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*) FROM @intervals")).Scan(&steps))

@@ -19,6 +19,7 @@ type submitter struct {
 	q          *sysdb.Queries
 	qq         *sysdb.QueueQueries
 	bq         *sysdb.BatchQueries
+	dq         *sysdb.DebounceQueries
 	appVersion string
 	limit      int // the encoded input's limit (MaxPayloadBytes)
 	tr         *tracer
@@ -28,7 +29,7 @@ type submitter struct {
 
 // engineSubmitter is the submitter of e's runs.
 func engineSubmitter(e *Engine) submitter {
-	return submitter{q: e.q, qq: e.qq, bq: e.bq, appVersion: e.cfg.AppVersion, limit: e.cfg.MaxPayloadBytes, tr: &e.tr,
+	return submitter{q: e.q, qq: e.qq, bq: e.bq, dq: e.dq, appVersion: e.cfg.AppVersion, limit: e.cfg.MaxPayloadBytes, tr: &e.tr,
 		clock: e.clock, met: e.met}
 }
 
@@ -102,6 +103,9 @@ func (o *EnqueueOpts) check() error {
 			return err
 		}
 	}
+	if o.Debounce != nil {
+		return o.Debounce.check(o)
+	}
 	return nil
 }
 
@@ -122,6 +126,9 @@ func (s submitter) enqueue(ctx context.Context, db sysdb.DBTX, name, queue strin
 	}
 	if err := o.check(); err != nil {
 		return "", err
+	}
+	if o.Debounce != nil {
+		return s.debounce(ctx, db, name, queue, in, &o, notify)
 	}
 	id, input, err := prepareRun(name, in, o.ID, s.limit)
 	if err != nil {

@@ -114,6 +114,31 @@ func init() {
 				Replace: "PartitionKey: o.PartitionKey,"}},
 			Pkg: ".", Tests: "^TestQueue$/^DedupUnderConcurrentEnqueues$",
 		},
+		// Debounce: one queued run per key, merges serialised, the bound.
+		Mutant{
+			Name:      "debounce/one-queued-run",
+			Mechanism: "the unique index that holds a debounce key for one queued run",
+			Edits: []Edit{{File: "migrations/019_flow_control.sql",
+				Find:    "CREATE UNIQUE INDEX IF NOT EXISTS workflows_queue_debounce_idx",
+				Replace: "CREATE INDEX IF NOT EXISTS workflows_queue_debounce_idx"}},
+			Pkg: ".", Tests: "^TestDebounce$/^LatestInputWins$",
+		},
+		Mutant{
+			Name:      "debounce/merge-lock",
+			Mechanism: "a merge locks the queued run before it reads its input",
+			Edits: []Edit{{File: "internal/sysdb/debounce_queries.go",
+				Find:    "WHERE queue_name = $1 AND debounce_key = $2 AND status = 'enqueued' FOR UPDATE`",
+				Replace: "WHERE queue_name = $1 AND debounce_key = $2 AND status = 'enqueued'`"}},
+			Pkg: ".", Tests: "^TestDebounce$/^MergeConcurrent$",
+		},
+		Mutant{
+			Name:      "debounce/max-wait",
+			Mechanism: "a collapse moves the start no later than MaxWait after the first enqueue",
+			Edits: []Edit{{File: "internal/sysdb/debounce_queries.go",
+				Find:    "ELSE least(EXCLUDED.not_before, w.debounce_until) END`",
+				Replace: "ELSE EXCLUDED.not_before END`"}},
+			Pkg: ".", Tests: "^TestDebounce$/^MaxWait$",
+		},
 		// The dispatch service (internal/dispatch), with its unit tests.
 		Mutant{
 			Name:      "queue/pause",
