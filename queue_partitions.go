@@ -80,3 +80,44 @@ func (q *Queue) PartitionLimits(ctx context.Context) (map[string]PartitionLimits
 	}
 	return out, nil
 }
+
+// PartitionStats is a snapshot of one partition key of a queue.
+type PartitionStats struct {
+	Key     string // "": the runs enqueued without a key
+	Ready   int    // enqueued and due
+	Delayed int    // enqueued with a start time in the future
+	Running int    // holding a slot of the queue
+	// Limits are the key's own limits ([Queue.SetPartitionLimits]); nil:
+	// the queue's apply.
+	Limits *PartitionLimits
+}
+
+// DefaultPartitionStats is how many keys PartitionStats returns when
+// asked for none in particular.
+const DefaultPartitionStats = 100
+
+// PartitionStats returns the partition keys of the queue with queued or
+// running runs, or limits of their own, the busiest (running plus ready)
+// first, at most limit of them (limit <= 0: DefaultPartitionStats). It
+// counts every queued run of the queue: a look for operators, not for a
+// hot path.
+func (q *Queue) PartitionStats(ctx context.Context, limit int) ([]PartitionStats, error) {
+	if err := checkName("queue name", q.name); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = DefaultPartitionStats
+	}
+	rows, err := q.e.pq.Stats(ctx, q.e.pool, q.name, limit)
+	if err != nil {
+		return nil, fmt.Errorf("durable: partition stats of queue %q: %w", q.name, err)
+	}
+	out := make([]PartitionStats, len(rows))
+	for i, r := range rows {
+		out[i] = PartitionStats{Key: r.Key, Ready: r.Ready, Delayed: r.Delayed, Running: r.Running}
+		if r.Limited {
+			out[i].Limits = &PartitionLimits{Concurrency: r.Concurrency, Weight: r.Weight}
+		}
+	}
+	return out, nil
+}

@@ -370,9 +370,12 @@ func (c *cli) decide(ctx context.Context, args []string, d agentkit.Decision) er
 }
 
 func cmdQueues(ctx context.Context, c *cli, args []string) error {
+	if len(args) == 2 && args[0] == "partitions" {
+		return queuePartitions(ctx, c, args[1])
+	}
 	if len(args) > 0 {
 		if len(args) != 2 || (args[0] != "pause" && args[0] != "resume") {
-			return usagef("want \"queues\", \"queues pause NAME\" or \"queues resume NAME\"")
+			return usagef("want \"queues\", \"queues pause NAME\", \"queues resume NAME\" or \"queues partitions NAME\"")
 		}
 		q := c.eng.QueueRef(args[1])
 		var err error
@@ -405,14 +408,51 @@ func cmdQueues(ctx context.Context, c *cli, args []string) error {
 		fmt.Fprintln(c.stdout, "(no queues)")
 		return nil
 	}
-	t := c.table("NAME", "READY", "DELAYED", "RUNNING", "GLOBAL", "WORKER", "PARTITION", "RATE", "PAUSED")
+	t := c.table("NAME", "READY", "DELAYED", "RUNNING", "GLOBAL", "WORKER", "PARTITION", "RATE", "KEY RATE", "FAIR", "PAUSED")
 	for _, q := range list {
-		rate := "-"
-		if q.Settings.RateLimit > 0 {
-			rate = fmt.Sprintf("%d/%s", q.Settings.RateLimit, q.Settings.RatePeriod)
+		s := q.Settings
+		t.row(q.Name, strconv.Itoa(q.Ready), strconv.Itoa(q.Delayed), strconv.Itoa(q.Running), limit(s.GlobalConcurrency),
+			limit(s.WorkerConcurrency), limit(s.PartitionConcurrency), rate(s.RateLimit, s.RatePeriod),
+			rate(s.PartitionRateLimit, s.PartitionRatePeriod), yesNo(s.FairShare), yesNo(q.Paused))
+	}
+	return t.flush()
+}
+
+// rate shows a rate limit, "-" for none.
+func rate(n int, per time.Duration) string {
+	if n <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%s", n, per)
+}
+
+// queuePartitions lists the busiest partition keys of queue name.
+func queuePartitions(ctx context.Context, c *cli, name string) error {
+	keys, err := c.eng.QueueRef(name).PartitionStats(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		out := []partitionJSON{}
+		for _, k := range keys {
+			out = append(out, toPartitionJSON(k))
 		}
-		t.row(q.Name, strconv.Itoa(q.Ready), strconv.Itoa(q.Delayed), strconv.Itoa(q.Running), limit(q.Settings.GlobalConcurrency),
-			limit(q.Settings.WorkerConcurrency), limit(q.Settings.PartitionConcurrency), rate, yesNo(q.Paused))
+		return c.json(out)
+	}
+	if len(keys) == 0 {
+		fmt.Fprintln(c.stdout, "(no partition with runs or limits)")
+		return nil
+	}
+	t := c.table("KEY", "READY", "DELAYED", "RUNNING", "LIMIT", "WEIGHT")
+	for _, k := range keys {
+		key, lim, weight := k.Key, "-", "1"
+		if key == "" {
+			key = "(none)"
+		}
+		if k.Limits != nil {
+			lim, weight = limit(k.Limits.Concurrency), strconv.Itoa(k.Limits.Weight)
+		}
+		t.row(key, strconv.Itoa(k.Ready), strconv.Itoa(k.Delayed), strconv.Itoa(k.Running), lim, weight)
 	}
 	return t.flush()
 }

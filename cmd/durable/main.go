@@ -162,7 +162,7 @@ var commands = []*command{
 			fs.StringVar(&c.f.by, "by", defaultApprover(), "approver's name, for the record")
 			fs.StringVar(&c.f.reason, "reason", "", "reason shown to the model")
 		}, run: cmdDeny},
-	{name: "queues", args: "[pause|resume NAME]", summary: "list queues with depth, running count and limits; pause or resume one", nargs: [2]int{0, 2}, run: cmdQueues},
+	{name: "queues", args: "[pause|resume|partitions NAME]", summary: "list queues with depth, running count and limits; pause or resume one; list a queue's busiest partition keys", nargs: [2]int{0, 2}, run: cmdQueues},
 	{name: "schedules", args: "[pause|resume|trigger NAME]", summary: "list schedules; pause, resume or trigger one", nargs: [2]int{0, 2},
 		flags: func(fs *flag.FlagSet, c *cli) {
 			fs.StringVar(&c.f.tick, "tick", "", "trigger: the tick the run gets (RFC 3339; default now)")

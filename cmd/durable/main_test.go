@@ -442,7 +442,8 @@ func TestQueuesAndSchedules(t *testing.T) {
 		job = durable.Register(eng, "job", func(wctx durable.Context, in string) (string, error) {
 			return "did " + in, nil
 		}, nil)
-		q = durable.RegisterQueue(eng, "work", &durable.QueueOpts{GlobalConcurrency: 4, RateLimit: 100, RatePeriod: time.Second})
+		q = durable.RegisterQueue(eng, "work", &durable.QueueOpts{GlobalConcurrency: 4, RateLimit: 100, RatePeriod: time.Second,
+			FairShare: true, PartitionRateLimit: 5, PartitionRatePeriod: time.Minute})
 		durable.RegisterQueue(eng, "idle", nil)
 		durable.Schedule(job, "yearly-report", "0 0 1 1 *", &durable.ScheduleOpts[string]{Input: "report"})
 	})
@@ -450,15 +451,31 @@ func TestQueuesAndSchedules(t *testing.T) {
 	require.NoError(t, q.Pause(ctx))
 	var handles []*durable.Handle[string]
 	for i := range 3 {
-		h, err := job.Enqueue(ctx, q, fmt.Sprint(i), nil)
+		h, err := job.Enqueue(ctx, q, fmt.Sprint(i), &durable.EnqueueOpts{PartitionKey: []string{"acme", "acme", ""}[i]})
 		require.NoError(t, err)
 		handles = append(handles, h)
 	}
+	require.NoError(t, q.SetPartitionLimits(ctx, "vip", &durable.PartitionLimits{Concurrency: 2, Weight: 3}))
 
 	out := e.ok("queues")
-	require.Regexp(t, `(?m)^NAME\s+READY\s+DELAYED\s+RUNNING\s+GLOBAL\s+WORKER\s+PARTITION\s+RATE\s+PAUSED$`, out)
-	require.Regexp(t, `(?m)^idle\s+0\s+0\s+0\s+-\s+-\s+-\s+-\s+no$`, out)
-	require.Regexp(t, `(?m)^work\s+3\s+0\s+0\s+4\s+-\s+-\s+100/1s\s+yes$`, out)
+	require.Regexp(t, `(?m)^NAME\s+READY\s+DELAYED\s+RUNNING\s+GLOBAL\s+WORKER\s+PARTITION\s+RATE\s+KEY RATE\s+FAIR\s+PAUSED$`, out)
+	require.Regexp(t, `(?m)^idle\s+0\s+0\s+0\s+-\s+-\s+-\s+-\s+-\s+no\s+no$`, out)
+	require.Regexp(t, `(?m)^work\s+3\s+0\s+0\s+4\s+-\s+-\s+100/1s\s+5/1m0s\s+yes\s+yes$`, out)
+	out = e.ok("queues", "partitions", "work")
+	require.Regexp(t, `(?m)^KEY\s+READY\s+DELAYED\s+RUNNING\s+LIMIT\s+WEIGHT$`, out)
+	require.Regexp(t, `(?m)^acme\s+2\s+0\s+0\s+-\s+1\n\(none\)\s+1\s+0\s+0\s+-\s+1\nvip\s+0\s+0\s+0\s+2\s+3$`, out)
+	var parts []struct {
+		Key         string `json:"key"`
+		Ready       int    `json:"ready"`
+		Concurrency *int   `json:"concurrency"`
+		Weight      int    `json:"weight"`
+	}
+	e.okJSON(&parts, "queues", "partitions", "work")
+	require.Len(t, parts, 3)
+	require.Equal(t, "acme", parts[0].Key)
+	require.Equal(t, 2, parts[0].Ready)
+	require.Equal(t, 2, *parts[2].Concurrency)
+	require.Equal(t, 3, parts[2].Weight)
 	var queues []struct {
 		Name              string `json:"name"`
 		Ready             int    `json:"ready"`

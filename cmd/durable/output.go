@@ -204,24 +204,49 @@ func toStepJSON(s durable.StepRecord) stepJSON {
 }
 
 type queueJSON struct {
-	Name                 string `json:"name"`
-	Ready                int    `json:"ready"`
-	Delayed              int    `json:"delayed"`
-	Running              int    `json:"running"`
-	Paused               bool   `json:"paused"`
-	GlobalConcurrency    int    `json:"global_concurrency"`
-	WorkerConcurrency    int    `json:"worker_concurrency"`
-	PartitionConcurrency int    `json:"partition_concurrency"`
-	RateLimit            int    `json:"rate_limit"`
-	RatePeriodMS         int64  `json:"rate_period_ms"`
-	ReleaseSlotParked    bool   `json:"release_slot_while_parked"`
+	Name                  string `json:"name"`
+	Ready                 int    `json:"ready"`
+	Delayed               int    `json:"delayed"`
+	Running               int    `json:"running"`
+	Paused                bool   `json:"paused"`
+	GlobalConcurrency     int    `json:"global_concurrency"`
+	WorkerConcurrency     int    `json:"worker_concurrency"`
+	PartitionConcurrency  int    `json:"partition_concurrency"`
+	RateLimit             int    `json:"rate_limit"`
+	RatePeriodMS          int64  `json:"rate_period_ms"`
+	ReleaseSlotParked     bool   `json:"release_slot_while_parked"`
+	FairShare             bool   `json:"fair_share"`
+	PartitionRateLimit    int    `json:"partition_rate_limit"`
+	PartitionRatePeriodMS int64  `json:"partition_rate_period_ms"`
+}
+
+type partitionJSON struct {
+	Key         string `json:"key"`
+	Ready       int    `json:"ready"`
+	Delayed     int    `json:"delayed"`
+	Running     int    `json:"running"`
+	Concurrency *int   `json:"concurrency,omitempty"`
+	Weight      int    `json:"weight"`
+}
+
+func toPartitionJSON(k durable.PartitionStats) partitionJSON {
+	out := partitionJSON{Key: k.Key, Ready: k.Ready, Delayed: k.Delayed, Running: k.Running, Weight: 1}
+	if k.Limits != nil {
+		out.Weight = k.Limits.Weight
+		if k.Limits.Concurrency > 0 {
+			out.Concurrency = &k.Limits.Concurrency
+		}
+	}
+	return out
 }
 
 func toQueueJSON(q durable.QueueStats) queueJSON {
 	return queueJSON{Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Running: q.Running, Paused: q.Paused,
 		GlobalConcurrency: q.Settings.GlobalConcurrency, WorkerConcurrency: q.Settings.WorkerConcurrency,
 		PartitionConcurrency: q.Settings.PartitionConcurrency, RateLimit: q.Settings.RateLimit,
-		RatePeriodMS: q.Settings.RatePeriod.Milliseconds(), ReleaseSlotParked: q.Settings.ReleaseSlotWhileParked}
+		RatePeriodMS: q.Settings.RatePeriod.Milliseconds(), ReleaseSlotParked: q.Settings.ReleaseSlotWhileParked,
+		FairShare: q.Settings.FairShare, PartitionRateLimit: q.Settings.PartitionRateLimit,
+		PartitionRatePeriodMS: q.Settings.PartitionRatePeriod.Milliseconds()}
 }
 
 type scheduleJSON struct {

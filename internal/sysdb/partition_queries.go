@@ -19,6 +19,7 @@ type PartitionQueries struct {
 	setLimits  string
 	delLimits  string
 	limits     string
+	stats      string
 }
 
 // readyHere is the condition that a queued run is ready and may run on the
@@ -115,6 +116,28 @@ RETURNING 1`),
 		// $1 queue.
 		limits: r(`SELECT partition_key, concurrency, weight FROM {{schema}}.queue_partitions
 WHERE queue_name = $1 ORDER BY partition_key`),
+
+		// The keys of queue $1 with queued or running runs, or limits of
+		// their own, the busiest first, at most $2. It counts every queued
+		// run of the queue: an operator's look, not a dispatch's.
+		stats: r(`SELECT s.k, sum(s.ready)::int, sum(s.delayed)::int, sum(s.running)::int,
+	coalesce(p.concurrency, 0), coalesce(p.weight, 1), p.queue_name IS NOT NULL
+FROM (
+	SELECT coalesce(partition_key, '') AS k, count(*) FILTER (WHERE not_before IS NULL OR not_before <= now()) AS ready,
+		count(*) FILTER (WHERE not_before > now()) AS delayed, 0 AS running
+	FROM {{schema}}.workflows WHERE queue_name = $1 AND status = 'enqueued' GROUP BY 1
+	UNION ALL
+	SELECT coalesce(partition_key, ''), 0, 0, count(*) FROM {{schema}}.workflows
+	WHERE queue_name = $1 AND status = 'pending' GROUP BY 1
+	UNION ALL
+	SELECT coalesce(partition_key, ''), 0, 0, count(*) FROM {{schema}}.workflows
+	WHERE queue_name = $1 AND ` + stopping + ` GROUP BY 1
+	UNION ALL
+	SELECT partition_key, 0, 0, 0 FROM {{schema}}.queue_partitions WHERE queue_name = $1) s
+LEFT JOIN {{schema}}.queue_partitions p ON p.queue_name = $1 AND p.partition_key = s.k
+GROUP BY s.k, p.queue_name, p.concurrency, p.weight
+ORDER BY sum(s.running) + sum(s.ready) DESC, s.k
+LIMIT $2`),
 	}
 }
 
@@ -241,4 +264,25 @@ func (q *PartitionQueries) Limits(ctx context.Context, db DBTX, queue string) ([
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[PartitionLimitsRow])
+}
+
+// PartitionStatsRow counts the runs of one partition key of a queue.
+type PartitionStatsRow struct {
+	Key         string // "": the runs without a key
+	Ready       int
+	Delayed     int
+	Running     int // holding a slot
+	Concurrency int // the key's own limits (Limited), else 0 and 1
+	Weight      int
+	Limited     bool // the key has limits of its own
+}
+
+// Stats returns the keys of queue with queued or running runs, or limits
+// of their own, the busiest (running plus ready) first, at most limit.
+func (q *PartitionQueries) Stats(ctx context.Context, db DBTX, queue string, limit int) ([]PartitionStatsRow, error) {
+	rows, err := db.Query(ctx, q.stats, queue, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[PartitionStatsRow])
 }

@@ -134,3 +134,29 @@ func TestPartitionCursorAndLimits(t *testing.T) {
 	_, err = pq.SetLimits(f.ctx, f.pool, PartitionLimitsParams{Queue: "q", Key: "c", Weight: 0})
 	require.Error(t, err, "a weight below 1 is refused by the table")
 }
+
+func TestPartitionStats(t *testing.T) {
+	f, pq := partitionFix(t)
+	f.declare("q", QueueSettings{})
+	f.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, queue_name, partition_key, not_before) VALUES
+		('1', 'w', 'enqueued', 'v', NULL, 'q', 'a', NULL),
+		('2', 'w', 'enqueued', 'v', NULL, 'q', 'a', now() + interval '1 hour'),
+		('3', 'w', 'pending', 'v', 'x', 'q', 'a', NULL),
+		('4', 'w', 'cancelled', 'v', 'x', 'q', 'b', NULL),
+		('5', 'w', 'enqueued', 'v', NULL, 'q', NULL, NULL),
+		('6', 'w', 'success', 'v', 'x', 'q', 'c', NULL),
+		('7', 'w', 'enqueued', 'v', NULL, 'other', 'a', NULL)`)
+	_, err := pq.SetLimits(f.ctx, f.pool, PartitionLimitsParams{Queue: "q", Key: "vip", Concurrency: 3, Weight: 2})
+	require.NoError(t, err)
+	rows, err := pq.Stats(f.ctx, f.pool, "q", 10)
+	require.NoError(t, err)
+	require.Equal(t, []PartitionStatsRow{
+		{Key: "a", Ready: 1, Delayed: 1, Running: 1, Weight: 1},
+		{Key: "", Ready: 1, Weight: 1},
+		{Key: "b", Running: 1, Weight: 1},
+		{Key: "vip", Concurrency: 3, Weight: 2, Limited: true},
+	}, rows)
+	rows, err = pq.Stats(f.ctx, f.pool, "q", 1)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+}
