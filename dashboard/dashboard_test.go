@@ -64,6 +64,7 @@ func newRig(t *testing.T, opts *dashboard.Options) *rig {
 		}
 		return n, nil
 	}, nil)
+	durable.RegisterQueue(e, "fair", &durable.QueueOpts{FairShare: true, PartitionRateLimit: 5, PartitionRatePeriod: time.Minute})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, e.Launch(ctx))
@@ -498,4 +499,27 @@ func TestRunTraceLink(t *testing.T) {
 	w2 := rg.do("GET", "/run?id="+h2.ID(), nil, withBearer)
 	require.Equal(t, http.StatusOK, w2.Code)
 	has(t, w2.Body.String(), false, `id="run-trace"`)
+}
+
+// TestQueuesPage: the queues page shows the flow-control settings and, for
+// a queue whose keys matter, its busiest partition keys with their own
+// limits.
+func TestQueuesPage(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, nil)
+	ctx := ctxT(t)
+	q := rg.e.QueueRef("fair")
+	require.NoError(t, q.Pause(ctx))
+	require.NoError(t, q.SetPartitionLimits(ctx, "vip", &durable.PartitionLimits{Concurrency: 3, Weight: 2}))
+	for _, key := range []string{"acme", "acme", "tiny-co"} {
+		_, err := rg.wf.Enqueue(ctx, q, "x", &durable.EnqueueOpts{PartitionKey: key})
+		require.NoError(t, err)
+	}
+	w := rg.do("GET", "/queues", nil, withBearer)
+	require.Equal(t, http.StatusOK, w.Code)
+	body := w.Body.String()
+	require.Contains(t, body, "<td>5 / 1m0s</td>")
+	require.Contains(t, body, "<td>fair</td>")
+	require.Regexp(t, `<td>acme</td><td>2</td><td>0</td><td>0</td>\s*<td>-</td><td>1</td>`, body)
+	require.Regexp(t, `<td>vip</td><td>0</td><td>0</td><td>0</td>\s*<td>3</td><td>2</td>`, body)
 }

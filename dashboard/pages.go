@@ -508,13 +508,34 @@ func (d *dash) approvalsPage(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "approvals", rows)
 }
 
+// queueRow is a queue on the queues page, with its busiest partition
+// keys when its keys matter (fair sharing, limits or rates per key).
+type queueRow struct {
+	durable.QueueStats
+	Keys []durable.PartitionStats
+}
+
+// queueKeysShown is how many partition keys the queues page shows for
+// each queue.
+const queueKeysShown = 10
+
 func (d *dash) queuesPage(w http.ResponseWriter, r *http.Request) {
 	qs, err := d.eng.ListQueues(r.Context())
 	if err != nil {
 		d.failErr(w, r, err)
 		return
 	}
-	d.render(w, r, http.StatusOK, "queues", qs)
+	rows := make([]queueRow, len(qs))
+	for i, q := range qs {
+		rows[i].QueueStats = q
+		if s := q.Settings; s.FairShare || s.PartitionConcurrency > 0 || s.PartitionRateLimit > 0 {
+			if rows[i].Keys, err = d.eng.QueueRef(q.Name).PartitionStats(r.Context(), queueKeysShown); err != nil {
+				d.failErr(w, r, err)
+				return
+			}
+		}
+	}
+	d.render(w, r, http.StatusOK, "queues", rows)
 }
 
 func (d *dash) schedulesPage(w http.ResponseWriter, r *http.Request) {
