@@ -93,7 +93,8 @@ func TestSmoke(t *testing.T) {
 		"drain_s", "drain_per_s", "drain_launch_ms", "drain_xids_per_wf", "drain_wal_bytes_per_wf",
 		"drain_enqueue_per_s", "drain_enqueue_lat_us", "drain_floor_insert_c8_per_s", "drain_floor_insert_c32_per_s",
 		"drain_floor_per_s", "ratio_drain_insert_c32", "ratio_drain_floor", "ratio_drain_enqueue_insert_c8",
-		"drain_defer_per_s", "ratio_drain_defer_vs_drain", "ratio_drain_defer_vs_river_tuned")
+		"drain_defer_per_s", "ratio_drain_defer_vs_drain", "ratio_drain_defer_vs_river_tuned",
+		"drain0_enqueue_many_per_s", "ratio_enqueue_many_vs_river_insert_many")
 	if res.Counts.StatementsAvailable {
 		want = append(want, "drain_statements_per_wf", "drain_defer_statements_per_wf")
 	}

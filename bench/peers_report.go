@@ -65,6 +65,11 @@ func derivePeers(v map[string]float64, conc []int, div func(key string, x, y flo
 				div("ratio_drain_defer_vs_river_tuned", dd, x)
 			}
 		}
+		if x, ok := v["river_drain_insert_per_s"]; ok {
+			if em, ok := v["drain0_enqueue_many_per_s"]; ok {
+				div("ratio_enqueue_many_vs_river_insert_many", em, x)
+			}
+		}
 	}
 }
 
@@ -189,6 +194,11 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		row(fmt.Sprintf("River drain, `river bench` tuning (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms): %d no-op jobs", riverN(p)),
 			fmt.Sprintf("%.0f jobs/s (%.2f s)", m["river_tuned_drain_per_s"], m["river_tuned_drain_s"]),
 			x("ratio_river_tuned_drain_insert_c32", "INSERT/s at 32 goroutines")+"; durable/River "+x("ratio_drain_vs_river_tuned", ""), tn, tr)
+		if _, ok := m["ratio_enqueue_many_vs_river_insert_many"]; ok {
+			row(fmt.Sprintf("batch enqueue: EnqueueMany of %d runs in batches of %d, one goroutine, against River's InsertMany of its drain's jobs (same batches)", p.DrainN, drainBatch),
+				fmt.Sprintf("%.0f runs/s (River %.0f jobs/s)", m["drain0_enqueue_many_per_s"], m["river_drain_insert_per_s"]),
+				"durable/River "+x("ratio_enqueue_many_vs_river_insert_many", ""), "", "")
+		}
 		if _, ok := m["ratio_drain0_vs_river_tuned"]; ok {
 			row("durable's reference drain of 0-step workflows (no step checkpoint, as a no-op job records none) against River's tuned drain",
 				fmt.Sprintf("%.0f wf/s", m["drain0_per_s"]), "durable/River "+x("ratio_drain0_vs_river_tuned", ""), "", "")

@@ -387,7 +387,7 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	if err := timeConc(ctx, "drain_floor_insert_c8", enqueueConc, o.TputTotal, b.rawInsert, out); err != nil {
 		return nil, err
 	}
-	if err := b.drainPrefill(ctx, "drain1", "drain_enqueue", out); err != nil {
+	if err := b.drainPrefill(ctx, "drain1", "drain_enqueue", false, out); err != nil {
 		return nil, err
 	}
 	logf("%-15s %7.0f /s  (%d runs from %d goroutines; floor INSERTs from %d: %.0f /s)", "drain_enqueue",
@@ -417,10 +417,13 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 
 	// 5. Reference: the same drain of 0-step workflows, which record no
 	// step, as a River no-op job records none.
+	// Its queue is filled by EnqueueMany, in batches of 1,000 from one
+	// goroutine, as River's drain is by InsertMany.
 	if _, err := b.drainAgain(ctx, wpool, "drain0", zeroSteps, drainConfig("bench-drain-worker0"), "drain0", out); err != nil {
 		return nil, err
 	}
-	logf("%-15s %7.0f wf/s  (%d 0-step runs in %.2fs, Launch %.0f ms; reference)", "drain0", out["drain0_per_s"], n, out["drain0_s"], out["drain0_launch_ms"])
+	logf("%-15s %7.0f wf/s  (%d 0-step runs in %.2fs, Launch %.0f ms; reference; pre-filled by EnqueueMany at %.0f /s)", "drain0",
+		out["drain0_per_s"], n, out["drain0_s"], out["drain0_launch_ms"], out["drain0_enqueue_many_per_s"])
 
 	// 6. The drain with deferred step checkpoints.
 	dcfg := drainConfig("bench-drain-worker-defer")
@@ -443,7 +446,12 @@ func (b *bench) drainAgain(ctx context.Context, wpool *pgxpool.Pool, name string
 	if err := b.emptyDrain(ctx); err != nil {
 		return costs{}, err
 	}
-	if err := b.drainPrefill(ctx, name, key+"_enqueue", out); err != nil {
+	batch := key == "drain0"
+	suffix := "_enqueue"
+	if batch {
+		suffix = "_enqueue_many"
+	}
+	if err := b.drainPrefill(ctx, name, key+suffix, batch, out); err != nil {
 		return costs{}, err
 	}
 	return b.drainTimed(ctx, wpool, name, fn, cfg, key, out)
@@ -480,10 +488,14 @@ func drainConfig(executor string) *durable.Config {
 	return &durable.Config{Schema: drainSchema, AppVersion: "bench", ExecutorID: executor, Logger: discard}
 }
 
+// drainBatch is the size of the EnqueueMany batches of a batched pre-fill
+// (River's drain inserts with InsertMany batches of the same size).
+const drainBatch = 1000
+
 // drainPrefill has a client engine (never launched, its own pool) enqueue
 // DrainN runs of the workflow name from enqueueConc goroutines, timed as
 // key, and checks the queue holds them all, ready.
-func (b *bench) drainPrefill(ctx context.Context, name, key string, out map[string]float64) error {
+func (b *bench) drainPrefill(ctx context.Context, name, key string, batch bool, out map[string]float64) error {
 	n := b.o.DrainN
 	client, err := durable.New(b.clientPool, drainConfig("bench-drain-client"))
 	if err != nil {
@@ -496,7 +508,20 @@ func (b *bench) drainPrefill(ctx context.Context, name, key string, out map[stri
 		_, err := cwf.Enqueue(ctx, cq, int(next.Add(1)), nil)
 		return err
 	}
-	if err := timeConc(ctx, key, enqueueConc, n, enqueue, out); err != nil {
+	if batch {
+		items := make([]durable.EnqueueItem[int], drainBatch)
+		t0 := time.Now()
+		for i := 0; i < n; i += drainBatch {
+			part := items[:min(drainBatch, n-i)]
+			for j := range part {
+				part[j].Input = i + j
+			}
+			if _, err := cwf.EnqueueMany(ctx, cq, part); err != nil {
+				return err
+			}
+		}
+		out[key+"_per_s"] = float64(n) / time.Since(t0).Seconds()
+	} else if err := timeConc(ctx, key, enqueueConc, n, enqueue, out); err != nil {
 		return err
 	}
 	st, err := cq.Stats(ctx)
