@@ -19,7 +19,7 @@ var ciSet = map[string]bool{
 	"shutdown/hand-back": true, "sleep/recorded-wake": true,
 	"commit/error-to-all": true, "hub/outcome": true, "start/batch-first-wins": true, "step/recorded-not-error": true,
 	"queue/global": true, "queue/worker": true, "queue/partition": true, "queue/rate": true, "queue/dedup": true,
-	"queue/fair-share": true, "queue/key-limit": true, "queue/key-rate": true,
+	"queue/fair-share": true, "queue/key-rate": true,
 	"debounce/one-queued-run": true, "debounce/merge-lock": true,
 	"notify/queue": true, "notify/message": true, "notify/event": true,
 	"schedule/tick-once": true, "message/consume-once-filter": true, "message/consume-once-update": true,

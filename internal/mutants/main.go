@@ -238,7 +238,10 @@ func try(dir string, m Mutant, timeout time.Duration) (v verdict) {
 	}
 	// -trimpath keeps the copies' directories out of the build cache's
 	// keys: a package unchanged by the mutant compiles once for all copies.
-	cmd := exec.CommandContext(ctx, "go", "test", "-trimpath", "-count=1", "-failfast", "-vet=off", "-timeout", timeout.String(), "-run", m.Tests, pkg)
+	// -ldflags=-w links the test binary without debug information, which
+	// a verdict never needs: about a sixth less link time per mutant.
+	cmd := exec.CommandContext(ctx, "go", "test", "-trimpath", "-ldflags=-w", "-count=1", "-failfast", "-vet=off",
+		"-timeout", timeout.String(), "-run", m.Tests, pkg)
 	cmd.Dir = runIn
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
