@@ -64,7 +64,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"format", "started_at", "finished_at", "duration_s", "env", "params", "rounds", "median", "counts",
-		"recovery", "dbos_recovery", "drain_top_statements", "targets", "peer_reference"} {
+		"recovery", "dbos_recovery", "flow", "drain_top_statements", "targets", "peer_reference"} {
 		if _, ok := doc[k]; !ok {
 			t.Errorf("latest.json has no %q", k)
 		}
@@ -202,6 +202,18 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("counts.dbos.batches: got %d, want 2", n)
 	}
 
+	flow, ok := doc["flow"].(map[string]any)
+	if !ok {
+		t.Fatalf("flow: got %v, want an object", doc["flow"])
+	}
+	for _, k := range []string{"fair_wait_ms", "priority_wait_ms", "fair_drain_per_s", "plain_drain_per_s", "debounce_per_s", "plain_enqueue_per_s"} {
+		if v, _ := flow[k].(float64); v <= 0 {
+			t.Errorf("flow.%s = %v, want a positive figure", k, flow[k])
+		}
+	}
+	if runs, _ := flow["debounce_runs"].(float64); runs != flowKeys {
+		t.Errorf("flow.debounce_runs = %v, want one run per key (%d)", flow["debounce_runs"], flowKeys)
+	}
 	rec, ok := doc["recovery"].(map[string]any)
 	if !ok {
 		t.Fatalf("recovery: got %v, want an object", doc["recovery"])

@@ -37,6 +37,7 @@ func main() {
 	flag.IntVar(&o.DrainN, "drain-n", o.DrainN, "workflows pre-enqueued per queue drain")
 	flag.IntVar(&o.DrainRounds, "drain-rounds", o.DrainRounds, "how many rounds (the first ones) also measure a queue drain (0: skip)")
 	flag.IntVar(&o.RecoveryN, "recovery-n", o.RecoveryN, "runs recovered after a SIGKILL, once per run (0: skip)")
+	flag.BoolVar(&o.Flow, "flow", o.Flow, "measure fair sharing, the drain by key and debounced enqueues, once per run")
 	flag.BoolVar(&o.DBOS, "dbos", o.DBOS, "also measure DBOS Transact Go (own database <db>_dbos, <db>_dbosq)")
 	flag.BoolVar(&o.River, "river", o.River, "also measure River's drain and insert-to-start latency (own database <db>_river)")
 	flag.BoolVar(&o.GroupCommitCmp, "gc-cmp", o.GroupCommitCmp, "also measure durable with group commit off at the throughput levels >= 32")

@@ -21,6 +21,7 @@ type Result struct {
 	Median       map[string]float64 `json:"median"` // per key, the median over rounds (ratios: of the per-round ratios)
 	Counts       Counts             `json:"counts"`
 	Recovery     *Recovery          `json:"recovery"`             // null when skipped
+	Flow         *Flow              `json:"flow"`                 // flow control (flow.go); null when skipped
 	DBOSRecovery *PeerRecovery      `json:"dbos_recovery"`        // DBOS's recovery (peers_dbos.go); null when skipped
 	DrainTop     []Stmt             `json:"drain_top_statements"` // of the last drain
 	Targets      []Target           `json:"targets"`
@@ -463,6 +464,14 @@ func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, rati
 				fmt.Sprintf("%.0f wf/s (%.2f s; %.2f statements per workflow)", v, m["drain_defer_s"], m["drain_defer_statements_per_wf"]),
 				fmtX(m["ratio_drain_defer_vs_drain"], "default drain"), "", "")
 		}
+	}
+	if f := r.Flow; f != nil {
+		row(fmt.Sprintf("fair sharing: a small tenant's first run behind %d queued runs of one tenant (each %.0f ms) holding all %d slots: enqueue -> start, FairShare", f.Backlog, f.HoldMS, flowSlots),
+			fmt.Sprintf("%.1f ms", f.FairWaitMS), fmt.Sprintf("%.0fx sooner than in priority order (%.0f ms)", f.PriorityWaitMS/f.FairWaitMS, f.PriorityWaitMS), "", "")
+		row(fmt.Sprintf("drain by key: %d 0-step runs over %d partition keys, FairShare queue, against the same runs on a plain queue", f.DrainN, f.Keys),
+			fmt.Sprintf("%.0f /s (plain %.0f /s)", f.FairDrainPerS, f.PlainDrainPerS), fmtX(f.FairDrainPerS/f.PlainDrainPerS, "plain drain"), "", "")
+		row(fmt.Sprintf("debounced enqueues: %d from 8 goroutines on %d keys, against plain enqueues", f.DebounceN, f.DebounceKeys),
+			fmt.Sprintf("%.0f /s (plain %.0f /s); %d runs", f.DebouncePerS, f.PlainEnqueuePerS, f.DebounceRuns), fmtX(f.DebouncePerS/f.PlainEnqueuePerS, "plain enqueue"), "", "")
 	}
 	if rec := r.Recovery; rec != nil {
 		tn, tr := res("recovery_s")

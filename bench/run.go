@@ -34,6 +34,7 @@ type Options struct {
 	DrainN      int   // workflows per queue drain
 	DrainRounds int   // rounds (the first ones) that also measure a queue drain (0: skip)
 	RecoveryN   int   // runs recovered after a SIGKILL, once per run (0: skip)
+	Flow        bool  // measure fair sharing, the drain by key and debounce, once per run
 	// Peers in the same run (peers.go).
 	DBOS           bool // DBOS Transact Go: sequential, throughput and drain
 	River          bool // River: drain (defaults and tuned) and insert-to-start latency
@@ -67,6 +68,7 @@ func DefaultOptions() Options {
 		DrainN:         10000,
 		DrainRounds:    3,
 		RecoveryN:      10000,
+		Flow:           true,
 		DBOS:           true,
 		River:          true,
 		GroupCommitCmp: true,
@@ -243,6 +245,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		o.logf("bench: recovery of %d runs after a SIGKILL", o.RecoveryN)
 		if res.Recovery, err = b.recovery(ctx); err != nil {
 			return nil, fmt.Errorf("recovery: %w", err)
+		}
+	}
+	if o.Flow {
+		o.logf("bench: flow control (fair sharing, the drain by key, debounce)")
+		if res.Flow, err = b.flow(ctx); err != nil {
+			return nil, fmt.Errorf("flow control: %w", err)
 		}
 	}
 	if o.DBOS && o.DBOSRecoveryN > 0 {
