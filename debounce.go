@@ -165,7 +165,7 @@ func (s submitter) mergeDebounced(ctx context.Context, tx pgx.Tx, p sysdb.Deboun
 		if merged, err = encodeArg(merged, s.limit, "merged input of workflow %q", p.Workflow); err != nil {
 			return sysdb.DebounceRow{}, err
 		}
-		if _, err := s.dq.Update(ctx, tx, sysdb.DebounceUpdateParams{ID: held.ID, Input: merged, Start: p.Start, Deadline: p.Deadline}); err != nil {
+		if _, err := s.dq.Update(ctx, tx, sysdb.DebounceUpdateParams{ID: held.ID, Input: merged, Start: p.Start, Deadline: p.Deadline, Notify: p.Notify}); err != nil {
 			return sysdb.DebounceRow{}, err
 		}
 		return sysdb.DebounceRow{QueueFound: true, ID: held.ID}, nil

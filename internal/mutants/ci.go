@@ -20,7 +20,7 @@ var ciSet = map[string]bool{
 	"commit/error-to-all": true, "hub/outcome": true, "start/batch-first-wins": true, "step/recorded-not-error": true,
 	"queue/global": true, "queue/worker": true, "queue/partition": true, "queue/rate": true, "queue/dedup": true,
 	"queue/fair-share": true, "queue/key-rate": true,
-	"debounce/one-queued-run": true, "debounce/merge-lock": true,
+	"debounce/one-queued-run": true, "debounce/merge-lock": true, "batch/max-items": true,
 	"notify/queue": true, "notify/message": true, "notify/event": true,
 	"schedule/tick-once": true, "message/consume-once-filter": true, "message/consume-once-update": true,
 	"deadletter/limit": true, "intent/record": true,

@@ -139,6 +139,23 @@ func init() {
 				Replace: "ELSE EXCLUDED.not_before END`"}},
 			Pkg: ".", Tests: "^TestDebounce$/^MaxWait$",
 		},
+		// Batches: a full batch starts and frees its key.
+		Mutant{
+			Name:      "batch/max-items",
+			Mechanism: "a batch that holds MaxItems items starts at once and takes no more",
+			Edits: []Edit{{File: "batcher.go",
+				Find:    "full := len(items) >= b.opts.MaxItems",
+				Replace: "full := false"}},
+			Pkg: ".", Tests: "TestQueueFlowControlAcrossProcesses",
+		},
+		Mutant{
+			Name:      "batch/close-frees-key",
+			Mechanism: "a full batch gives up its key, so the next item opens a new batch",
+			Edits: []Edit{{File: "internal/sysdb/debounce_queries.go",
+				Find:    "debounce_key = CASE WHEN $5::bool THEN NULL ELSE w.debounce_key END,",
+				Replace: "debounce_key = w.debounce_key,"}},
+			Pkg: ".", Tests: "^TestBatcher$/^Concurrent$",
+		},
 		// The dispatch service (internal/dispatch), with its unit tests.
 		Mutant{
 			Name:      "queue/pause",

@@ -57,10 +57,19 @@ SELECT (SELECT count(*) FROM q), (SELECT id FROM ins), coalesce((SELECT inserted
 		lock: r(`SELECT id, name, input FROM {{schema}}.workflows
 WHERE queue_name = $1 AND debounce_key = $2 AND status = 'enqueued' FOR UPDATE`),
 
-		// $1 id, $2 input, $3 start, $4 deadline.
-		update: r(`UPDATE {{schema}}.workflows w SET input = $2, not_before = CASE WHEN w.debounce_until IS NULL THEN $3
-		ELSE least($3::timestamptz, w.debounce_until) END, deadline = $4, updated_at = now()
-WHERE id = $1 AND status = 'enqueued'`),
+		// A closed run starts at once, and gives its key up: the next
+		// enqueue with the key makes a new run. Closing wakes the queue's
+		// dispatchers on commit. $1 id, $2 input, $3 start, $4 deadline,
+		// $5 close (bool), $6 notify (bool).
+		update: r(`WITH u AS (
+	UPDATE {{schema}}.workflows w SET input = $2,
+		not_before = CASE WHEN $5::bool THEN now() WHEN w.debounce_until IS NULL THEN $3
+			ELSE least($3::timestamptz, w.debounce_until) END,
+		debounce_key = CASE WHEN $5::bool THEN NULL ELSE w.debounce_key END,
+		deadline = $4, updated_at = now()
+	WHERE id = $1 AND status = 'enqueued'
+	RETURNING queue_name)
+SELECT count(*), (SELECT CASE WHEN $5::bool AND $6::bool THEN ` + n(`'q:' || queue_name`) + ` END FROM u)::text FROM u`),
 	}
 }
 
@@ -132,11 +141,16 @@ type DebounceUpdateParams struct {
 	Input    []byte
 	Start    time.Time // moved no later than the run's bound
 	Deadline *time.Time
+	// Close starts the run at once and frees its key (a full batch);
+	// with Notify its commit wakes the queue's dispatchers.
+	Close, Notify bool
 }
 
 // Update gives the queued run p.ID its merged input and new start, and
 // reports whether it was still queued.
 func (q *DebounceQueries) Update(ctx context.Context, tx DBTX, p DebounceUpdateParams) (bool, error) {
-	tag, err := tx.Exec(ctx, q.update, p.ID, json.RawMessage(p.Input), p.Start, p.Deadline)
-	return tag.RowsAffected() == 1, err
+	var n int
+	var note *string
+	err := tx.QueryRow(ctx, q.update, p.ID, json.RawMessage(p.Input), p.Start, p.Deadline, p.Close, p.Notify).Scan(&n, &note)
+	return n == 1, err
 }

@@ -1,0 +1,179 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/durable-go/durable/internal/sysdb"
+)
+
+// BatchOpts shape the batches of a [Batcher].
+type BatchOpts struct {
+	// MaxItems starts a batch as soon as it holds this many items.
+	// Required: at least 1.
+	MaxItems int
+	// MaxWait starts a batch this long after its first item, however few
+	// it holds. Required.
+	MaxWait time.Duration
+}
+
+// BatchAddOpts are options of one [Batcher.Add].
+type BatchAddOpts struct {
+	// Key gathers items into batches per key (a tenant, a destination):
+	// items of different keys never share a batch. Defaults to "": one
+	// batch at a time for the whole queue.
+	Key string
+	// PartitionKey and Priority are those of a batch the item opens
+	// ([EnqueueOpts]); a batch keeps the ones of its first item.
+	PartitionKey string
+	Priority     int
+}
+
+// BatchItem is where an added item went: the run of its batch, and the
+// item's position in that run's input.
+type BatchItem[R any] struct {
+	Run   *Handle[R]
+	Index int
+}
+
+// Batcher gathers items, added one at a time from any process, into runs
+// of a workflow that takes them all at once: up to MaxItems per run, or
+// what arrived within MaxWait of the first. Each item goes into exactly
+// one run, across processes; a run is a run of the workflow like any
+// other (queued, claimed within its queue's limits, resumed after a
+// crash), whose input is its items in the order they were added.
+type Batcher[T, R any] struct {
+	w    *Workflow[[]T, R]
+	opts BatchOpts
+}
+
+// batchKeyPrefix keeps a batch's key apart from debounce keys of the
+// same queue: a batch is held by "batch:" and its Key.
+const batchKeyPrefix = "batch:"
+
+// NewBatcher returns the Batcher of workflow w with opts; an invalid opts
+// is an error wrapping [ErrInvalidArgument].
+func NewBatcher[T, R any](w *Workflow[[]T, R], opts BatchOpts) (*Batcher[T, R], error) {
+	switch {
+	case opts.MaxItems < 1:
+		return nil, fmt.Errorf("%w: BatchOpts.MaxItems must be at least 1", ErrInvalidArgument)
+	case opts.MaxWait <= 0 || opts.MaxWait > MaxDebounceWindow:
+		return nil, fmt.Errorf("%w: BatchOpts.MaxWait must be positive and at most a year", ErrInvalidArgument)
+	}
+	return &Batcher[T, R]{w: w, opts: opts}, nil
+}
+
+// Add puts item into the open batch of its key on queue q, or opens one.
+func (b *Batcher[T, R]) Add(ctx context.Context, q *Queue, item T, opts *BatchAddOpts) (BatchItem[R], error) {
+	var res BatchItem[R]
+	err := pgx.BeginFunc(ctx, b.w.e.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = b.add(ctx, tx, q, item, opts, !b.w.e.cfg.PollOnly)
+		return err
+	})
+	if err == nil {
+		b.w.e.queues.ready(q)
+	}
+	return res, err
+}
+
+// AddTx is Add inside the caller's transaction tx: the item is in its
+// batch if and only if tx commits. It locks the open batch until then,
+// which the other adds to that batch wait for: keep tx short.
+func (b *Batcher[T, R]) AddTx(ctx context.Context, tx pgx.Tx, q *Queue, item T, opts *BatchAddOpts) (BatchItem[R], error) {
+	if tx == nil {
+		return BatchItem[R]{}, fmt.Errorf("%w: AddTx needs a transaction", ErrInvalidArgument)
+	}
+	return b.add(ctx, tx, q, item, opts, !b.w.e.cfg.PollOnly)
+}
+
+func (b *Batcher[T, R]) add(ctx context.Context, tx pgx.Tx, q *Queue, item T, opts *BatchAddOpts, notify bool) (_ BatchItem[R], err error) {
+	if q == nil {
+		return BatchItem[R]{}, fmt.Errorf("%w: Add needs a queue", ErrInvalidArgument)
+	}
+	var o BatchAddOpts
+	if opts != nil {
+		o = *opts
+	}
+	eo := &EnqueueOpts{PartitionKey: o.PartitionKey, Priority: o.Priority}
+	if err := eo.check(); err != nil {
+		return BatchItem[R]{}, err
+	}
+	if o.Key != "" {
+		if err := checkName("batch key", o.Key); err != nil {
+			return BatchItem[R]{}, err
+		}
+	}
+	for _, n := range []struct{ what, name string }{{"queue name", q.name}, {"workflow name", b.w.def.name}} {
+		if err := checkName(n.what, n.name); err != nil {
+			return BatchItem[R]{}, err
+		}
+	}
+	s := engineSubmitter(b.w.e)
+	id, first, err := prepareRun(b.w.def.name, []T{item}, "", s.limit)
+	if err != nil {
+		return BatchItem[R]{}, err
+	}
+	name, now := b.w.def.name, s.clock.now()
+	bound := now.Add(b.opts.MaxWait)
+	p := sysdb.DebounceParams{ID: id, Workflow: name, AppVersion: s.appVersion, Input: first, Queue: q.name,
+		Priority: o.Priority, PartitionKey: o.PartitionKey, Key: batchKeyPrefix + o.Key, Start: bound, StartBound: &bound,
+		Notify: notify, NoCollapse: true}
+	if b.opts.MaxItems == 1 { // a batch of one: full at once
+		p.Key, p.Start = "", now
+	}
+	sp := s.tr.enqueue(ctx, name, id, q.name)
+	defer func() { sp.end(err) }()
+	p.TraceContext = sp.traceparent()
+	fail := func(err error) (BatchItem[R], error) {
+		return BatchItem[R]{}, fmt.Errorf("durable: add to a batch of workflow %q on queue %q: %w", name, q.name, err)
+	}
+	for range 3 {
+		held, found, err := s.dq.Lock(ctx, tx, q.name, p.Key)
+		if err != nil {
+			return fail(err)
+		}
+		if !found {
+			res, err := s.dq.Upsert(ctx, tx, p)
+			switch {
+			case err != nil:
+				return fail(err)
+			case !res.QueueFound:
+				return BatchItem[R]{}, queueNotFound(q.name)
+			case res.Inserted:
+				s.met.started(ctx, name, startEnqueue)
+				return BatchItem[R]{Run: &Handle[R]{e: b.w.e, id: res.ID}}, nil
+			}
+			continue // another add opened the batch just now: join it
+		}
+		if held.Workflow != name {
+			return BatchItem[R]{}, fmt.Errorf("%w: queue %q batch key %q is held by a queued run of workflow %q, not %q",
+				ErrInvalidArgument, q.name, o.Key, held.Workflow, name)
+		}
+		var items, added []json.RawMessage
+		if err := json.Unmarshal(held.Input, &items); err != nil {
+			return fail(fmt.Errorf("the open batch's input is not a list: %w", err))
+		}
+		if err := json.Unmarshal(first, &added); err != nil || len(added) != 1 {
+			return fail(fmt.Errorf("the item does not encode as one JSON value: %v", err))
+		}
+		index := len(items)
+		items = append(items, added[0])
+		merged, err := encodeArg(items, s.limit, "input of batch workflow %q", name)
+		if err != nil {
+			return BatchItem[R]{}, err
+		}
+		full := len(items) >= b.opts.MaxItems
+		if _, err := s.dq.Update(ctx, tx, sysdb.DebounceUpdateParams{ID: held.ID, Input: merged, Start: bound,
+			Close: full, Notify: notify}); err != nil {
+			return fail(err)
+		}
+		sp.existing()
+		return BatchItem[R]{Run: &Handle[R]{e: b.w.e, id: held.ID}, Index: index}, nil
+	}
+	return fail(fmt.Errorf("the open batch kept changing"))
+}
