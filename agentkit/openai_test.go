@@ -224,11 +224,17 @@ func TestOpenAITimeout(t *testing.T) {
 		require.Equal(t, "timeout", me.Code)
 		require.Less(t, time.Since(start), 5*time.Second)
 	}
-	// The caller's cancellation ends a call too.
+	// The caller's cancellation ends a call too: with a timeout of a
+	// minute, only the cancellation can (with the 100 ms one, a loaded
+	// machine could see the timeout first).
+	patient, err := agentkit.NewOpenAI(agentkit.OpenAIConfig{BaseURL: srv.URL, Model: "m", Timeout: time.Minute})
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
-	_, err = m.Generate(ctx, &agentkit.Request{Messages: []agentkit.Message{agentkit.UserMessage("hi")}})
+	start := time.Now()
+	_, err = patient.Generate(ctx, &agentkit.Request{Messages: []agentkit.Message{agentkit.UserMessage("hi")}})
 	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, time.Since(start), 30*time.Second)
 
 	_, err = agentkit.NewOpenAI(agentkit.OpenAIConfig{})
 	require.ErrorContains(t, err, "Model is empty")
