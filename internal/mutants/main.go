@@ -96,6 +96,9 @@ func main() {
 	}
 
 	start := time.Now()
+	if err := warm(root, selected); err != nil {
+		fatal(err)
+	}
 	work := make(chan Mutant)
 	results := make(chan verdict)
 	var wg sync.WaitGroup
@@ -261,6 +264,29 @@ func try(dir string, m Mutant, timeout time.Duration) (v verdict) {
 		v.detail = failures(v.detail)
 	}
 	return v
+}
+
+// warm builds, once, the test binaries of the packages the mutants test,
+// as the mutants build them but without running a test: the packages no
+// mutant changes are then in the build cache before the workers start,
+// instead of compiled by each of them at once.
+func warm(root string, ms []Mutant) error {
+	pkgs := map[string]bool{}
+	for _, m := range ms {
+		pkgs[m.Pkg] = true
+	}
+	for pkg := range pkgs {
+		dir, target := root, "./"+strings.TrimPrefix(filepath.ToSlash(pkg), "./")
+		if _, err := os.Stat(filepath.Join(root, pkg, "go.mod")); err == nil && pkg != "." {
+			dir, target = filepath.Join(root, pkg), "."
+		}
+		cmd := exec.Command("go", "test", "-trimpath", "-ldflags=-w", "-count=1", "-vet=off", "-run", "^$", target)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build the tests of %s: %w\n%s", pkg, err, out)
+		}
+	}
+	return nil
 }
 
 // failures keeps the names of the failed tests from go test's output.
