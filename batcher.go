@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -122,7 +123,7 @@ func (b *Batcher[T, R]) add(ctx context.Context, tx pgx.Tx, q *Queue, item T, op
 	bound := now.Add(b.opts.MaxWait)
 	p := sysdb.DebounceParams{ID: id, Workflow: name, AppVersion: s.appVersion, Input: first, Queue: q.name,
 		Priority: o.Priority, PartitionKey: o.PartitionKey, Key: batchKeyPrefix + o.Key, Start: bound, StartBound: &bound,
-		Notify: notify, NoCollapse: true}
+		Notify: notify}
 	if b.opts.MaxItems == 1 { // a batch of one: full at once
 		p.Key, p.Start = "", now
 	}
@@ -132,48 +133,34 @@ func (b *Batcher[T, R]) add(ctx context.Context, tx pgx.Tx, q *Queue, item T, op
 	fail := func(err error) (BatchItem[R], error) {
 		return BatchItem[R]{}, fmt.Errorf("durable: add to a batch of workflow %q on queue %q: %w", name, q.name, err)
 	}
-	for range 3 {
-		held, found, err := s.dq.Lock(ctx, tx, q.name, p.Key)
-		if err != nil {
-			return fail(err)
-		}
-		if !found {
-			res, err := s.dq.Upsert(ctx, tx, p)
-			switch {
-			case err != nil:
-				return fail(err)
-			case !res.QueueFound:
-				return BatchItem[R]{}, queueNotFound(q.name)
-			case res.Inserted:
-				s.met.started(ctx, name, startEnqueue)
-				return BatchItem[R]{Run: &Handle[R]{e: b.w.e, id: res.ID}}, nil
-			}
-			continue // another add opened the batch just now: join it
-		}
-		if held.Workflow != name {
-			return BatchItem[R]{}, fmt.Errorf("%w: queue %q batch key %q is held by a queued run of workflow %q, not %q",
-				ErrInvalidArgument, q.name, o.Key, held.Workflow, name)
-		}
+	index := 0
+	res, err := s.joinQueued(ctx, tx, p, func(held []byte) ([]byte, bool, error) {
 		var items, added []json.RawMessage
-		if err := json.Unmarshal(held.Input, &items); err != nil {
-			return fail(fmt.Errorf("the open batch's input is not a list: %w", err))
+		if err := json.Unmarshal(held, &items); err != nil {
+			return nil, false, fmt.Errorf("the open batch's input is not a list: %w", err)
 		}
 		if err := json.Unmarshal(first, &added); err != nil || len(added) != 1 {
-			return fail(fmt.Errorf("the item does not encode as one JSON value: %v", err))
+			return nil, false, fmt.Errorf("the item does not encode as one JSON value: %v", err)
 		}
-		index := len(items)
+		index = len(items)
 		items = append(items, added[0])
 		merged, err := encodeArg(items, s.limit, "input of batch workflow %q", name)
-		if err != nil {
-			return BatchItem[R]{}, err
-		}
-		full := len(items) >= b.opts.MaxItems
-		if _, err := s.dq.Update(ctx, tx, sysdb.DebounceUpdateParams{ID: held.ID, Input: merged, Start: bound,
-			Close: full, Notify: notify}); err != nil {
-			return fail(err)
-		}
+		return merged, len(items) >= b.opts.MaxItems, err
+	})
+	switch {
+	case errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrPayloadTooLarge):
+		return BatchItem[R]{}, err
+	case err != nil:
+		return fail(err)
+	case !res.QueueFound:
+		return BatchItem[R]{}, queueNotFound(q.name)
+	case res.ID == "":
+		return BatchItem[R]{}, fmt.Errorf("%w: queue %q batch key %q is held by a queued run of another workflow, not %q",
+			ErrInvalidArgument, q.name, o.Key, name)
+	case res.Inserted:
+		s.met.started(ctx, name, startEnqueue)
+	default:
 		sp.existing()
-		return BatchItem[R]{Run: &Handle[R]{e: b.w.e, id: held.ID}, Index: index}, nil
 	}
-	return fail(fmt.Errorf("the open batch kept changing"))
+	return BatchItem[R]{Run: &Handle[R]{e: b.w.e, id: res.ID}, Index: index}, nil
 }

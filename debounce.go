@@ -117,7 +117,14 @@ func (s submitter) debounce(ctx context.Context, db sysdb.DBTX, name, queue stri
 			return fail(fmt.Errorf("a merge needs a pool or a transaction"))
 		}
 		err = pgx.BeginFunc(ctx, tx, func(tx pgx.Tx) error {
-			res, err = s.mergeDebounced(ctx, tx, p, d.Merge)
+			res, err = s.joinQueued(ctx, tx, p, func(held []byte) ([]byte, bool, error) {
+				merged, err := d.Merge(held, p.Input)
+				if err != nil {
+					return nil, false, fmt.Errorf("%w: merge: %w", ErrInvalidArgument, err)
+				}
+				merged, err = encodeArg(merged, s.limit, "merged input of workflow %q", name)
+				return merged, false, err
+			})
 			return err
 		})
 		if err != nil {
@@ -138,34 +145,36 @@ func (s submitter) debounce(ctx context.Context, db sysdb.DBTX, name, queue stri
 	return res.ID, nil
 }
 
-// mergeDebounced merges the input of p into the queued run holding its
-// key, or inserts p when none does, in tx. A run inserted by another
-// enqueue in the meantime is merged into on the next try.
-func (s submitter) mergeDebounced(ctx context.Context, tx pgx.Tx, p sysdb.DebounceParams, merge MergeFunc) (sysdb.DebounceRow, error) {
+// joinQueued joins p, in tx, to the queued run holding its key: locked
+// until tx ends, it takes the input join makes from its own (and starts
+// at once, giving its key up, when join says close); or, when no run
+// holds the key, inserts p, and joins a run another transaction inserted
+// meanwhile on the next try. A key held by a run of another workflow
+// gives a row with no ID. Debounce merges and batches share it.
+func (s submitter) joinQueued(ctx context.Context, tx pgx.Tx, p sysdb.DebounceParams,
+	join func(held []byte) (input []byte, close bool, err error)) (sysdb.DebounceRow, error) {
+	p.NoCollapse = true
 	for range 3 {
 		held, found, err := s.dq.Lock(ctx, tx, p.Queue, p.Key)
 		if err != nil {
 			return sysdb.DebounceRow{}, err
 		}
 		if !found {
-			p.NoCollapse = true
 			res, err := s.dq.Upsert(ctx, tx, p)
 			if err != nil || !res.QueueFound || res.Inserted {
 				return res, err
 			}
-			continue // inserted by another enqueue just now: merge into it
+			continue // inserted by another enqueue just now: join it
 		}
 		if held.Workflow != p.Workflow {
 			return sysdb.DebounceRow{QueueFound: true}, nil
 		}
-		merged, err := merge(held.Input, p.Input)
+		input, closed, err := join(held.Input)
 		if err != nil {
-			return sysdb.DebounceRow{}, fmt.Errorf("%w: merge: %w", ErrInvalidArgument, err)
-		}
-		if merged, err = encodeArg(merged, s.limit, "merged input of workflow %q", p.Workflow); err != nil {
 			return sysdb.DebounceRow{}, err
 		}
-		if _, err := s.dq.Update(ctx, tx, sysdb.DebounceUpdateParams{ID: held.ID, Input: merged, Start: p.Start, Deadline: p.Deadline, Notify: p.Notify}); err != nil {
+		if _, err := s.dq.Update(ctx, tx, sysdb.DebounceUpdateParams{ID: held.ID, Input: input, Start: p.Start,
+			Deadline: p.Deadline, Close: closed, Notify: p.Notify}); err != nil {
 			return sysdb.DebounceRow{}, err
 		}
 		return sysdb.DebounceRow{QueueFound: true, ID: held.ID}, nil

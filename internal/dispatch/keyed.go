@@ -49,7 +49,6 @@ type keyLoad struct {
 	taken   int // claimed in this pass
 	quota   int // asked for in this round
 	dry     bool
-	heapPos int
 }
 
 // load is the key's share of slots held, per unit of weight, as a
@@ -66,11 +65,8 @@ type keyHeap []*keyLoad
 
 func (h keyHeap) Len() int           { return len(h) }
 func (h keyHeap) Less(i, j int) bool { return h[i].less(h[j]) }
-func (h keyHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapPos, h[j].heapPos = i, j
-}
-func (h *keyHeap) Push(x any) { k := x.(*keyLoad); k.heapPos = len(*h); *h = append(*h, k) }
+func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *keyHeap) Push(x any)        { *h = append(*h, x.(*keyLoad)) }
 func (h *keyHeap) Pop() any {
 	old := *h
 	k := old[len(old)-1]

@@ -144,8 +144,8 @@ func init() {
 			Name:      "batch/max-items",
 			Mechanism: "a batch that holds MaxItems items starts at once and takes no more",
 			Edits: []Edit{{File: "batcher.go",
-				Find:    "full := len(items) >= b.opts.MaxItems",
-				Replace: "full := false"}},
+				Find:    "return merged, len(items) >= b.opts.MaxItems, err",
+				Replace: "return merged, false, err"}},
 			Pkg: ".", Tests: "TestQueueFlowControlAcrossProcesses",
 		},
 		Mutant{
