@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(dbosRecoveryChildEnv); spec != "" {
 		os.Exit(dbosRecoveryChildMain(spec))
 	}
+	if spec := os.Getenv(scaleChildEnv); spec != "" {
+		os.Exit(scaleChildMain(spec))
+	}
 	os.Exit(m.Run())
 }
 
@@ -64,7 +67,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"format", "started_at", "finished_at", "duration_s", "env", "params", "rounds", "median", "counts",
-		"recovery", "dbos_recovery", "flow", "drain_top_statements", "targets", "peer_reference"} {
+		"recovery", "dbos_recovery", "flow", "scale", "drain_top_statements", "river_drain_top_statements", "targets", "peer_reference"} {
 		if _, ok := doc[k]; !ok {
 			t.Errorf("latest.json has no %q", k)
 		}
@@ -200,6 +203,28 @@ func TestSmoke(t *testing.T) {
 	}
 	if n := len(dc["batches"].([]any)); n != 2 {
 		t.Errorf("counts.dbos.batches: got %d, want 2", n)
+	}
+
+	sc, ok := doc["scale"].(map[string]any)
+	if !ok {
+		t.Fatalf("scale: got %v, want an object", doc["scale"])
+	}
+	if rows, _ := sc["rows"].([]any); len(rows) != len(scaleProcs) {
+		t.Errorf("scale.rows: got %d, want %d", len(rows), len(scaleProcs))
+	} else {
+		for i, r := range rows {
+			if v, _ := r.(map[string]any)["per_s"].(float64); v <= 0 {
+				t.Errorf("scale.rows[%d].per_s = %v, want a positive figure", i, v)
+			}
+		}
+	}
+	if res.Counts.StatementsAvailable {
+		if top, _ := doc["river_drain_top_statements"].([]any); len(top) == 0 {
+			t.Errorf("river_drain_top_statements is empty")
+		}
+	}
+	if _, ok := res.Median["drain_server_backend_cpu_us"]; !ok && res.Median["drain_server_cpu_us"] > 0 {
+		t.Errorf("drain_server_backend_cpu_us is missing")
 	}
 
 	flow, ok := doc["flow"].(map[string]any)

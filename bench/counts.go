@@ -83,7 +83,10 @@ type Stmt struct {
 	Calls  int64   `json:"calls"`
 	Rows   int64   `json:"rows"`
 	MeanMS float64 `json:"mean_exec_ms"`
-	Query  string  `json:"query"`
+	// TotalMS is the server time of all calls (pg_stat_statements'
+	// total_exec_time: planning excluded, waits included).
+	TotalMS float64 `json:"total_exec_ms"`
+	Query   string  `json:"query"`
 }
 
 const topStatements = 12
@@ -222,7 +225,7 @@ func (b *bench) statementsAvailable(ctx context.Context) (bool, string) {
 // bench's own) since the last reset, leaving out the bench's counting and
 // polling queries, and returns the most called ones.
 func (b *bench) readStatements(ctx context.Context, db string) (int64, []Stmt, error) {
-	rows, err := b.conn.Query(ctx, `SELECT query, calls, rows, mean_exec_time FROM pg_stat_statements
+	rows, err := b.conn.Query(ctx, `SELECT query, calls, rows, mean_exec_time, total_exec_time FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = coalesce(nullif($1, ''), current_database()))
 	AND query NOT ILIKE '%pg_stat_statements%' AND query NOT LIKE '%`+pollMarker+`%'
 ORDER BY calls DESC, query`, db)
@@ -234,7 +237,7 @@ ORDER BY calls DESC, query`, db)
 	var top []Stmt
 	for rows.Next() {
 		var s Stmt
-		if err := rows.Scan(&s.Query, &s.Calls, &s.Rows, &s.MeanMS); err != nil {
+		if err := rows.Scan(&s.Query, &s.Calls, &s.Rows, &s.MeanMS, &s.TotalMS); err != nil {
 			return 0, nil, err
 		}
 		calls += s.Calls

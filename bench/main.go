@@ -21,6 +21,9 @@ func main() {
 	if spec := os.Getenv(recoveryChildEnv); spec != "" {
 		os.Exit(recoveryChildMain(spec)) // the child process of the recovery scenario
 	}
+	if spec := os.Getenv(scaleChildEnv); spec != "" {
+		os.Exit(scaleChildMain(spec)) // an executor process of the scaling scenario
+	}
 	if spec := os.Getenv(dbosRecoveryChildEnv); spec != "" {
 		os.Exit(dbosRecoveryChildMain(spec)) // the child process of the DBOS recovery scenario
 	}
@@ -37,6 +40,8 @@ func main() {
 	flag.IntVar(&o.DrainN, "drain-n", o.DrainN, "workflows pre-enqueued per queue drain")
 	flag.IntVar(&o.DrainRounds, "drain-rounds", o.DrainRounds, "how many rounds (the first ones) also measure a queue drain (0: skip)")
 	flag.IntVar(&o.RecoveryN, "recovery-n", o.RecoveryN, "runs recovered after a SIGKILL, once per run (0: skip)")
+	flag.StringVar(&o.DrainProfile, "drain-cpuprofile", "", "path prefix: write a CPU profile of this process during each timed drain (<prefix>.<drain>.r<round>.prof)")
+	flag.BoolVar(&o.Scale, "scale", o.Scale, "measure the drain by 1, 2 and 4 executor processes together, once per run")
 	flag.BoolVar(&o.Flow, "flow", o.Flow, "measure fair sharing, the drain by key and debounced enqueues, once per run")
 	flag.BoolVar(&o.DBOS, "dbos", o.DBOS, "also measure DBOS Transact Go (own database <db>_dbos, <db>_dbosq)")
 	flag.BoolVar(&o.River, "river", o.River, "also measure River's drain and insert-to-start latency (own database <db>_river)")

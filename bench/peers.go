@@ -382,7 +382,7 @@ func (b *bench) riverRound(ctx context.Context, out map[string]float64) error {
 		if !tuned && o.RiverLatN > 0 {
 			w.started = make(chan time.Time, 1)
 		}
-		if err := riverDrain(ctx, pool, o.RiverDrainN, tuned, w, o.RiverLatN, key, b.quiesce, out); err != nil {
+		if err := b.riverDrain(ctx, pool, o.RiverDrainN, tuned, w, o.RiverLatN, key, out); err != nil {
 			return err
 		}
 	}
@@ -401,8 +401,10 @@ func riverConfig(tuned bool, w *noopWorker, logger bool) *river.Config {
 	return cfg
 }
 
-func riverDrain(ctx context.Context, pool *pgxpool.Pool, n int, tuned bool, w *noopWorker, latN int, key string,
-	quiesce func(context.Context), out map[string]float64) error {
+// riverDrain times one River drain of n no-op jobs (InsertMany before
+// Start); the tuned one also records River's statements (riverTop).
+func (b *bench) riverDrain(ctx context.Context, pool *pgxpool.Pool, n int, tuned bool, w *noopWorker, latN int, key string,
+	out map[string]float64) error {
 	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(tuned, w, false))
 	if err != nil {
 		return err
@@ -418,7 +420,15 @@ func riverDrain(ctx context.Context, pool *pgxpool.Pool, n int, tuned bool, w *n
 		}
 	}
 	out[key+"_insert_per_s"] = float64(n) / time.Since(ti).Seconds()
-	quiesce(ctx)
+	b.quiesce(ctx)
+	db := b.o.dbName("river")
+	stmts, _ := b.statementsAvailable(ctx)
+	stmts = stmts && tuned
+	if stmts {
+		if err := b.resetStatements(ctx, db); err != nil {
+			return err
+		}
+	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + latN + 100, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	defer cancel()
 	cpu0 := sampleCPU()
@@ -444,6 +454,12 @@ func riverDrain(ctx context.Context, pool *pgxpool.Pool, n int, tuned bool, w *n
 	}
 	el := time.Since(t0)
 	storeCPUPer(out, key, cpu0, sampleCPU(), n)
+	if stmts {
+		var err error
+		if _, b.riverTop, err = b.readStatements(ctx, db); err != nil {
+			return err
+		}
+	}
 	out[key+"_s"] = el.Seconds()
 	out[key+"_per_s"] = float64(n) / el.Seconds()
 	if w.started == nil {

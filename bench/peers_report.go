@@ -208,8 +208,8 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 				fmt.Sprintf("%.0f wf/s", m["drain_defer_per_s"]), "durable/River "+x("ratio_drain_defer_vs_river_tuned", ""), "", "")
 		}
 		if v, ok := m["river_tuned_drain_server_cpu_us"]; ok {
-			row("CPU per River job, `river bench` tuning: Postgres server processes / the bench process",
-				fmt.Sprintf("%.0f µs / %.0f µs", v, m["river_tuned_drain_self_cpu_us"]), "", "", "")
+			row("CPU per River job, `river bench` tuning: Postgres server processes (backends + autovacuum + background) / the bench process",
+				fmtServerCPU(m, "river_tuned_drain", v), "", "", "")
 		}
 	}
 	if has("river_lat_p50_us") {

@@ -338,6 +338,7 @@ func (c costs) store(prefix string, n int, out map[string]float64) {
 func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stmt, error) {
 	o := b.o
 	n := o.DrainN
+	b.drainRound = r
 	logf := func(format string, args ...any) {
 		o.logf("round %d/%d  "+format, append([]any{r + 1, o.Rounds}, args...)...)
 	}
@@ -548,6 +549,13 @@ func (b *bench) drainTimed(ctx context.Context, wpool *pgxpool.Pool, name string
 		return costs{}, err
 	}
 	returned.Store(0)
+	if b.o.DrainProfile != "" {
+		stop, err := startProfile(fmt.Sprintf("%s.%s.r%d.prof", b.o.DrainProfile, key, b.drainRound+1))
+		if err != nil {
+			return costs{}, err
+		}
+		defer stop()
+	}
 	cpu0 := sampleCPU()
 	t0 := time.Now()
 	w, err := durable.New(wpool, cfg)

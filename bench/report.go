@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 )
 
@@ -20,10 +21,12 @@ type Result struct {
 	Rounds       []Round            `json:"rounds"`
 	Median       map[string]float64 `json:"median"` // per key, the median over rounds (ratios: of the per-round ratios)
 	Counts       Counts             `json:"counts"`
-	Recovery     *Recovery          `json:"recovery"`             // null when skipped
-	Flow         *Flow              `json:"flow"`                 // flow control (flow.go); null when skipped
-	DBOSRecovery *PeerRecovery      `json:"dbos_recovery"`        // DBOS's recovery (peers_dbos.go); null when skipped
-	DrainTop     []Stmt             `json:"drain_top_statements"` // of the last drain
+	Recovery     *Recovery          `json:"recovery"`                   // null when skipped
+	Flow         *Flow              `json:"flow"`                       // flow control (flow.go); null when skipped
+	Scale        *Scale             `json:"scale"`                      // the drain by several executor processes (scale.go); null when skipped
+	DBOSRecovery *PeerRecovery      `json:"dbos_recovery"`              // DBOS's recovery (peers_dbos.go); null when skipped
+	DrainTop     []Stmt             `json:"drain_top_statements"`       // of the last drain
+	RiverTop     []Stmt             `json:"river_drain_top_statements"` // of the last tuned River drain; null without River
 	Targets      []Target           `json:"targets"`
 	Peer         Peer               `json:"peer_reference"`
 }
@@ -397,6 +400,8 @@ func (r *Result) Markdown() string {
 		"%.1fx floor per step, %.0f statements per step, 0-step workflow %.0fx; drain of 5,000 pre-enqueued 1-step workflows on a dedicated "+
 		"process %.0f wf/s.\n",
 		r.Peer.DBOSStepOverheadRatio, r.Peer.DBOSStmtsPerStep, r.Peer.DBOSWF0Ratio, r.Peer.DBOSDrainPerS)
+	r.drainStatementsMarkdown(&sb)
+	r.scaleMarkdown(&sb)
 	return sb.String()
 }
 
@@ -447,8 +452,8 @@ func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, rati
 		row("per drained workflow (incl. Launch): SQL statements / write transactions / WAL bytes",
 			fmt.Sprintf("%s / %.2f / %.0f B", stmts, m["drain_xids_per_wf"], m["drain_wal_bytes_per_wf"]), "", "", "")
 		if v, ok := m["drain_server_cpu_us"]; ok {
-			row("CPU per drained workflow (incl. Launch): Postgres server processes / the bench process",
-				fmt.Sprintf("%.0f µs / %.0f µs", v, m["drain_self_cpu_us"]), "", "", "")
+			row("CPU per drained workflow (incl. Launch): Postgres server processes (backends + autovacuum + background) / the bench process",
+				fmtServerCPU(m, "drain", v), "", "", "")
 		}
 		if v, ok := m["drain0_per_s"]; ok {
 			row(fmt.Sprintf("reference: queue drain of %d 0-step workflows (no step checkpoint), Launch -> all done", p.DrainN),
@@ -456,8 +461,8 @@ func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, rati
 				fmtX(m["ratio_drain_vs_drain0"], "1-step drain / 0-step drain"), "", "")
 		}
 		if v, ok := m["drain0_server_cpu_us"]; ok {
-			row("CPU per drained 0-step workflow: Postgres server processes / the bench process",
-				fmt.Sprintf("%.0f µs / %.0f µs", v, m["drain0_self_cpu_us"]), "", "", "")
+			row("CPU per drained 0-step workflow: Postgres server processes (backends + autovacuum + background) / the bench process",
+				fmtServerCPU(m, "drain0", v), "", "", "")
 		}
 		if v, ok := m["drain_defer_per_s"]; ok {
 			row(fmt.Sprintf("option: queue drain of %d 1-step workflows with DeferStepCheckpoints (the checkpoint rides the finish)", p.DrainN),
@@ -526,4 +531,68 @@ func dirty(d bool) string {
 		return " (+ uncommitted changes)"
 	}
 	return ""
+}
+
+// fmtServerCPU formats the CPU per item of the run key: the server's
+// total, split by kind of server process where the run recorded it, then
+// the bench process's.
+func fmtServerCPU(m map[string]float64, key string, total float64) string {
+	split := ""
+	if _, ok := m[key+"_server_backend_cpu_us"]; ok {
+		split = fmt.Sprintf(" (%.0f + %.0f + %.0f)", m[key+"_server_backend_cpu_us"],
+			m[key+"_server_autovacuum_cpu_us"], m[key+"_server_background_cpu_us"])
+	}
+	return fmt.Sprintf("%.0f µs%s / %.0f µs", total, split, m[key+"_self_cpu_us"])
+}
+
+// drainStatementsMarkdown lists where the server spent its time in the
+// last 1-step drain and in River's last tuned drain, statement by
+// statement (pg_stat_statements), per drained run.
+func (r *Result) drainStatementsMarkdown(sb *strings.Builder) {
+	if len(r.DrainTop) == 0 {
+		return
+	}
+	sb.WriteString("\n### Server time per drained run, by statement\n\n" +
+		"pg_stat_statements of the last drain round: each statement's total execution time (waits for locks and for the CPU included, " +
+		"planning not) divided by the runs or jobs drained. The drains run on 2 cores with the client in the same machine, " +
+		"so these times add up to more than the server's CPU per run above.\n\n" +
+		"| system | statement | calls | rows | µs per run |\n|---|---|---|---|---|\n")
+	list := func(system string, top []Stmt, n int) {
+		sorted := append([]Stmt(nil), top...)
+		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].TotalMS > sorted[j].TotalMS })
+		var sum float64
+		for _, s := range sorted {
+			per := s.TotalMS * 1000 / float64(n)
+			sum += per
+			if per < 0.05 {
+				continue
+			}
+			fmt.Fprintf(sb, "| %s | `%s` | %d | %d | %.1f |\n", system, strings.ReplaceAll(squash(s.Query, 110), "|", "\\|"), s.Calls, s.Rows, per)
+		}
+		fmt.Fprintf(sb, "| %s | all statements | | | **%.1f** |\n", system, sum)
+	}
+	list("durable", r.DrainTop, r.Params.DrainN)
+	if len(r.RiverTop) > 0 {
+		list("River, tuned", r.RiverTop, r.Params.RiverDrainN)
+	}
+}
+
+// scaleMarkdown renders the drain by several executor processes.
+func (r *Result) scaleMarkdown(sb *strings.Builder) {
+	sc := r.Scale
+	if sc == nil || len(sc.Rows) == 0 {
+		return
+	}
+	fmt.Fprintf(sb, "\n### One queue drained by several executor processes\n\n"+
+		"%d pre-enqueued 1-step workflows (EnqueueMany), drained by 1, 2 or 4 executor processes started together "+
+		"(each its own engine and pool, launched and warmed by an untimed drain of %d runs per process; the queue paused, filled, then timed from its resume until no run is left); the median of %d drains each, "+
+		"process counts taking turns. CPU per run: every server process, and the executor processes together. "+
+		"Share: the fewest and the most runs one process finished.\n\n"+
+		"| executor processes | runs/s | against 1 process | server CPU per run | executors' CPU per run | share per process |\n|---|---|---|---|---|---|\n",
+		sc.N, sc.WarmPer, sc.Repeats)
+	base := sc.Rows[0].PerS
+	for _, row := range sc.Rows {
+		fmt.Fprintf(sb, "| %d | %.0f | %.2fx | %.0f µs | %.0f µs | %.2f-%.2f |\n", row.Processes, row.PerS, row.PerS/base,
+			row.ServerCPU, row.ExecCPU, row.MinShare, row.MaxShare)
+	}
 }

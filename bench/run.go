@@ -35,6 +35,10 @@ type Options struct {
 	DrainRounds int   // rounds (the first ones) that also measure a queue drain (0: skip)
 	RecoveryN   int   // runs recovered after a SIGKILL, once per run (0: skip)
 	Flow        bool  // measure fair sharing, the drain by key and debounce, once per run
+	Scale       bool  // measure the drain by 1, 2 and 4 executor processes, once per run
+	// DrainProfile, when set, is the path prefix of CPU profiles of this
+	// process taken during each timed drain: <prefix>.<drain>.r<round>.prof.
+	DrainProfile string
 	// Peers in the same run (peers.go).
 	DBOS           bool // DBOS Transact Go: sequential, throughput and drain
 	River          bool // River: drain (defaults and tuned) and insert-to-start latency
@@ -69,6 +73,7 @@ func DefaultOptions() Options {
 		DrainRounds:    3,
 		RecoveryN:      10000,
 		Flow:           true,
+		Scale:          true,
 		DBOS:           true,
 		River:          true,
 		GroupCommitCmp: true,
@@ -153,7 +158,9 @@ type bench struct {
 
 	peers *peers // nil until openPeers
 
-	noCheckpoint bool // CHECKPOINT was refused: quiesce only waits
+	noCheckpoint bool   // CHECKPOINT was refused: quiesce only waits
+	drainRound   int    // the round the drain being measured is in (for DrainProfile)
+	riverTop     []Stmt // River's statements in its last tuned drain
 
 	stmtsOK   bool   // pg_stat_statements works (statementsAvailable)
 	stmtsNote string // "" until checked
@@ -232,6 +239,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Rounds = append(res.Rounds, round)
 	}
 	res.Median = medians(res.Rounds)
+	res.RiverTop = b.riverTop
 	var dbosCounts *PeerCounts
 	if o.DBOS {
 		o.logf("bench: counting DBOS's statements, WAL and write transactions")
@@ -251,6 +259,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		o.logf("bench: flow control (fair sharing, the drain by key, debounce)")
 		if res.Flow, err = b.flow(ctx); err != nil {
 			return nil, fmt.Errorf("flow control: %w", err)
+		}
+	}
+	if o.Scale {
+		o.logf("bench: the drain by 1, 2 and 4 executor processes")
+		if res.Scale, err = b.scale(ctx); err != nil {
+			return nil, fmt.Errorf("scale: %w", err)
 		}
 	}
 	if o.DBOS && o.DBOSRecoveryN > 0 {
