@@ -161,6 +161,7 @@ func (b *Batcher[T, R]) add(ctx context.Context, tx pgx.Tx, q *Queue, item T, op
 		s.met.started(ctx, name, startEnqueue)
 	default:
 		sp.existing()
+		s.met.joinedRun(ctx, q.name, joinBatch)
 	}
 	return BatchItem[R]{Run: &Handle[R]{e: b.w.e, id: res.ID}, Index: index}, nil
 }

@@ -141,6 +141,7 @@ func (s submitter) debounce(ctx context.Context, db sysdb.DBTX, name, queue stri
 		s.met.started(ctx, name, startEnqueue)
 	default:
 		sp.existing()
+		s.met.joinedRun(ctx, queue, joinDebounce)
 	}
 	return res.ID, nil
 }

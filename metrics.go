@@ -27,6 +27,8 @@ import (
 //	durable.step.duration         histogram  executed steps, by workflow, kind and status
 //	durable.queue.depth           gauge      queued and running runs per queue (database)
 //	durable.queue.wait            histogram  enqueue to first start, by queue
+//	durable.queue.joined          counter    enqueues that joined a queued run (debounce, batch), by queue
+//	durable.queue.keys            gauge      partition keys with queued runs per keyed queue (database)
 //	durable.commit.batch.size     histogram  writes per group-commit statement
 //
 // Every attribute has a bounded set of values: workflow names are those
@@ -45,7 +47,18 @@ const (
 	attrQueueState   = attribute.Key("durable.queue.state")
 	attrRecoveryKind = attribute.Key("durable.recovery.kind")
 	attrCommitKind   = attribute.Key("durable.commit.kind")
+	attrJoinKind     = attribute.Key("durable.join.kind")
 )
+
+// How an enqueue joined a queued run: the values of durable.join.kind.
+const (
+	joinDebounce = "debounce" // a debounced enqueue collapsed into its key's queued run
+	joinBatch    = "batch"    // a Batcher item added to its open batch
+)
+
+// keysCounted bounds the partition keys counted per queue for
+// durable.queue.keys: one index probe each.
+const keysCounted = 1024
 
 // How a run was created: the values of durable.start.kind.
 const (
@@ -106,11 +119,12 @@ type meters struct {
 	mq *sysdb.MetricsQueries
 
 	startedC, finishedC, recoveries metric.Int64Counter
+	joined                          metric.Int64Counter
 	wfDuration, stepDuration, qWait metric.Float64Histogram
 	batch                           metric.Int64Histogram
-	depth, parked, executing        metric.Int64ObservableGauge
+	depth, parked, executing, keys  metric.Int64ObservableGauge
 	reg                             metric.Registration // the gauges' callback
-	byName, byQueue                 sync.Map            // workflow name -> *wfMeters; queue -> []metric.RecordOption
+	byName, byQueue, byJoin         sync.Map            // workflow name -> *wfMeters; queue -> []metric.RecordOption; queue+kind -> []metric.AddOption
 	batchOpts                       map[string][]metric.RecordOption
 	recoveryOpts                    map[string][]metric.AddOption
 	cancelOpts                      []metric.AddOption
@@ -172,6 +186,12 @@ func newMeters(mp metric.MeterProvider, e *Engine) *meters {
 		metric.WithDescription("Time queued runs waited from their enqueue to their first start."),
 		metric.WithExplicitBucketBoundaries(runBuckets...))
 	check(err)
+	m.joined, err = meter.Int64Counter("durable.queue.joined", metric.WithUnit("{enqueue}"),
+		metric.WithDescription("Enqueues that joined a queued run instead of creating one, by queue and durable.join.kind (debounce, batch)."))
+	check(err)
+	m.keys, err = meter.Int64ObservableGauge("durable.queue.keys", metric.WithUnit("{key}"),
+		metric.WithDescription("Partition keys with queued runs, per queue dispatched by key (fair sharing, limits or rates per key), counted up to 1024; read from the database."))
+	check(err)
 	m.batch, err = meter.Int64Histogram("durable.commit.batch.size", metric.WithUnit("{write}"),
 		metric.WithDescription("Writes per group-commit statement (1: a write that went alone), by durable.commit.kind."),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
@@ -185,7 +205,7 @@ func newMeters(mp metric.MeterProvider, e *Engine) *meters {
 	m.executing, err = meter.Int64ObservableGauge("durable.workflow.executing", metric.WithUnit("{run}"),
 		metric.WithDescription("Runs executing in this process."))
 	check(err)
-	m.reg, err = meter.RegisterCallback(m.observe, m.depth, m.parked, m.executing)
+	m.reg, err = meter.RegisterCallback(m.observe, m.depth, m.parked, m.executing, m.keys)
 	check(err)
 	if len(errs) > 0 {
 		e.log.Warn("durable: metrics: make instruments", "err", errors.Join(errs...))
@@ -281,6 +301,20 @@ func (m *meters) queue(name string) []metric.RecordOption {
 	return got.([]metric.RecordOption)
 }
 
+// joinedRun counts an enqueue that joined a queued run of queue
+// (kind: joinDebounce or joinBatch).
+func (m *meters) joinedRun(ctx context.Context, queue, kind string) {
+	if m == nil {
+		return
+	}
+	k := queue + "\x00" + kind
+	o, ok := m.byJoin.Load(k)
+	if !ok {
+		o, _ = m.byJoin.LoadOrStore(k, []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrQueue.String(queue), attrJoinKind.String(kind)))})
+	}
+	m.joined.Add(ctx, 1, o.([]metric.AddOption)...)
+}
+
 // finished counts the recorded end of r (o nil: none recorded here).
 func (m *meters) finished(r *run, o *outcome) {
 	if m == nil || o == nil || r.m.w == nil {
@@ -369,6 +403,15 @@ func (m *meters) observe(ctx context.Context, o metric.Observer) error {
 			o.ObserveInt64(m.depth, int64(q.Ready), metric.WithAttributes(qa, attrQueueState.String(queueReady)))
 			o.ObserveInt64(m.depth, int64(q.Delayed), metric.WithAttributes(qa, attrQueueState.String(queueDelayed)))
 			o.ObserveInt64(m.depth, int64(q.Running), metric.WithAttributes(qa, attrQueueState.String(queueRunning)))
+			if st := q.Settings; !st.FairShare && st.PartitionConcurrency == 0 && st.PartitionRateLimit == 0 {
+				continue // not dispatched by key
+			}
+			keys, err := m.e.pq.Keys(ctx, m.e.pool, sysdb.PartitionKeysParams{Queue: q.Name, Limit: keysCounted, WithKeyless: true})
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			o.ObserveInt64(m.keys, int64(len(keys)), metric.WithAttributes(qa))
 		}
 	}
 	if n, err := m.mq.CountParked(ctx, m.e.pool); err != nil {

@@ -246,6 +246,51 @@ func TestMetricsQueue(t *testing.T) {
 	require.Equal(t, point{value: 1}, got["durable.workflow.finished"]["durable.workflow.status=cancelled"])
 }
 
+// TestMetricsFlowControl: a keyed queue's gauge counts its partition keys
+// with queued runs (the runs without a key as one more); enqueues that
+// collapse into a debounced run or join an open batch are counted by
+// kind, and only the first of each created a run.
+func TestMetricsFlowControl(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := newMeterReader(t)
+	var wf *durable.Workflow[int, int]
+	var batch *durable.Workflow[[]int, int]
+	var fair, plain *durable.Queue
+	b.engine(t, func(c *durable.Config) { c.MeterProvider = m.mp }, func(e *durable.Engine) {
+		fair = durable.RegisterQueue(e, "fair", &durable.QueueOpts{FairShare: true})
+		plain = durable.RegisterQueue(e, "plain", nil)
+		wf = durable.Register(e, "wf", func(wctx durable.Context, in int) (int, error) { return in, nil }, nil)
+		batch = durable.Register(e, "batch", func(wctx durable.Context, in []int) (int, error) { return len(in), nil }, nil)
+	})
+	ctx := ctxT(t)
+	require.NoError(t, fair.Pause(ctx))
+	require.NoError(t, plain.Pause(ctx))
+	for i, key := range []string{"a", "b", "b", "c", ""} {
+		_, err := wf.Enqueue(ctx, fair, i, &durable.EnqueueOpts{PartitionKey: key})
+		require.NoError(t, err)
+	}
+	for i := range 3 {
+		_, err := wf.Enqueue(ctx, plain, i, &durable.EnqueueOpts{Debounce: &durable.Debounce{Key: "k", Window: time.Hour}})
+		require.NoError(t, err)
+	}
+	bt, err := durable.NewBatcher(batch, durable.BatchOpts{MaxItems: 10, MaxWait: time.Hour})
+	require.NoError(t, err)
+	for i := range 4 {
+		_, err := bt.Add(ctx, plain, i, nil)
+		require.NoError(t, err)
+	}
+	got := m.collect(t)
+	require.Equal(t, map[string]point{"durable.queue.name=fair": {value: 4}}, got["durable.queue.keys"],
+		"keys a, b, c and the runs without a key; a plain queue has no keys gauge")
+	require.Equal(t, map[string]point{
+		"durable.join.kind=debounce,durable.queue.name=plain": {value: 2},
+		"durable.join.kind=batch,durable.queue.name=plain":    {value: 3},
+	}, got["durable.queue.joined"])
+	require.Equal(t, point{value: 5 + 1}, got["durable.workflow.started"]["durable.start.kind=enqueue,durable.workflow.name=wf"])
+	require.Equal(t, point{value: 1}, got["durable.workflow.started"]["durable.start.kind=enqueue,durable.workflow.name=batch"])
+}
+
 // TestMetricsRecovery: runs resumed after their executor died are counted
 // by how they were found: this executor ID's own at Launch (restart), a
 // dead peer's by the sweeper (takeover), a dead peer's queued run back in
