@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
@@ -170,4 +171,53 @@ func TestBatcher(t *testing.T) {
 // hour.
 func context20s(t *testing.T) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctxT(t), 20*time.Second)
+}
+
+// TestClientBatcher: a client's items join the same batches as an
+// engine's (one run per batch, each item at its index), the executor runs
+// them, and the client waits for the result; bad options and a missing
+// queue are typed errors.
+func TestClientBatcher(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[[]string, string]
+	var q *durable.Queue
+	b.engine(t, nil, func(e *durable.Engine) {
+		q = durable.RegisterQueue(e, "batches", nil)
+		wf = durable.Register(e, "join", func(wctx durable.Context, items []string) (string, error) {
+			return strings.Join(items, ","), nil
+		}, nil)
+	})
+	c, err := durable.NewClient(b.pool, b.clientConfig())
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	ctx := ctxT(t)
+	ref := durable.ClientWorkflow[[]string, string](c, "join")
+	_, err = durable.NewClientBatcher(ref, durable.BatchOpts{MaxItems: 0, MaxWait: time.Second})
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
+
+	cb, err := durable.NewClientBatcher(ref, durable.BatchOpts{MaxItems: 3, MaxWait: time.Hour})
+	require.NoError(t, err)
+	eb, err := durable.NewBatcher(wf, durable.BatchOpts{MaxItems: 3, MaxWait: time.Hour})
+	require.NoError(t, err)
+	first, err := cb.Add(ctx, "batches", "a", nil)
+	require.NoError(t, err)
+	second, err := eb.Add(ctx, q, "b", nil)
+	require.NoError(t, err)
+	var third durable.ClientBatchItem[string]
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		third, err = cb.AddTx(ctx, tx, "batches", "c", nil)
+		return err
+	}))
+	require.Equal(t, first.Run.ID(), second.Run.ID())
+	require.Equal(t, first.Run.ID(), third.Run.ID())
+	require.Equal(t, []int{0, 1, 2}, []int{first.Index, second.Index, third.Index})
+	v, err := first.Run.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "a,b,c", v)
+
+	_, err = cb.Add(ctx, "nope", "x", nil)
+	require.ErrorIs(t, err, durable.ErrQueueNotFound)
+	_, err = cb.AddTx(ctx, nil, "batches", "x", nil)
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
 }

@@ -138,7 +138,7 @@ func init() {
 			Name:      "metrics/joined-batch",
 			Mechanism: "an item added to an open batch is counted as joined",
 			Edits: []Edit{{File: "batcher.go",
-				Find:    "\t\ts.met.joinedRun(ctx, q.name, joinBatch)\n",
+				Find:    "\t\ts.met.joinedRun(ctx, queue, joinBatch)\n",
 				Replace: "\n"}},
 			Pkg: ".", Tests: "TestMetricsFlowControl",
 		},

@@ -144,7 +144,7 @@ func init() {
 			Name:      "batch/max-items",
 			Mechanism: "a batch that holds MaxItems items starts at once and takes no more",
 			Edits: []Edit{{File: "batcher.go",
-				Find:    "return merged, len(items) >= b.opts.MaxItems, err",
+				Find:    "return merged, len(items) >= bo.MaxItems, err",
 				Replace: "return merged, false, err"}},
 			Pkg: ".", Tests: "TestQueueFlowControlAcrossProcesses",
 		},
