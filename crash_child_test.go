@@ -232,6 +232,8 @@ func runChild(mode string) error {
 		return runScheduleChild(ctx, e, pool)
 	case "attempts":
 		return runAttemptsChild(ctx, e, pool, schema)
+	case "http":
+		return runHTTPChild(ctx, e)
 	}
 	return errors.New("unknown child mode " + mode)
 }

@@ -328,8 +328,8 @@ func attempt[R any](r *run, sp *tspan, pos int, name string, policy RetryPolicy,
 }
 
 func stepContext(r *run, sp *tspan, pos int, name string, n int, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx := context.WithValue(sp.context(r), stepInfoKey{}, StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n,
-		Resumed: r.failed.resumed(pos, n, r.steps[pos])})
+	ctx := withRequestSeq(context.WithValue(sp.context(r), stepInfoKey{}, StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n,
+		Resumed: r.failed.resumed(pos, n, r.steps[pos])}))
 	if timeout > 0 {
 		return context.WithTimeout(ctx, timeout)
 	}

@@ -67,7 +67,10 @@
 // idempotency key, "<run ID>/<turn>/<call ID>" ([ToolIdempotencyKey]),
 // stable across retries and recoveries and different for every other call
 // (and for arguments an approver edited): hand it to the provider, and a
-// step that runs again after a crash has its effect once. Failures the
+// step that runs again after a crash has its effect once. An HTTP tool
+// gets it without code: an http.Client whose Transport is
+// [NewTransport] stamps the call's key on each request it makes (the
+// n-th after the first as "<call key>/<n>"). Failures the
 // model should see are values ([ToolErrorf]); other errors are retried by
 // the step's policy, and a call that fails for good is shown to the model
 // as an error result (or ends the run, with ToolOpts.FailRun). Unknown

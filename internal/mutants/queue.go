@@ -17,6 +17,39 @@ func init() {
 			// executors happen to run their runs at the same moments.
 			Pkg: "./internal/dispatch", Tests: "TestLimits/global",
 		},
+		// Idempotency keys on the wire (IdempotentTransport).
+		Mutant{
+			Name:      "transport/stamp",
+			Mechanism: "a request made inside a step carries the step's key",
+			Edits: []Edit{{File: "transport.go",
+				Find:    "\tout.Header.Set(header, key)\n",
+				Replace: ""}},
+			Pkg: ".", Tests: "TestIdempotentTransportThroughSIGKILL",
+		},
+		Mutant{
+			Name:      "transport/numbered",
+			Mechanism: "the requests of one step get keys of their own, numbered in order",
+			Edits: []Edit{{File: "transport.go",
+				Find:    "\tif n := seq.Add(1); n > 1 {\n",
+				Replace: "\tif n := seq.Add(1); n < 1 {\n"}},
+			Pkg: ".", Tests: "TestIdempotentTransportThroughSIGKILL",
+		},
+		Mutant{
+			Name:      "transport/per-attempt",
+			Mechanism: "the numbering starts afresh on every attempt of a step",
+			Edits: []Edit{{File: "transport.go",
+				Find:    "\treturn context.WithValue(ctx, requestSeqKey{}, new(atomic.Int64))\n",
+				Replace: "\treturn context.WithValue(ctx, requestSeqKey{}, sharedSeq)\n}\n\nvar sharedSeq = new(atomic.Int64)\n\nfunc init() {\n"}},
+			Pkg: ".", Tests: "TestIdempotentTransport$",
+		},
+		Mutant{
+			Name:      "transport/tool-key",
+			Mechanism: "agentkit's transport stamps the tool call's key inside a tool",
+			Edits: []Edit{{File: "agentkit/transport.go",
+				Find:    "\tif k := ToolIdempotencyKey(ctx); k != \"\" {\n",
+				Replace: "\tif k := ToolIdempotencyKey(ctx); k == \"-\" {\n"}},
+			Pkg: "./agentkit", Tests: "TestTransportStampsToolKeys",
+		},
 		Mutant{
 			Name:      "queue/worker",
 			Mechanism: "the per-executor concurrency limit of a queue's dispatch",
