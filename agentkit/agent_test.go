@@ -113,7 +113,8 @@ func TestAgentLoop(t *testing.T) {
 	require.Equal(t, `{"id":1}`, results[1])
 	require.Equal(t, "42", results[2])
 	require.Equal(t, `There is no tool named "nosuch". The tools are: double, lookup, record, sleep.`, results[3])
-	require.Contains(t, results[4], `The arguments of tool "lookup" are invalid`)
+	require.Equal(t, `The arguments of tool "lookup" are invalid: field "key" must be a string, not a number. You sent: {"key":5}`, results[4],
+		"in JSON's terms, with what the model sent")
 	require.Equal(t, []string{"slept 300ms", "slept 10ms", "slept 10ms"}, reqs[2].ToolResults()[5:])
 	require.Equal(t, []string{"loop-1/1/call_0_0"}, keys, "the key is run/turn/call")
 

@@ -45,7 +45,7 @@ func (rs *runState) plan(turn int, calls []ToolCall) []*callPlan {
 		p.tool = t
 		args, err := t.decode(c.Arguments)
 		if err != nil {
-			p.preset = &toolOutcome{Content: fmt.Sprintf("The arguments of tool %q are invalid: %v", c.Name, err), IsError: true}
+			p.preset = &toolOutcome{Content: fmt.Sprintf("The arguments of tool %q are invalid: %s", c.Name, argsError(c.Arguments, err)), IsError: true}
 			continue
 		}
 		p.args = args
@@ -114,7 +114,7 @@ func (rs *runState) approve(turn int, plans []*callPlan) (Outcome, error) {
 			pa.Status, pa.Decision = ApprovalEdited, &d
 			args, err := p.tool.decode(d.Arguments)
 			if err != nil {
-				p.preset = &toolOutcome{Content: fmt.Sprintf("The approver's edited arguments are invalid (%v), so the call did not run.", err), IsError: true}
+				p.preset = &toolOutcome{Content: fmt.Sprintf("The approver's edited arguments are invalid (%s), so the call did not run.", argsError(d.Arguments, err)), IsError: true}
 				break
 			}
 			p.args, p.call.Arguments, p.edited = args, d.Arguments, true

@@ -64,7 +64,9 @@
 // A tool is a plain step ([StepTool]), a transaction step ([TxTool]: its
 // writes and its checkpoint commit together), a child workflow
 // ([WorkflowTool]) or another agent ([AgentTool]). Each call gets an
-// idempotency key, "<run ID>/<turn>/<call ID>" ([ToolIdempotencyKey]),
+// idempotency key, "<run ID>/<turn>/<call ID>" ([ToolIdempotencyKey];
+// turns count from 1 there as everywhere in agentkit: Event.Turn,
+// ToolCallInfo.Turn and the model steps' names, agentkit.model:<turn>),
 // stable across retries and recoveries and different for every other call
 // (and for arguments an approver edited): hand it to the provider, and a
 // step that runs again after a crash has its effect once. An HTTP tool
@@ -74,7 +76,9 @@
 // model should see are values ([ToolErrorf]); other errors are retried by
 // the step's policy, and a call that fails for good is shown to the model
 // as an error result (or ends the run, with ToolOpts.FailRun). Unknown
-// tools and arguments that do not decode are reported to the model too.
+// tools and arguments that do not decode are reported to the model too,
+// in JSON's terms (the field and the JSON type it needs, or where the JSON
+// breaks) with the arguments it sent, so it can correct them.
 //
 // The calls of one turn run in parallel (AgentConfig.MaxParallelTools),
 // each as its own step; each call takes its step position before the next

@@ -51,6 +51,14 @@ func init() {
 			Pkg: "./agentkit", Tests: "TestTransportStampsToolKeys",
 		},
 		Mutant{
+			Name:      "agent/args-error",
+			Mechanism: "arguments that do not decode are described to the model in JSON's terms, with what it sent",
+			Edits: []Edit{{File: "agentkit/calls.go",
+				Find:    "are invalid: %s\", c.Name, argsError(c.Arguments, err))",
+				Replace: "are invalid: %s\", c.Name, err)"}},
+			Pkg: "./agentkit", Tests: "TestAgentLoop",
+		},
+		Mutant{
 			Name:      "queue/worker",
 			Mechanism: "the per-executor concurrency limit of a queue's dispatch",
 			Edits: []Edit{{File: "internal/dispatch/dispatch.go",
