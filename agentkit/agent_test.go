@@ -103,7 +103,7 @@ func TestAgentLoop(t *testing.T) {
 
 	reqs := srv.Requests()
 	require.Len(t, reqs, 3)
-	require.Equal(t, map[int]int{0: 1, 1: 1, 2: 1}, srv.TurnCounts())
+	require.Equal(t, map[int]int{1: 1, 2: 1, 3: 1}, srv.TurnCounts())
 	require.Equal(t, "system", reqs[0].Messages[0].Role)
 	require.Equal(t, "Do the thing.", reqs[0].LastUser())
 	require.Equal(t, []string{"lookup", "record", "double", "sleep"}, reqs[0].Tools)
@@ -116,14 +116,14 @@ func TestAgentLoop(t *testing.T) {
 	require.Equal(t, `The arguments of tool "lookup" are invalid: field "key" must be a string, not a number. You sent: {"key":5}`, results[4],
 		"in JSON's terms, with what the model sent")
 	require.Equal(t, []string{"slept 300ms", "slept 10ms", "slept 10ms"}, reqs[2].ToolResults()[5:])
-	require.Equal(t, []string{"loop-1/1/call_0_0"}, keys, "the key is run/turn/call")
+	require.Equal(t, []string{"loop-1/1/call_1_0"}, keys, "the key is run/turn/call")
 
 	var key string
 	require.NoError(t, v.pool.QueryRow(ctx, "SELECT idem_key FROM "+notes).Scan(&key))
-	require.Equal(t, "loop-1/1/call_0_1", key)
+	require.Equal(t, "loop-1/1/call_1_1", key)
 
 	// The three calls of turn 2 ran at once, but their steps are in call order.
-	slow, fast := spans["call_1_0"], spans["call_1_1"]
+	slow, fast := spans["call_2_0"], spans["call_2_1"]
 	require.True(t, fast.start.Before(slow.end), "the calls of one turn run in parallel")
 	steps, err := e.ListSteps(ctx, "loop-1")
 	require.NoError(t, err)
@@ -133,9 +133,9 @@ func TestAgentLoop(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"agentkit.model:1",
-		"agentkit.tool:lookup:call_0_0", "agentkit.tool:record:call_0_1", "child:double",
+		"agentkit.tool:lookup:call_1_0", "agentkit.tool:record:call_1_1", "child:double",
 		"agentkit.model:2",
-		"agentkit.tool:sleep:call_1_0", "agentkit.tool:sleep:call_1_1", "agentkit.tool:sleep:call_1_2",
+		"agentkit.tool:sleep:call_2_0", "agentkit.tool:sleep:call_2_1", "agentkit.tool:sleep:call_2_2",
 		"agentkit.model:3",
 	}, names)
 
@@ -170,7 +170,7 @@ func TestToolFailures(t *testing.T) {
 	_, err := v.pool.Exec(ctx, "CREATE TABLE "+tbl+" (note text)")
 	require.NoError(t, err)
 	srv := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		if r.Turn == 0 {
+		if r.Turn == 1 {
 			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{call("visible", `{}`), call("flaky", `{}`), call("broken", `{}`), call("txfail", `{}`)}}
 		}
 		return agentkittest.Reply{Text: "finished: " + strings.Join(r.ToolResults(), " | ")}

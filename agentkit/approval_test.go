@@ -42,7 +42,7 @@ func newApprovalRig(t *testing.T, mutate func(*durable.Config)) *approvalRig {
 	v := newEnv(t)
 	rig := &approvalRig{agents: map[string]*agentkit.Agent{}}
 	rig.srv = agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		if r.Turn == 0 {
+		if r.Turn == 1 {
 			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{call("refund", `{"amount":100}`), call("lookup", `{"key":"x"}`)}}
 		}
 		return agentkittest.Reply{Text: "saw: " + strings.Join(r.ToolResults(), " | ")}
@@ -116,7 +116,7 @@ func TestApprovalDecisions(t *testing.T) {
 	p := waitPending(t, rig.e, "approve-1")
 	require.Equal(t, "refund", p.Call.Name)
 	require.JSONEq(t, `{"amount":100}`, string(p.Call.Arguments))
-	require.Equal(t, "approve-1/1/call_0_0", p.IdempotencyKey)
+	require.Equal(t, "approve-1/1/call_1_0", p.IdempotencyKey)
 	require.Equal(t, agentkit.ApprovalPending, p.Status)
 	require.Equal(t, agentkit.TimeoutDeny, p.OnTimeout)
 	require.WithinDuration(t, time.Now().Add(time.Hour), p.Deadline, time.Minute)
@@ -129,7 +129,7 @@ func TestApprovalDecisions(t *testing.T) {
 	res, err := h.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "saw: refunded 100 | found x", res.Final)
-	require.Equal(t, []ran{{100, "approve-1/1/call_0_0"}}, rig.ranCalls())
+	require.Equal(t, []ran{{100, "approve-1/1/call_1_0"}}, rig.ranCalls())
 	got, ok, err := agentkit.Approval(ctx, rig.e, "approve-1", p.Call.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -150,7 +150,7 @@ func TestApprovalDecisions(t *testing.T) {
 	require.Equal(t, "saw: (An approver changed the arguments to {\"amount\":40}.)\nrefunded 40 | found x", res.Final)
 	last := rig.ranCalls()[1]
 	require.Equal(t, 40, last.Amount)
-	require.True(t, strings.HasPrefix(last.Key, "edit-1/1/call_0_0/edit-"), last.Key)
+	require.True(t, strings.HasPrefix(last.Key, "edit-1/1/call_1_0/edit-"), last.Key)
 
 	// Deny: the call does not run; the model sees the reason.
 	h = rig.start(t, "plain", "deny-1")
@@ -201,18 +201,18 @@ func TestApprovalTimeoutPolicies(t *testing.T) {
 	res, err = hApprove.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "saw: refunded 100 | found x", res.Final)
-	require.Equal(t, []ran{{100, "to-approve-1/1/call_0_0"}}, rig.ranCalls(), "only the approve-on-timeout call ran")
+	require.Equal(t, []ran{{100, "to-approve-1/1/call_1_0"}}, rig.ranCalls(), "only the approve-on-timeout call ran")
 
 	res, err = hEnd.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, agentkit.OutcomeApprovalTimeout, res.Outcome)
 	require.Len(t, res.Unexecuted, 2)
 
-	p, ok, err := agentkit.Approval(ctx, rig.e, "to-end-1", "call_0_0")
+	p, ok, err := agentkit.Approval(ctx, rig.e, "to-end-1", "call_1_0")
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, agentkit.ApprovalTimedOut, p.Status)
-	require.ErrorIs(t, agentkit.Decide(ctx, rig.e, "to-end-1", "call_0_0", agentkit.Decision{Action: agentkit.ActionApprove}), agentkit.ErrNoPendingApproval)
+	require.ErrorIs(t, agentkit.Decide(ctx, rig.e, "to-end-1", "call_1_0", agentkit.Decision{Action: agentkit.ActionApprove}), agentkit.ErrNoPendingApproval)
 }
 
 // TestApprovalWaitParks: a two-day approval wait holds no goroutine and

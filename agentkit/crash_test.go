@@ -39,8 +39,8 @@ var crashTurns = [][]agentkit.ToolCall{
 func crashScript(hold func(r *agentkittest.Request) <-chan struct{}) agentkittest.Script {
 	return func(r *agentkittest.Request) agentkittest.Reply {
 		var rep agentkittest.Reply
-		if r.Turn < len(crashTurns) {
-			rep = agentkittest.Reply{Text: fmt.Sprintf("Turn %d: working.", r.Turn+1), ToolCalls: crashTurns[r.Turn]}
+		if r.Turn <= len(crashTurns) {
+			rep = agentkittest.Reply{Text: fmt.Sprintf("Turn %d: working.", r.Turn), ToolCalls: crashTurns[r.Turn-1]}
 		} else {
 			results := r.ToolResults()
 			sum := sha256.Sum256([]byte(strings.Join(results, "\n")))
@@ -75,7 +75,7 @@ func runCrashScenario(t *testing.T, crash bool) *crashOutcome {
 	var once sync.Once
 	never := make(chan struct{})
 	srv := agentkittest.NewServer(crashScript(func(r *agentkittest.Request) <-chan struct{} {
-		if crash && r.Turn == 3 && r.Attempt == 1 {
+		if crash && r.Turn == 4 && r.Attempt == 1 {
 			once.Do(func() { close(held) })
 			return never // answered only after the kill, which hangs up
 		}
@@ -112,9 +112,9 @@ func runCrashScenario(t *testing.T, crash bool) *crashOutcome {
 
 		// 2. Killed after charging 30 (the provider saw it) and before
 		// the charge's checkpoint.
-		c = startChild(t, v.schema, append(env, "AGENTKIT_KILL_KEY=crash-run/6/call_5_0")...)
+		c = startChild(t, v.schema, append(env, "AGENTKIT_KILL_KEY=crash-run/6/call_6_0")...)
 		require.True(t, proctest.KilledBySIGKILL(c.Wait(t)), "stderr:\n%s", c.Stderr.String())
-		require.Equal(t, 1, prov.Calls()["crash-run/6/call_5_0"])
+		require.Equal(t, 1, prov.Calls()["crash-run/6/call_6_0"])
 
 		// 3. Killed while waiting for the approval of turn 8; the decision
 		// is sent while no process runs the agent.
@@ -184,14 +184,14 @@ func TestCrashRecovery(t *testing.T) {
 	refReqs, gotReqs := ref.srv.Requests(), got.srv.Requests()
 	require.Equal(t, refReqs[len(refReqs)-1].Messages, gotReqs[len(gotReqs)-1].Messages, "the whole transcript matches")
 
-	// The model: every turn requested once; turn 4 (index 3) twice, since
-	// its first request was cut by the kill before an answer was recorded.
+	// The model: every turn requested once; turn 4 twice, since its first
+	// request was cut by the kill before an answer was recorded.
 	want := map[int]int{}
-	for i := 0; i < 12; i++ {
+	for i := 1; i <= 12; i++ {
 		want[i] = 1
 	}
 	require.Equal(t, want, ref.srv.TurnCounts())
-	want[3] = 2
+	want[4] = 2
 	require.Equal(t, want, got.srv.TurnCounts(), "no recorded turn was requested again")
 
 	// The provider: the same effects, each once. The charge killed before
@@ -202,9 +202,9 @@ func TestCrashRecovery(t *testing.T) {
 	require.Len(t, got.prov.Effects(), 6) // five charges and the refund
 	for key, n := range got.prov.Calls() {
 		switch key {
-		case "crash-run/6/call_5_0":
+		case "crash-run/6/call_6_0":
 			require.Equal(t, 2, n, key)
-		case "crash-run/6/call_5_1":
+		case "crash-run/6/call_6_1":
 			require.LessOrEqual(t, n, 2, key)
 		default:
 			require.Equal(t, 1, n, key)
@@ -220,7 +220,7 @@ func TestCrashRecovery(t *testing.T) {
 	require.Equal(t, eventsJSON(ref.events), eventsJSON(got.events))
 
 	// The transaction tool's writes happened once each.
-	require.Equal(t, []string{"crash-run/3/call_2_0=x", "crash-run/5/call_4_0=y", "crash-run/9/call_8_0=z"}, ref.ledger)
+	require.Equal(t, []string{"crash-run/3/call_3_0=x", "crash-run/5/call_5_0=y", "crash-run/9/call_9_0=z"}, ref.ledger)
 	require.Equal(t, ref.ledger, got.ledger)
 }
 
@@ -235,7 +235,7 @@ func TestCrashAtTurnLimit(t *testing.T) {
 	_, err := v.pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{v.schema, "ledger"}.Sanitize()+" (idem_key text PRIMARY KEY, entry text)")
 	require.NoError(t, err)
 	srv := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		return agentkittest.Reply{Text: fmt.Sprintf("charging %d", r.Turn), ToolCalls: []agentkit.ToolCall{call("charge", fmt.Sprintf(`{"amount":%d}`, r.Turn+1))}}
+		return agentkittest.Reply{Text: fmt.Sprintf("charging %d", r.Turn-1), ToolCalls: []agentkit.ToolCall{call("charge", fmt.Sprintf(`{"amount":%d}`, r.Turn))}}
 	})
 	defer srv.Close()
 	prov := agentkittest.NewProvider()
@@ -244,15 +244,15 @@ func TestCrashAtTurnLimit(t *testing.T) {
 
 	c := startChild(t, v.schema, append(env, "AGENTKIT_MAX_TURNS=3", "AGENTKIT_KILL_AFTER_MODEL=3")...)
 	require.True(t, proctest.KilledBySIGKILL(c.Wait(t)), "stderr:\n%s", c.Stderr.String())
-	require.Equal(t, map[int]int{0: 1, 1: 1, 2: 1}, srv.TurnCounts())
+	require.Equal(t, map[int]int{1: 1, 2: 1, 3: 1}, srv.TurnCounts())
 
 	c = startChild(t, v.schema, append(env, "AGENTKIT_MAX_TURNS=10")...)
 	res := childResult(t, c)
 	require.Equal(t, agentkit.OutcomeLimitTurns, res.Outcome)
 	require.Equal(t, 3, res.Turns)
-	require.Equal(t, map[int]int{0: 1, 1: 1, 2: 1}, srv.TurnCounts(), "no turn after the limit")
+	require.Equal(t, map[int]int{1: 1, 2: 1, 3: 1}, srv.TurnCounts(), "no turn after the limit")
 	require.Len(t, res.Unexecuted, 1)
-	require.Equal(t, []string{"crash-run/1/call_0_0", "crash-run/2/call_1_0"}, sorted(prov.Effects()), "the last turn's charge never ran")
+	require.Equal(t, []string{"crash-run/1/call_1_0", "crash-run/2/call_2_0"}, sorted(prov.Effects()), "the last turn's charge never ran")
 
 	// Yet another process start finds the run finished and does nothing.
 	c = startChild(t, v.schema, append(env, "AGENTKIT_MAX_TURNS=10")...)

@@ -37,10 +37,10 @@ func TestEventsFollowAndRejoin(t *testing.T) {
 	ctx := ctxT(t)
 	srv := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
 		switch r.Turn {
-		case 0:
+		case 1:
 			// The first attempt's stream is cut halfway; the retry completes.
 			return agentkittest.Reply{Text: "Checking the account first.", ToolCalls: []agentkit.ToolCall{call("lookup", `{"key":"acct"}`)}, CutStream: r.Attempt == 1}
-		case 1:
+		case 2:
 			return agentkittest.Reply{Text: "A refund is needed.", ToolCalls: []agentkit.ToolCall{call("refund", `{"amount":5}`)}}
 		}
 		return agentkittest.Reply{Text: "All settled, thanks for waiting."}

@@ -17,7 +17,7 @@ import (
 // input and 50 output tokens and $0.01 per call.
 func endless() *agentkittest.Server {
 	return agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		return agentkittest.Reply{Text: fmt.Sprintf("step %d", r.Turn), ToolCalls: []agentkit.ToolCall{call("lookup", fmt.Sprintf(`{"key":"k%d"}`, r.Turn))},
+		return agentkittest.Reply{Text: fmt.Sprintf("step %d", r.Turn-1), ToolCalls: []agentkit.ToolCall{call("lookup", fmt.Sprintf(`{"key":"k%d"}`, r.Turn-1))},
 			InputTokens: 100, OutputTokens: 50, Cost: 0.01}
 	})
 }
@@ -125,14 +125,14 @@ func TestSubAgentBudget(t *testing.T) {
 	v := newEnv(t)
 	ctx := ctxT(t)
 	srv := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		if r.LastUser() == "research" && r.Turn == 0 {
+		if r.LastUser() == "research" && r.Turn == 1 {
 			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{call("researcher", `{"prompt":"dig"}`)}, InputTokens: 100, OutputTokens: 100}
 		}
 		if r.LastUser() == "research" {
 			return agentkittest.Reply{Text: "report: " + r.ToolResults()[0], InputTokens: 100, OutputTokens: 100}
 		}
 		// The sub-agent digs forever, 300 tokens a call.
-		return agentkittest.Reply{Text: fmt.Sprintf("dug %d", r.Turn), ToolCalls: []agentkit.ToolCall{call("dig", `{}`)}, InputTokens: 200, OutputTokens: 100}
+		return agentkittest.Reply{Text: fmt.Sprintf("dug %d", r.Turn-1), ToolCalls: []agentkit.ToolCall{call("dig", `{}`)}, InputTokens: 200, OutputTokens: 100}
 	})
 	defer srv.Close()
 	var boss, sub *agentkit.Agent
@@ -154,7 +154,7 @@ func TestSubAgentBudget(t *testing.T) {
 	require.EqualValues(t, 200+1200, res.Usage.Tokens())
 	require.EqualValues(t, 5, res.Usage.Requests)
 	// The sub-agent's run ID is the call's idempotency key.
-	subRes, err := sub.Result(ctx, "boss-1/1/call_0_0")
+	subRes, err := sub.Result(ctx, "boss-1/1/call_1_0")
 	require.NoError(t, err)
 	require.Equal(t, agentkit.OutcomeLimitTokens, subRes.Outcome)
 	require.Equal(t, 4, subRes.Turns)

@@ -30,7 +30,7 @@ func TestLargeOutputsByReference(t *testing.T) {
 	require.NoError(t, err)
 	big := strings.Repeat("0123456789abcdef", 200<<10/16) // 200 KiB
 	srv := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		if r.Turn == 0 {
+		if r.Turn == 1 {
 			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{call("dump", `{}`), call("txdump", `{}`), call("small", `{}`)}}
 		}
 		var sizes []string
@@ -197,7 +197,7 @@ func TestPruneBlobs(t *testing.T) {
 	require.NoError(t, err)
 	big := strings.Repeat("0123456789abcdef", 100<<10/16) // 100 KiB
 	srv := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		if r.Turn == 0 {
+		if r.Turn == 1 {
 			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{call("dump", `{}`)}}
 		}
 		return agentkittest.Reply{Text: "done"}

@@ -43,14 +43,14 @@ func TestOpenAIRequestAndResponseMapping(t *testing.T) {
 	require.Equal(t, agentkit.RoleAssistant, resp.Message.Role)
 	require.Equal(t, agentkit.FinishStop, resp.Finish)
 	require.Equal(t, agentkit.Usage{InputTokens: 120, OutputTokens: 7, CostMicros: 2500, Requests: 1}, resp.Usage)
-	require.Equal(t, "chatcmpl-1-1", resp.ID)
+	require.Equal(t, "chatcmpl-2-1", resp.ID)
 
 	got := srv.Requests()
 	require.Len(t, got, 1)
 	r := got[0]
 	require.Equal(t, "Bearer sk-1", r.Header.Get("Authorization"))
 	require.Equal(t, "t1", r.Header.Get("X-Tenant"))
-	require.Equal(t, 1, r.Turn)
+	require.Equal(t, 2, r.Turn)
 	require.Equal(t, []string{"look"}, r.Tools)
 	var body map[string]any
 	require.NoError(t, json.Unmarshal(r.Body, &body))
@@ -142,8 +142,8 @@ func TestOpenAIStreaming(t *testing.T) {
 	require.Equal(t, resp.Message.Text(), text.String(), "the deltas add up to the final response")
 	require.Equal(t, `{"query":"durable agents"}`, args[0])
 	require.Equal(t, []agentkit.ToolCall{
-		{ID: "call_0_0", Name: "search", Arguments: json.RawMessage(`{"query":"durable agents"}`)},
-		{ID: "call_0_1", Name: "fetch", Arguments: json.RawMessage(`{"url":"https://example.com/x"}`)},
+		{ID: "call_1_0", Name: "search", Arguments: json.RawMessage(`{"query":"durable agents"}`)},
+		{ID: "call_1_1", Name: "fetch", Arguments: json.RawMessage(`{"url":"https://example.com/x"}`)},
 	}, resp.Message.ToolCalls)
 	require.Equal(t, agentkit.FinishToolCalls, resp.Finish)
 	require.Equal(t, agentkit.Usage{InputTokens: 50, OutputTokens: 20, Requests: 1}, resp.Usage)

@@ -55,11 +55,11 @@ func TestStorageGrowsLinearly(t *testing.T) {
 	filler := strings.Repeat("lorem ipsum ", 8) // ~100 bytes of assistant text per turn
 	srv := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
 		n, _ := strconv.Atoi(strings.TrimPrefix(r.Messages[0].Content, "turns "))
-		if r.Turn == n-1 {
+		if r.Turn == n {
 			return agentkittest.Reply{Text: "final answer", InputTokens: 1000, OutputTokens: 10}
 		}
-		return agentkittest.Reply{Text: fmt.Sprintf("turn %03d: %s", r.Turn, filler), InputTokens: 1000, OutputTokens: 10,
-			ToolCalls: []agentkit.ToolCall{call("lookup", fmt.Sprintf(`{"key":"item-%03d"}`, r.Turn))}}
+		return agentkittest.Reply{Text: fmt.Sprintf("turn %03d: %s", r.Turn-1, filler), InputTokens: 1000, OutputTokens: 10,
+			ToolCalls: []agentkit.ToolCall{call("lookup", fmt.Sprintf(`{"key":"item-%03d"}`, r.Turn-1))}}
 	})
 	defer srv.Close()
 	var a *agentkit.Agent

@@ -66,7 +66,8 @@ type Message struct {
 
 // Request is a logged request.
 type Request struct {
-	// Turn is the number of assistant messages in the request.
+	// Turn is the turn the request is for, from 1 as agentkit counts
+	// them: one more than the assistant messages in the request.
 	Turn int
 	// Attempt counts the requests of this turn so far, from 1.
 	Attempt  int
@@ -111,12 +112,12 @@ func (r *Request) Digest() string {
 // Script chooses the reply to a request.
 type Script func(req *Request) Reply
 
-// Turns is a script replying replies[turn] to a request of turn turn, and
-// HTTP 500 past the end.
+// Turns is a script replying replies[0] to a request of turn 1,
+// replies[1] to turn 2 and so on, and HTTP 500 past the end.
 func Turns(replies ...Reply) Script {
 	return func(req *Request) Reply {
-		if req.Turn < len(replies) {
-			return replies[req.Turn]
+		if req.Turn <= len(replies) {
+			return replies[req.Turn-1]
 		}
 		return Reply{Status: http.StatusInternalServerError, Raw: `{"error":{"message":"script exhausted","type":"server_error"}}`}
 	}
@@ -204,7 +205,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error"}}`, "bad JSON: "+err.Error())
 		return
 	}
-	req := &Request{Stream: wr.Stream, Model: wr.Model, Header: r.Header.Clone(), Body: body, At: time.Now()}
+	req := &Request{Turn: 1, Stream: wr.Stream, Model: wr.Model, Header: r.Header.Clone(), Body: body, At: time.Now()}
 	for _, m := range wr.Messages {
 		msg := Message{Role: m.Role, Content: contentText(m.Content), ToolCallID: m.ToolCallID}
 		for _, tc := range m.ToolCalls {

@@ -7,8 +7,8 @@
 // `scripts/with-postgres bash`):
 //
 //	go run ./examples/approval agent                      # terminal 1: starts ticket-981, waits for approval
-//	go run ./examples/approval approve ticket-981 call_0_0  # terminal 2
-//	go run ./examples/approval deny ticket-981 call_0_0 "over the limit"
+//	go run ./examples/approval approve ticket-981 call_1_0  # terminal 2
+//	go run ./examples/approval deny ticket-981 call_1_0 "over the limit"
 //	go run ./examples/approval pending ticket-981          # list the calls waiting for a decision
 //	go run ./examples/approval reset                      # drop the example's schemas
 //
@@ -168,7 +168,7 @@ ON CONFLICT (idem_key) DO UPDATE SET calls = r.calls + 1 RETURNING r.id, r.calls
 // script is the offline model: a refund request, then a summary of the
 // tool's result.
 func script(req *agentkittest.Request) agentkittest.Reply {
-	if req.Turn == 0 {
+	if req.Turn == 1 {
 		args, _ := json.Marshal(refundArgs{OrderID: "42", AmountCents: 4999, Reason: "arrived broken"})
 		return agentkittest.Reply{Text: "I will refund order 42.", ToolCalls: []agentkit.ToolCall{{Name: "refund", Arguments: args}}}
 	}

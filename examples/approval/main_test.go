@@ -60,7 +60,7 @@ func TestApprovalAcrossRestart(t *testing.T) {
 	}
 	agentArgs := []string{"-schema", schema, "agent", "-ticket", "ticket-1"}
 	a1 := startCLI(t, &out, agentArgs...)
-	waitFor(t, "the first agent to ask for approval", func() bool { return strings.Contains(out.String(), "approve ticket-1 call_0_0") })
+	waitFor(t, "the first agent to ask for approval", func() bool { return strings.Contains(out.String(), "approve ticket-1 call_1_0") })
 	if err := a1.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -71,10 +71,10 @@ func TestApprovalAcrossRestart(t *testing.T) {
 	// the restart, once the new process waits again.
 	a2 := startCLI(t, &out, agentArgs...)
 	waitFor(t, "the restarted agent to wait again", func() bool {
-		return strings.Count(out.String(), "approve ticket-1 call_0_0") == 2
+		return strings.Count(out.String(), "approve ticket-1 call_1_0") == 2
 	})
 	var cliOut proctest.Buffer
-	if code := cli(ctx, &cliOut, []string{"-schema", schema, "approve", "ticket-1", "call_0_0"}); code != 0 {
+	if code := cli(ctx, &cliOut, []string{"-schema", schema, "approve", "ticket-1", "call_1_0"}); code != 0 {
 		t.Fatalf("approve: exit %d: %s", code, cliOut.String())
 	}
 	out.Write([]byte("[test] " + cliOut.String()))
@@ -95,7 +95,7 @@ func TestApprovalAcrossRestart(t *testing.T) {
 		}
 	}
 	// A second decision is refused: the call is no longer pending.
-	if code := cli(ctx, &cliOut, []string{"-schema", schema, "deny", "ticket-1", "call_0_0"}); code != 1 {
+	if code := cli(ctx, &cliOut, []string{"-schema", schema, "deny", "ticket-1", "call_1_0"}); code != 1 {
 		t.Fatalf("a second decision: exit %d, want 1", code)
 	}
 }
@@ -112,12 +112,12 @@ func TestDeny(t *testing.T) {
 		t.Fatalf("reset: exit %d", code)
 	}
 	a := startCLI(t, &out, "-schema", schema, "agent", "-ticket", "ticket-2")
-	waitFor(t, "the agent to ask for approval", func() bool { return strings.Contains(out.String(), "deny ticket-2 call_0_0") })
+	waitFor(t, "the agent to ask for approval", func() bool { return strings.Contains(out.String(), "deny ticket-2 call_1_0") })
 	var pend proctest.Buffer
-	if code := cli(ctx, &pend, []string{"-schema", schema, "pending", "ticket-2"}); code != 0 || !strings.HasPrefix(pend.String(), "call_0_0 refund ") {
+	if code := cli(ctx, &pend, []string{"-schema", schema, "pending", "ticket-2"}); code != 0 || !strings.HasPrefix(pend.String(), "call_1_0 refund ") {
 		t.Fatalf("pending: exit %d: %q", code, pend.String())
 	}
-	if code := cli(ctx, &out, []string{"-schema", schema, "deny", "ticket-2", "call_0_0", "over the limit"}); code != 0 {
+	if code := cli(ctx, &out, []string{"-schema", schema, "deny", "ticket-2", "call_1_0", "over the limit"}); code != 0 {
 		t.Fatalf("deny: exit %d", code)
 	}
 	kill := time.AfterFunc(30*time.Second, func() { _ = a.Process.Kill() })

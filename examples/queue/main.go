@@ -97,7 +97,7 @@ func run(ctx context.Context, w io.Writer, o options) error {
 
 	// The model: call lookup_order on the first turn, answer on the second.
 	model := agentkittest.NewServer(func(req *agentkittest.Request) agentkittest.Reply {
-		if req.Turn == 0 {
+		if req.Turn == 1 {
 			args, _ := json.Marshal(orderArgs{OrderID: req.LastUser()[len("Where is order "):]})
 			return agentkittest.Reply{Delay: o.ModelDelay, ToolCalls: []agentkit.ToolCall{{Name: "lookup_order", Arguments: args}}}
 		}

@@ -284,7 +284,7 @@ func runReplica(cfg replicaConfig) error {
 	}
 	// The model: save a report on the first turn, then answer.
 	srv := agentkittest.NewServer(func(req *agentkittest.Request) agentkittest.Reply {
-		if req.Turn == 0 {
+		if req.Turn == 1 {
 			args, _ := json.Marshal(reportArgs{Summary: "3 new competitors' prices; " + strings.TrimPrefix(req.LastUser(), "Research the market as of ")})
 			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "save_report", Arguments: args}}}
 		}
