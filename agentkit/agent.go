@@ -111,6 +111,9 @@ type AgentConfig struct {
 	System string
 	// Tools the model may call. Their names must be unique.
 	Tools []*Tool
+	// MCP are servers whose tools the model may call too, listed at the
+	// start of each run (see [MCPServer]).
+	MCP []*MCPServer
 	// Limits are the defaults of runs that set no Input.Limits (a zero
 	// Limits means MaxTurnsDefault turns and no token or cost limit).
 	Limits Limits
@@ -227,6 +230,7 @@ type Agent struct {
 	wf        *durable.Workflow[Input, Result]
 	tools     map[string]*Tool
 	specs     []ToolSpec
+	mcp       []*mcpClient
 	modelOpts *durable.StepOpts
 	knobs     hooks.AgentKnobs // test knobs (hooks.SetAgent)
 }
@@ -281,6 +285,12 @@ func TryDefine(e *durable.Engine, name string, cfg AgentConfig) (*Agent, error) 
 		}
 		a.tools[t.spec.Name] = t
 		a.specs = append(a.specs, t.spec)
+	}
+	if err := checkMCP(cfg.MCP); err != nil {
+		return nil, bad("%s", err)
+	}
+	for _, s := range cfg.MCP {
+		a.mcp = append(a.mcp, &mcpClient{srv: s})
 	}
 	a.modelOpts = &durable.StepOpts{Retry: cfg.ModelRetry, Timeout: cfg.ModelTimeout}
 	wf, err := durable.TryRegister(e, WorkflowPrefix+name, a.run, nil)
@@ -360,6 +370,9 @@ type runState struct {
 	turns int
 	usage Usage
 	seen  map[string]bool // call IDs used in the run
+	// The run's tools: the agent's and its MCP servers' (listMCP).
+	tools map[string]*Tool
+	specs []ToolSpec
 }
 
 var noRetry = &durable.StepOpts{Retry: &durable.RetryPolicy{MaxAttempts: 1}}
@@ -391,6 +404,9 @@ func (a *Agent) run(wctx durable.Context, in Input) (Result, error) {
 		return Result{}, durable.Permanent(fmt.Errorf("%w: agent %q: Input has neither Prompt nor Messages", durable.ErrInvalidArgument, a.name))
 	}
 	rs.start = len(rs.hist)
+	if err := rs.listMCP(); err != nil {
+		return Result{}, err
+	}
 	rs.emit(Event{Type: EventRunStarted})
 
 	for turn := 1; ; turn++ {
@@ -563,7 +579,7 @@ func (rs *runState) model(turn int, name string, extra *Message, withTools bool)
 			req.Messages = append(req.Messages, *extra)
 		}
 		if withTools {
-			req.Tools = a.specs
+			req.Tools = rs.specs
 		}
 		if err := rs.hydrate(ctx, req.Messages); err != nil {
 			return nil, err

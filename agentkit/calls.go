@@ -32,10 +32,10 @@ func (rs *runState) plan(turn int, calls []ToolCall) []*callPlan {
 	for i, c := range calls {
 		p := &callPlan{call: c, key: fmt.Sprintf("%s/%d/%s", rs.runID, turn, c.ID)}
 		plans[i] = p
-		t := rs.a.tools[c.Name]
+		t := rs.tools[c.Name]
 		if t == nil {
-			names := make([]string, 0, len(rs.a.tools))
-			for n := range rs.a.tools {
+			names := make([]string, 0, len(rs.tools))
+			for n := range rs.tools {
 				names = append(names, n)
 			}
 			sort.Strings(names)

@@ -124,6 +124,9 @@ func runChild() error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv("AGENTKIT_CHILD") == "mcp" {
+		return runMCPChild(ctx, e, model)
+	}
 	maxTurns, _ := strconv.Atoi(os.Getenv("AGENTKIT_MAX_TURNS"))
 	killAfterModel, _ := strconv.Atoi(os.Getenv("AGENTKIT_KILL_AFTER_MODEL"))
 	hooks.SetAgent(e, "crash", hooks.AgentKnobs{AfterModel: func(_ string, turn int, live bool) {

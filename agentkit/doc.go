@@ -61,6 +61,11 @@
 //
 // # Tools
 //
+// Tools come from AgentConfig.Tools and from MCP servers
+// (AgentConfig.MCP, [MCPServer]): a run lists each server's tools once,
+// as a recorded step, and calls them as steps whose idempotency key
+// travels in the call's _meta ([MCPMetaKey]).
+//
 // A tool is a plain step ([StepTool]), a transaction step ([TxTool]: its
 // writes and its checkpoint commit together), a child workflow
 // ([WorkflowTool]) or another agent ([AgentTool]). Each call gets an

@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if runChildIfAsked() {
+	if runChildIfAsked() || serveMCPStdioIfAsked() {
 		return
 	}
 	pgtest.Main(m)

@@ -58,6 +58,23 @@ func init() {
 				Replace: "are invalid: %s\", c.Name, err)"}},
 			Pkg: "./agentkit", Tests: "TestAgentLoop",
 		},
+		// agentkit's MCP tools.
+		Mutant{
+			Name:      "mcp/list-recorded",
+			Mechanism: "a run's MCP tool list is a recorded step: a replay does not ask the server again",
+			Edits: []Edit{{File: "agentkit/mcp.go",
+				Find:    "specs, err := durable.Step(rs.wctx, \"agentkit.mcp:\"+c.srv.Name, c.list, nil)",
+				Replace: "specs, err := c.list(context.Background())"}},
+			Pkg: "./agentkit", Tests: "TestMCPToolsThroughSIGKILL",
+		},
+		Mutant{
+			Name:      "mcp/meta-key",
+			Mechanism: "an MCP tool call carries its idempotency key in _meta",
+			Edits: []Edit{{File: "agentkit/mcp.go",
+				Find:    "Meta: mcp.Meta{MCPMetaKey: key}",
+				Replace: "Meta: mcp.Meta{}"}},
+			Pkg: "./agentkit", Tests: "TestMCPTools$",
+		},
 		Mutant{
 			Name:      "queue/worker",
 			Mechanism: "the per-executor concurrency limit of a queue's dispatch",
