@@ -64,7 +64,7 @@ func init() {
 			Mechanism: "a run's MCP tool list is a recorded step: a replay does not ask the server again",
 			Edits: []Edit{{File: "agentkit/mcp.go",
 				Find:    "specs, err := durable.Step(rs.wctx, \"agentkit.mcp:\"+c.srv.Name, c.list, nil)",
-				Replace: "specs, err := c.list(context.Background())"}},
+				Replace: "specs, err := c.list(context.Background()) // not recorded\n\t\t_ = durable.ErrInvalidArgument"}},
 			Pkg: "./agentkit", Tests: "TestMCPToolsThroughSIGKILL",
 		},
 		Mutant{
