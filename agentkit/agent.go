@@ -114,6 +114,16 @@ type AgentConfig struct {
 	// MCP are servers whose tools the model may call too, listed at the
 	// start of each run (see [MCPServer]).
 	MCP []*MCPServer
+	// Output, when set, is the shape of the final answer ([OutputOf]):
+	// sent with every model call as the response format, and checked on
+	// each answer without tool calls, as a recorded step. An answer that
+	// does not match goes back to the model with what is wrong, up to
+	// OutputRepairs times (each try a turn of its own); then the run ends
+	// with OutcomeOutputInvalid. A valid answer is Result.Output.
+	Output *Output
+	// OutputRepairs bounds the answers sent back for not matching
+	// Output. Defaults to OutputRepairsDefault; negative sends none back.
+	OutputRepairs int
 	// Limits are the defaults of runs that set no Input.Limits (a zero
 	// Limits means MaxTurnsDefault turns and no token or cost limit).
 	Limits Limits
@@ -174,6 +184,7 @@ const (
 	OutcomeDenied          Outcome = "denied"           // an approver denied a call of a tool with EndRunOnDeny
 	OutcomeApprovalTimeout Outcome = "approval_timeout" // an approval deadline passed under TimeoutEnd
 	OutcomeContinued       Outcome = "continued"        // the run continued as Result.NextRunID
+	OutcomeOutputInvalid   Outcome = "output_invalid"   // no answer matched AgentConfig.Output within its repairs
 )
 
 // Input is the input of an agent run.
@@ -204,6 +215,9 @@ type Result struct {
 	Outcome Outcome `json:"outcome"`
 	// Final is the text of the model's last answer.
 	Final string `json:"final"`
+	// Output is the final answer as JSON, with AgentConfig.Output and
+	// OutcomeCompleted: it matched the output's schema. See [DecodeOutput].
+	Output json.RawMessage `json:"output,omitempty"`
 	// Turns is the number of model calls of this run.
 	Turns int `json:"turns"`
 	// Usage is what this run used, its sub-agents included.
@@ -272,6 +286,7 @@ func TryDefine(e *durable.Engine, name string, cfg AgentConfig) (*Agent, error) 
 	cfg.BlobThreshold = cmp.Or(cfg.BlobThreshold, BlobThresholdDefault)
 	cfg.DeltaInterval = cmp.Or(cfg.DeltaInterval, DeltaIntervalDefault)
 	cfg.Continue.SummaryPrompt = cmp.Or(cfg.Continue.SummaryPrompt, SummaryPromptDefault)
+	cfg.OutputRepairs = cmp.Or(cfg.OutputRepairs, OutputRepairsDefault)
 	a := &Agent{name: name, cfg: cfg, e: e, tools: map[string]*Tool{}, knobs: hooks.TakeAgent(e, name)}
 	for i, t := range cfg.Tools {
 		if t == nil {
@@ -370,6 +385,9 @@ type runState struct {
 	turns int
 	usage Usage
 	seen  map[string]bool // call IDs used in the run
+	// repairs counts the answers sent back for not matching the output.
+	repairs int
+	output  json.RawMessage // the valid answer, with AgentConfig.Output
 	// The run's tools: the agent's and its MCP servers' (listMCP).
 	tools map[string]*Tool
 	specs []ToolSpec
@@ -432,7 +450,14 @@ func (a *Agent) run(wctx durable.Context, in Input) (Result, error) {
 		u := resp.Usage
 		rs.emit(Event{Type: EventAssistant, Turn: turn, Message: &msg, Usage: &u})
 		if len(msg.ToolCalls) == 0 {
-			return rs.finish(OutcomeCompleted, msg.Text(), nil), nil
+			if a.cfg.Output == nil {
+				return rs.finish(OutcomeCompleted, msg.Text(), nil), nil
+			}
+			done, res, err := rs.checkOutput(turn, msg.Text())
+			if err != nil || done {
+				return res, err
+			}
+			continue // the model answers again, told what was wrong
 		}
 		// Tools whose results no model call will read are not run.
 		if o := rs.limitReached(); o != "" {
@@ -528,6 +553,9 @@ func (rs *runState) budget() Limits {
 func (rs *runState) finish(o Outcome, final string, unexecuted []ToolCall) Result {
 	res := Result{Outcome: o, Final: final, Turns: rs.turns, Usage: rs.usage, Spent: rs.spent(), RunID: rs.runID,
 		PreviousRunID: rs.in.PreviousRunID, Unexecuted: unexecuted}
+	if o == OutcomeCompleted {
+		res.Output = rs.output
+	}
 	if rs.a.cfg.ReturnMessages {
 		res.Messages = rs.hist[rs.start:]
 	}
@@ -580,6 +608,9 @@ func (rs *runState) model(turn int, name string, extra *Message, withTools bool)
 		}
 		if withTools {
 			req.Tools = rs.specs
+		}
+		if out := a.cfg.Output; out != nil && withTools {
+			req.ResponseFormat = &ResponseFormat{Name: out.name, Schema: out.schema}
 		}
 		if err := rs.hydrate(ctx, req.Messages); err != nil {
 			return nil, err

@@ -124,8 +124,11 @@ func runChild() error {
 	if err != nil {
 		return err
 	}
-	if os.Getenv("AGENTKIT_CHILD") == "mcp" {
+	switch os.Getenv("AGENTKIT_CHILD") {
+	case "mcp":
 		return runMCPChild(ctx, e, model)
+	case "output":
+		return runOutputChild(ctx, e, model)
 	}
 	maxTurns, _ := strconv.Atoi(os.Getenv("AGENTKIT_MAX_TURNS"))
 	killAfterModel, _ := strconv.Atoi(os.Getenv("AGENTKIT_KILL_AFTER_MODEL"))

@@ -59,6 +59,14 @@
 // Set the SDK's own retries to zero: the model step retries, and a
 // [*ModelError] with Retryable false stops it.
 //
+// # Structured output
+//
+// With AgentConfig.Output ([OutputOf]) the final answer is JSON of a Go
+// type: the schema goes with every model call, each answer is checked as
+// a recorded step, one that does not match is sent back with what is
+// wrong (AgentConfig.OutputRepairs times at most), and [DecodeOutput]
+// reads Result.Output.
+//
 // # Tools
 //
 // Tools come from AgentConfig.Tools and from MCP servers

@@ -53,6 +53,15 @@ type Request struct {
 	MaxOutputTokens int
 	// Temperature is the sampling temperature; nil leaves the default.
 	Temperature *float64
+	// ResponseFormat, when set, asks for a final answer that is JSON
+	// matching a schema (AgentConfig.Output).
+	ResponseFormat *ResponseFormat
+}
+
+// ResponseFormat is the JSON schema a model's answer must match.
+type ResponseFormat struct {
+	Name   string          // letters, digits, '_' and '-'
+	Schema json.RawMessage // a JSON schema
 }
 
 // FinishReason says why the model stopped.

@@ -182,14 +182,15 @@ func httpError(status int, h http.Header, body []byte) error {
 // Wire types of the Chat Completions API.
 
 type wireRequest struct {
-	Model         string         `json:"model"`
-	Messages      []wireMessage  `json:"messages"`
-	Tools         []wireTool     `json:"tools,omitempty"`
-	ToolChoice    any            `json:"tool_choice,omitempty"`
-	MaxTokens     int            `json:"max_tokens,omitempty"`
-	Temperature   *float64       `json:"temperature,omitempty"`
-	Stream        bool           `json:"stream,omitempty"`
-	StreamOptions map[string]any `json:"stream_options,omitempty"`
+	Model          string         `json:"model"`
+	Messages       []wireMessage  `json:"messages"`
+	Tools          []wireTool     `json:"tools,omitempty"`
+	ToolChoice     any            `json:"tool_choice,omitempty"`
+	MaxTokens      int            `json:"max_tokens,omitempty"`
+	Temperature    *float64       `json:"temperature,omitempty"`
+	Stream         bool           `json:"stream,omitempty"`
+	StreamOptions  map[string]any `json:"stream_options,omitempty"`
+	ResponseFormat any            `json:"response_format,omitempty"`
 }
 
 type wireMessage struct {
@@ -299,6 +300,9 @@ func (m *OpenAI) encodeRequest(req *Request, stream bool) ([]byte, error) {
 	}
 	for _, t := range req.Tools {
 		w.Tools = append(w.Tools, wireTool{Type: "function", Function: wireFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}})
+	}
+	if f := req.ResponseFormat; f != nil {
+		w.ResponseFormat = map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": f.Name, "schema": f.Schema}}
 	}
 	switch req.ToolChoice {
 	case "":

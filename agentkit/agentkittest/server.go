@@ -75,9 +75,11 @@ type Request struct {
 	Model    string
 	Messages []Message
 	Tools    []string
-	Header   http.Header
-	Body     []byte
-	At       time.Time
+	// ResponseFormat is the request's response_format, as sent.
+	ResponseFormat json.RawMessage
+	Header         http.Header
+	Body           []byte
+	At             time.Time
 }
 
 // LastUser returns the content of the last user message.
@@ -187,7 +189,8 @@ type wireRequest struct {
 			Name string `json:"name"`
 		} `json:"function"`
 	} `json:"tools"`
-	Stream bool `json:"stream"`
+	Stream         bool            `json:"stream"`
+	ResponseFormat json.RawMessage `json:"response_format"`
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
@@ -205,7 +208,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error"}}`, "bad JSON: "+err.Error())
 		return
 	}
-	req := &Request{Turn: 1, Stream: wr.Stream, Model: wr.Model, Header: r.Header.Clone(), Body: body, At: time.Now()}
+	req := &Request{Turn: 1, Stream: wr.Stream, Model: wr.Model, ResponseFormat: wr.ResponseFormat, Header: r.Header.Clone(), Body: body, At: time.Now()}
 	for _, m := range wr.Messages {
 		msg := Message{Role: m.Role, Content: contentText(m.Content), ToolCallID: m.ToolCallID}
 		for _, tc := range m.ToolCalls {
