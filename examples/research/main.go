@@ -12,9 +12,13 @@
 // both declare the schedule with agentkit.Schedule, waits for -ticks ticks
 // (3 by default, so about three minutes), stops the replicas and prints
 // which replica ran each tick. Each run is an agent whose model (an offline
-// scripted server in each replica) calls the save_report tool, a
-// transaction step writing one row to research.reports. The demo drops
-// and recreates the schemas research and research_durable on every run.
+// scripted server in each replica) calls competitor_prices, a tool of an
+// MCP server (each replica serves one over streamable HTTP on a local
+// port), then the save_report tool, a transaction step writing one row to
+// research.reports, and answers with findings of a Go type
+// (AgentConfig.Output: sent as the response format, checked, decoded by
+// the parent). The demo drops and recreates the schemas research and
+// research_durable on every run.
 package main
 
 import (
@@ -24,6 +28,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -38,6 +44,7 @@ import (
 	"github.com/durable-go/durable/examples/internal/demo"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 const (
@@ -144,7 +151,7 @@ CREATE TABLE `+s+`.reports (
 	}
 	prefix := "sched:" + scheduleName + ":"
 	list := func() ([]durable.WorkflowInfo, error) {
-		runs, _, err := eng.ListWorkflows(ctx, &durable.ListParams{IDPrefix: prefix, OmitPayloads: true, Limit: durable.ListLimitMax})
+		runs, _, err := eng.ListWorkflows(ctx, &durable.ListParams{IDPrefix: prefix, Limit: durable.ListLimitMax})
 		return runs, err
 	}
 	say("waiting for %d ticks", o.Ticks)
@@ -216,6 +223,14 @@ CREATE TABLE `+s+`.reports (
 			line += fmt.Sprintf("  replica %d: %s", rep.replica, rep.summary)
 			byReplica[rep.replica]++
 		}
+		if r.Status == durable.StatusSuccess {
+			f, err := decodeFindings(r.Output)
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("tick %s: %v", tick, err))
+			} else {
+				line += fmt.Sprintf("  findings: %d competitors, cheapest %s", f.Competitors, f.Cheapest)
+			}
+		}
 		fmt.Fprintln(w, line)
 		if r.Status == durable.StatusSuccess && len(reports[r.ID]) != 1 {
 			bad = append(bad, fmt.Sprintf("tick %s has %d reports", tick, len(reports[r.ID])))
@@ -271,6 +286,49 @@ type reportArgs struct {
 	Summary string `json:"summary"`
 }
 
+// findings are the agent's answer: AgentConfig.Output makes the model's
+// final answer JSON of this type.
+type findings struct {
+	Competitors int    `json:"competitors"`
+	Cheapest    string `json:"cheapest"`
+	Summary     string `json:"summary"`
+}
+
+// decodeFindings reads the findings of a run's recorded result.
+func decodeFindings(output json.RawMessage) (findings, error) {
+	var res agentkit.Result
+	if err := json.Unmarshal(output, &res); err != nil {
+		return findings{}, err
+	}
+	return agentkit.DecodeOutput[findings](res)
+}
+
+type marketArgs struct {
+	Market string `json:"market"`
+}
+
+// serveMarketMCP serves an MCP server with the competitor_prices tool on
+// a local port, over streamable HTTP; it returns the endpoint.
+func serveMarketMCP(ctx context.Context) (string, error) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "market", Version: "v1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "competitor_prices", Description: "Competitors' prices in a market."},
+		func(_ context.Context, _ *mcp.CallToolRequest, a marketArgs) (*mcp.CallToolResult, any, error) {
+			prices := "acme 19.90, globex 17.50, initech 21.00 (" + a.Market + ")"
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: prices}}}, nil, nil
+		})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)}
+	go func() { _ = hs.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		_ = hs.Close()
+	}()
+	return "http://" + ln.Addr().String(), nil
+}
+
 func runReplica(cfg replicaConfig) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -282,13 +340,18 @@ func runReplica(cfg replicaConfig) error {
 	say := func(format string, args ...any) {
 		fmt.Printf("    [replica %d pid %d] %s\n", cfg.N, os.Getpid(), fmt.Sprintf(format, args...))
 	}
-	// The model: save a report on the first turn, then answer.
+	// The model: look the prices up (the MCP tool), save a report, then
+	// answer with findings as JSON.
 	srv := agentkittest.NewServer(func(req *agentkittest.Request) agentkittest.Reply {
-		if req.Turn == 1 {
-			args, _ := json.Marshal(reportArgs{Summary: "3 new competitors' prices; " + strings.TrimPrefix(req.LastUser(), "Research the market as of ")})
+		switch req.Turn {
+		case 1:
+			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "competitor_prices", Arguments: json.RawMessage(`{"market":"espresso machines"}`)}}}
+		case 2:
+			args, _ := json.Marshal(reportArgs{Summary: "3 competitors' prices; " + strings.TrimPrefix(req.Messages[1].Content, "Research the market as of ")})
 			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "save_report", Arguments: args}}}
 		}
-		return agentkittest.Reply{Text: "Report saved."}
+		answer, _ := json.Marshal(findings{Competitors: 3, Cheapest: "globex", Summary: req.ToolResults()[0]})
+		return agentkittest.Reply{Text: string(answer)}
 	})
 	defer srv.Close()
 	model, err := agentkit.NewOpenAI(agentkit.OpenAIConfig{BaseURL: srv.URL, Model: "scripted"})
@@ -310,7 +373,17 @@ func runReplica(cfg replicaConfig) error {
 			say("ran %s: saved its report", info.RunID)
 			return "saved", nil
 		}, nil)
-	agent := agentkit.Define(eng, agentName, agentkit.AgentConfig{Model: model, System: "You research the market.", Tools: []*agentkit.Tool{save}})
+	mcpURL, err := serveMarketMCP(ctx)
+	if err != nil {
+		return err
+	}
+	out, err := agentkit.OutputOf[findings]()
+	if err != nil {
+		return err
+	}
+	agent := agentkit.Define(eng, agentName, agentkit.AgentConfig{Model: model, System: "You research the market.",
+		Tools: []*agentkit.Tool{save}, MCP: []*agentkit.MCPServer{agentkit.MCPHTTP("market", mcpURL, nil)}, Output: out})
+	defer func() { _ = agent.Close() }()
 	if err := agentkit.Schedule(agent, scheduleName, cfg.Spec, func(tick time.Time) string {
 		return "Research the market as of " + tick.UTC().Format(time.RFC3339)
 	}, nil); err != nil {
