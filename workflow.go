@@ -457,6 +457,14 @@ func NewID(wctx Context) (string, error) {
 	return Step(wctx, "durable.id", func(context.Context) (string, error) { return uuid.NewString(), nil }, &StepOpts{Retry: noRetry})
 }
 
+// Halted returns why the calling run has stopped running its code (it
+// parked, its engine is shutting down, it was cancelled or lost its
+// owner), or nil while it runs. Workflow code that turns errors into
+// values (an agent's tool showing a failure to its model) passes an
+// error on when Halted is not nil: the run is not failing, it is leaving,
+// and resumes later by replay.
+func Halted(wctx Context) error { return wctx.workflowRun().halted() }
+
 // awaited is the recorded outcome of a child awaited with Handle.Await.
 type awaited struct {
 	Status Status          `json:"status"`

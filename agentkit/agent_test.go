@@ -134,6 +134,7 @@ func TestAgentLoop(t *testing.T) {
 	require.Equal(t, []string{
 		"agentkit.model:1",
 		"agentkit.tool:lookup:call_1_0", "agentkit.tool:record:call_1_1", "child:double",
+		"durable.patch:agentkit.await-children", "durable.await:loop-1/1/call_1_2", // the child's outcome, recorded
 		"agentkit.model:2",
 		"agentkit.tool:sleep:call_2_0", "agentkit.tool:sleep:call_2_1", "agentkit.tool:sleep:call_2_2",
 		"agentkit.model:3",
@@ -290,4 +291,42 @@ func TestDefineRejectsBadConfig(t *testing.T) {
 	require.ErrorIs(t, err, durable.ErrInvalidArgument, "a second agent of the same name")
 	_, err = a.Start(context.Background(), agentkit.Input{}, nil)
 	require.ErrorIs(t, err, durable.ErrInvalidArgument, "no prompt")
+}
+
+// TestChildToolsPark: a workflow tool whose child waits longer than the
+// engine's ParkThreshold parks the agent run: pending, owned by no
+// executor, waiting on the child; the child's end wakes it, and the run
+// goes on with the child's result.
+func TestChildToolsPark(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := ctxT(t)
+	srv := agentkittest.NewServer(agentkittest.Turns(
+		agentkittest.Reply{ToolCalls: []agentkit.ToolCall{call("wait_for_go", `"x"`)}},
+		agentkittest.Reply{Text: "Got it."},
+	))
+	defer srv.Close()
+	var a *agentkit.Agent
+	e := v.engine(t, func(c *durable.Config) { c.ParkThreshold = 50 * time.Millisecond }, func(e *durable.Engine) {
+		slow := durable.Register(e, "wait_for_go", func(wctx durable.Context, s string) (string, error) {
+			msg, _, err := durable.Recv[string](wctx, "go", time.Hour)
+			return s + msg, err
+		}, nil)
+		a = agentkit.Define(e, "parker", agentkit.AgentConfig{
+			Model: openAI(t, srv),
+			Tools: []*agentkit.Tool{agentkit.WorkflowTool("wait_for_go", "Wait.", json.RawMessage(`{"type":"string"}`), slow, nil)},
+		})
+	})
+	h, err := a.Start(ctx, agentkit.Input{Prompt: "Wait."}, &durable.StartOpts{ID: "park-1"})
+	require.NoError(t, err)
+	child := "park-1/1/call_1_0"
+	require.Eventually(t, func() bool {
+		info, err := e.Inspect(ctx, "park-1")
+		return err == nil && info.Status == durable.StatusPending && info.Executor == "" && info.WaitTopic == "child:"+child
+	}, 10*time.Second, 20*time.Millisecond, "the agent run parks on its child")
+	require.NoError(t, durable.Send(ctx, e, child, "go", "!", nil))
+	res, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "Got it.", res.Final)
+	require.Equal(t, []string{"x!"}, srv.Requests()[1].ToolResults())
 }

@@ -158,6 +158,8 @@ func (rs *runState) execute(turn int, plans []*callPlan) ([]toolOutcome, error) 
 	}
 	sem := make(chan struct{}, rs.a.cfg.MaxParallelTools)
 	var wg sync.WaitGroup
+	var children []int // the calls of workflow tools (children), in order
+	waits := make([]func(park bool) (toolOutcome, error), len(plans))
 	for i, p := range plans {
 		if p.preset != nil {
 			outs[i] = *p.preset
@@ -170,12 +172,8 @@ func (rs *runState) execute(turn int, plans []*callPlan) ([]toolOutcome, error) 
 				errs[i] = err
 				break
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				o, err := wait()
-				outs[i], errs[i] = rs.settle(p, o, err)
-			}()
+			children = append(children, i)
+			waits[i] = wait
 			continue
 		}
 		sem <- struct{}{}
@@ -193,6 +191,9 @@ func (rs *runState) execute(turn int, plans []*callPlan) ([]toolOutcome, error) 
 		<-began
 	}
 	wg.Wait()
+	if err := rs.awaitChildren(plans, children, waits, outs, errs); err != nil {
+		return nil, err
+	}
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
@@ -204,6 +205,36 @@ func (rs *runState) execute(turn int, plans []*callPlan) ([]toolOutcome, error) 
 		}
 	}
 	return outs, nil
+}
+
+// awaitChildren waits, once the turn's step tools are done, for the
+// children its workflow and agent tools started, one after the other in
+// call order (they run meanwhile all the same): each wait is a recorded
+// step (Handle.Await), and one longer than the engine's ParkThreshold
+// parks the run, which then holds no goroutine until the child finishes.
+// Runs that reached this point before waits were recorded wait as they
+// did then (the patch marker tells them apart).
+func (rs *runState) awaitChildren(plans []*callPlan, children []int, waits []func(bool) (toolOutcome, error), outs []toolOutcome, errs []error) error {
+	if len(children) == 0 {
+		return nil
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err // a child failed to start, or a tool step failed
+		}
+	}
+	park, err := durable.Patched(rs.wctx, "agentkit.await-children")
+	if err != nil {
+		return err
+	}
+	for _, i := range children {
+		o, err := waits[i](park)
+		if h := durable.Halted(rs.wctx); h != nil {
+			return h // parked (or stopping): the run resumes here by replay
+		}
+		outs[i], errs[i] = rs.settle(plans[i], o, err)
+	}
+	return nil
 }
 
 // runStep runs a step or transaction tool call. began is called once the

@@ -36,6 +36,11 @@
 //	agentkit.model:<turn>                the model's answer (a *Response)
 //	agentkit.tool:<tool>:<call ID>       a step or transaction tool's result
 //	child:<workflow>                     the start of a workflow tool's child (or a sub-agent, or a continuation)
+//	durable.patch:agentkit.await-children   once per turn with children, before their outcomes
+//	durable.await:<child ID>             a child's outcome, in call order after the turn's step tools;
+//	                                     a long wait parks the run (no goroutine) until the child ends
+//	agentkit.mcp:<server>                an MCP server's tool list, once per run
+//	agentkit.output:<turn>               the check of a final answer against AgentConfig.Output
 //	durable.now, durable.event:..., durable.recv...   approval deadlines, requests and decisions
 //	agentkit.compact                     the summary made before continuing as a new run
 //

@@ -61,7 +61,7 @@ type Tool struct {
 	tx     func(ctx context.Context, tx pgx.Tx, args any) (any, error)
 	// start starts the child of a workflow tool (a recorded step) and
 	// returns a function that waits for its outcome.
-	start func(wctx durable.Context, id string, args any, budget Limits) (func() (toolOutcome, error), error)
+	start func(wctx durable.Context, id string, args any, budget Limits) (func(park bool) (toolOutcome, error), error)
 	err   error // a construction error, reported by Define
 }
 
@@ -149,13 +149,13 @@ func WorkflowTool[A, R any](name, description string, schema json.RawMessage, wf
 		t.err = fmt.Errorf("%w: tool %q has a nil workflow", durable.ErrInvalidArgument, name)
 		return t
 	}
-	t.start = func(wctx durable.Context, id string, args any, _ Limits) (func() (toolOutcome, error), error) {
+	t.start = func(wctx durable.Context, id string, args any, _ Limits) (func(park bool) (toolOutcome, error), error) {
 		h, err := wf.StartChild(wctx, args.(A), &durable.StartOpts{ID: id})
 		if err != nil {
 			return nil, err
 		}
-		return func() (toolOutcome, error) {
-			out, err := h.Result(wctx)
+		return func(park bool) (toolOutcome, error) {
+			out, err := awaitChild(wctx, h, park)
 			return childOutcome(wctx, out, err)
 		}, nil
 	}
@@ -176,14 +176,14 @@ func AgentTool(name, description string, sub *Agent, opts *ToolOpts) *Tool {
 		t.err = fmt.Errorf("%w: tool %q has a nil agent", durable.ErrInvalidArgument, name)
 		return t
 	}
-	t.start = func(wctx durable.Context, id string, a any, budget Limits) (func() (toolOutcome, error), error) {
+	t.start = func(wctx durable.Context, id string, a any, budget Limits) (func(park bool) (toolOutcome, error), error) {
 		lim := sub.cfg.Limits.resolved().min(budget)
 		h, err := sub.wf.StartChild(wctx, Input{Prompt: a.(args).Prompt, Limits: &lim}, &durable.StartOpts{ID: id})
 		if err != nil {
 			return nil, err
 		}
-		return func() (toolOutcome, error) {
-			res, err := h.Result(wctx)
+		return func(park bool) (toolOutcome, error) {
+			res, err := awaitChild(wctx, h, park)
 			if err != nil {
 				return childOutcome(wctx, res, err)
 			}
@@ -197,6 +197,16 @@ func AgentTool(name, description string, sub *Agent, opts *ToolOpts) *Tool {
 		}, nil
 	}
 	return t
+}
+
+// awaitChild waits for the child h follows: with park, by h.Await (a
+// recorded step; a long wait parks the run, holding no goroutine);
+// without, by h.Result, as runs recorded before Await took over did.
+func awaitChild[R any](wctx durable.Context, h *durable.Handle[R], park bool) (R, error) {
+	if park {
+		return h.Await(wctx)
+	}
+	return h.Result(wctx)
 }
 
 // childOutcome turns a child workflow's outcome into a tool outcome. An

@@ -109,6 +109,14 @@ func init() {
 			Pkg: "./agentkit", Tests: "TestStructuredOutput$",
 		},
 		Mutant{
+			Name:      "agent/children-park",
+			Mechanism: "an agent run waiting for a workflow or agent tool's child parks (Handle.Await), holding no goroutine",
+			Edits: []Edit{{File: "agentkit/calls.go",
+				Find:    "\t\to, err := waits[i](park)\n",
+				Replace: "\t\to, err := waits[i](park && false)\n"}},
+			Pkg: "./agentkit", Tests: "TestChildToolsPark",
+		},
+		Mutant{
 			Name:      "queue/worker",
 			Mechanism: "the per-executor concurrency limit of a queue's dispatch",
 			Edits: []Edit{{File: "internal/dispatch/dispatch.go",
