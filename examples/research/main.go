@@ -84,6 +84,25 @@ func newEngine(pool *pgxpool.Pool, schema, executor string) (*durable.Engine, er
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PollInterval: 500 * time.Millisecond})
 }
 
+// setup drops and makes again the app schema (its reports table) and the
+// engine's schema (schema + "_durable").
+func setup(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	s := pgx.Identifier{schema}.Sanitize()
+	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+s+` CASCADE;
+DROP SCHEMA IF EXISTS `+pgx.Identifier{schema + "_durable"}.Sanitize()+` CASCADE;
+CREATE SCHEMA `+s+`;
+CREATE TABLE `+s+`.reports (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id  text NOT NULL, -- deliberately not unique: a second run of a tick would show
+    replica int NOT NULL,
+    summary text NOT NULL,
+    at      timestamptz NOT NULL DEFAULT clock_timestamp()
+)`); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	return durable.Migrate(ctx, pool, schema+"_durable")
+}
+
 func run(ctx context.Context, out io.Writer, o options) error {
 	if o.Schema == "" {
 		o.Schema = "research"
@@ -105,19 +124,7 @@ func run(ctx context.Context, out io.Writer, o options) error {
 	}
 	defer pool.Close()
 	s := pgx.Identifier{o.Schema}.Sanitize()
-	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+s+` CASCADE;
-DROP SCHEMA IF EXISTS `+pgx.Identifier{o.Schema + "_durable"}.Sanitize()+` CASCADE;
-CREATE SCHEMA `+s+`;
-CREATE TABLE `+s+`.reports (
-    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    run_id  text NOT NULL, -- deliberately not unique: a second run of a tick would show
-    replica int NOT NULL,
-    summary text NOT NULL,
-    at      timestamptz NOT NULL DEFAULT clock_timestamp()
-)`); err != nil {
-		return fmt.Errorf("setup: %w", err)
-	}
-	if err := durable.Migrate(ctx, pool, o.Schema+"_durable"); err != nil {
+	if err := setup(ctx, pool, o.Schema); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "research: a cron agent (%q) on %d replicas runs once per tick\n\n", o.Spec, o.Replicas)
@@ -294,6 +301,46 @@ type findings struct {
 	Summary     string `json:"summary"`
 }
 
+// researchScript is the offline model: look the prices up (the MCP
+// tool), save a report, then answer with findings as JSON.
+func researchScript() agentkittest.Script {
+	return func(req *agentkittest.Request) agentkittest.Reply {
+		switch req.Turn {
+		case 1:
+			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "competitor_prices", Arguments: json.RawMessage(`{"market":"espresso machines"}`)}}}
+		case 2:
+			args, _ := json.Marshal(reportArgs{Summary: "3 competitors' prices; " + strings.TrimPrefix(req.Messages[1].Content, "Research the market as of ")})
+			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "save_report", Arguments: args}}}
+		}
+		answer, _ := json.Marshal(findings{Competitors: 3, Cheapest: "globex", Summary: req.ToolResults()[0]})
+		return agentkittest.Reply{Text: string(answer)}
+	}
+}
+
+// defineAgent defines the research agent name on eng: tools save_report
+// (a transaction step writing to schema's reports table, by replica) and
+// the MCP server at mcpURL's, findings as its answer; saved is told each
+// run that saved its report.
+func defineAgent(eng *durable.Engine, name string, model agentkit.Model, schema, mcpURL string, saved func(runID string), replica int) (*agentkit.Agent, error) {
+	table := pgx.Identifier{schema, "reports"}.Sanitize()
+	save := agentkit.TxTool("save_report", "Save the research report.",
+		json.RawMessage(`{"type":"object","properties":{"summary":{"type":"string"}},"required":["summary"]}`),
+		func(ctx context.Context, tx pgx.Tx, a reportArgs) (string, error) {
+			info, _ := agentkit.ToolCallFrom(ctx)
+			if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (run_id, replica, summary) VALUES ($1, $2, $3)`, info.RunID, replica, a.Summary); err != nil {
+				return "", err
+			}
+			saved(info.RunID)
+			return "saved", nil
+		}, nil)
+	out, err := agentkit.OutputOf[findings]()
+	if err != nil {
+		return nil, err
+	}
+	return agentkit.TryDefine(eng, name, agentkit.AgentConfig{Model: model, System: "You research the market.",
+		Tools: []*agentkit.Tool{save}, MCP: []*agentkit.MCPServer{agentkit.MCPHTTP("market", mcpURL, nil)}, Output: out})
+}
+
 // decodeFindings reads the findings of a run's recorded result.
 func decodeFindings(output json.RawMessage) (findings, error) {
 	var res agentkit.Result
@@ -340,19 +387,7 @@ func runReplica(cfg replicaConfig) error {
 	say := func(format string, args ...any) {
 		fmt.Printf("    [replica %d pid %d] %s\n", cfg.N, os.Getpid(), fmt.Sprintf(format, args...))
 	}
-	// The model: look the prices up (the MCP tool), save a report, then
-	// answer with findings as JSON.
-	srv := agentkittest.NewServer(func(req *agentkittest.Request) agentkittest.Reply {
-		switch req.Turn {
-		case 1:
-			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "competitor_prices", Arguments: json.RawMessage(`{"market":"espresso machines"}`)}}}
-		case 2:
-			args, _ := json.Marshal(reportArgs{Summary: "3 competitors' prices; " + strings.TrimPrefix(req.Messages[1].Content, "Research the market as of ")})
-			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "save_report", Arguments: args}}}
-		}
-		answer, _ := json.Marshal(findings{Competitors: 3, Cheapest: "globex", Summary: req.ToolResults()[0]})
-		return agentkittest.Reply{Text: string(answer)}
-	})
+	srv := agentkittest.NewServer(researchScript())
 	defer srv.Close()
 	model, err := agentkit.NewOpenAI(agentkit.OpenAIConfig{BaseURL: srv.URL, Model: "scripted"})
 	if err != nil {
@@ -362,27 +397,16 @@ func runReplica(cfg replicaConfig) error {
 	if err != nil {
 		return err
 	}
-	table := pgx.Identifier{cfg.Schema, "reports"}.Sanitize()
-	save := agentkit.TxTool("save_report", "Save the research report.",
-		json.RawMessage(`{"type":"object","properties":{"summary":{"type":"string"}},"required":["summary"]}`),
-		func(ctx context.Context, tx pgx.Tx, a reportArgs) (string, error) {
-			info, _ := agentkit.ToolCallFrom(ctx)
-			if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (run_id, replica, summary) VALUES ($1, $2, $3)`, info.RunID, cfg.N, a.Summary); err != nil {
-				return "", err
-			}
-			say("ran %s: saved its report", info.RunID)
-			return "saved", nil
-		}, nil)
 	mcpURL, err := serveMarketMCP(ctx)
 	if err != nil {
 		return err
 	}
-	out, err := agentkit.OutputOf[findings]()
+	agent, err := defineAgent(eng, agentName, model, cfg.Schema, mcpURL, func(runID string) {
+		say("ran %s: saved its report", runID)
+	}, cfg.N)
 	if err != nil {
 		return err
 	}
-	agent := agentkit.Define(eng, agentName, agentkit.AgentConfig{Model: model, System: "You research the market.",
-		Tools: []*agentkit.Tool{save}, MCP: []*agentkit.MCPServer{agentkit.MCPHTTP("market", mcpURL, nil)}, Output: out})
 	defer func() { _ = agent.Close() }()
 	if err := agentkit.Schedule(agent, scheduleName, cfg.Spec, func(tick time.Time) string {
 		return "Research the market as of " + tick.UTC().Format(time.RFC3339)

@@ -117,6 +117,22 @@ func init() {
 			Pkg: "./agentkit", Tests: "TestChildToolsPark",
 		},
 		Mutant{
+			Name:      "fixture/tool-results",
+			Mechanism: "a replay against a fixture compares the tools' results with the recording",
+			Edits: []Edit{{File: "agentkit/fixture.go",
+				Find:    "\t\tif got := msg.Text(); got != r.Content || msg.IsError != r.IsError {\n",
+				Replace: "\t\tif got := msg.Text(); false && (got != r.Content || msg.IsError != r.IsError) {\n"}},
+			Pkg: "./agentkit", Tests: "TestFixture",
+		},
+		Mutant{
+			Name:      "fixture/system",
+			Mechanism: "a replay against a fixture compares the system prompt with the recording",
+			Edits: []Edit{{File: "agentkit/fixture.go",
+				Find:    "\tif system != f.System {\n",
+				Replace: "\tif system != f.System && false {\n"}},
+			Pkg: "./agentkit", Tests: "TestFixture",
+		},
+		Mutant{
 			Name:      "queue/worker",
 			Mechanism: "the per-executor concurrency limit of a queue's dispatch",
 			Edits: []Edit{{File: "internal/dispatch/dispatch.go",
