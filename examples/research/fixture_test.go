@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/agentkit"
 	"github.com/durable-go/durable/agentkit/agentkittest"
 	"github.com/durable-go/durable/examples/internal/demo"
 	"github.com/durable-go/durable/examples/internal/demotest"
-
-	"github.com/durable-go/durable"
 )
 
 // TestResearchFixture records one research run (the scripted model, the
