@@ -123,6 +123,12 @@ type ForkOpts struct {
 	// AppVersion of the new run: only executors of that version run it.
 	// Defaults to the engine's Config.AppVersion.
 	AppVersion string
+	// Workflow is the workflow the new run is a run of. Defaults to the
+	// source run's. Another workflow must replay the reused steps as they
+	// were recorded (the same steps in the same order): the same code
+	// with other settings, such as an agent defined again with another
+	// prompt or model (agentkit's Agent.ForkAt).
+	Workflow string
 }
 
 // Fork starts a new run of w with the input of run id, reusing the outputs
@@ -175,6 +181,12 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 	if err := checkName("workflow ID", newID); err != nil {
 		return "", err
 	}
+	if o.Workflow != "" {
+		if err := checkName("ForkOpts.Workflow", o.Workflow); err != nil {
+			return "", err
+		}
+		name = o.Workflow
+	}
 	version := o.AppVersion
 	if version == "" {
 		version = e.cfg.AppVersion
@@ -191,7 +203,8 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 		if fromStep < 0 || fromStep > n {
 			return fmt.Errorf("%w: fork of %q from step %d: the run has %d recorded steps (0..%d)", ErrInvalidArgument, id, fromStep, n, n)
 		}
-		err = e.cq.ForkRun(ctx, tx, sysdb.ForkRunParams{SourceID: id, ID: newID, AppVersion: version, TraceContext: sp.traceparent()})
+		err = e.cq.ForkRun(ctx, tx, sysdb.ForkRunParams{SourceID: id, ID: newID, AppVersion: version, TraceContext: sp.traceparent(),
+			Workflow: o.Workflow})
 		if err != nil {
 			return err
 		}

@@ -228,3 +228,39 @@ func (f *Fixture) Replay(ctx context.Context, a *Agent, id string) (Result, erro
 	}
 	return res, err
 }
+
+// ForkAt starts a run of agent a that continues run runID (of a or of
+// another agent with the same tools) from its turn: the turns before it
+// are reused as recorded (answers and tool results, not asked again),
+// and from turn on a's model answers, with a's system prompt. Define a
+// second agent with another prompt or model and fork runs into it to
+// evaluate the change on real conversations. opts.ID names the new run.
+func (a *Agent) ForkAt(ctx context.Context, runID string, turn int, opts *durable.ForkOpts) (*durable.Handle[Result], error) {
+	if turn < 1 {
+		return nil, fmt.Errorf("%w: ForkAt turn %d: turns count from 1", durable.ErrInvalidArgument, turn)
+	}
+	steps, err := a.e.ListSteps(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	at := -1
+	for _, s := range steps {
+		if s.Name == fmt.Sprintf("agentkit.model:%d", turn) {
+			at = s.Pos
+			break
+		}
+	}
+	if at < 0 {
+		return nil, fmt.Errorf("%w: run %q has no recorded turn %d", durable.ErrInvalidArgument, runID, turn)
+	}
+	var o durable.ForkOpts
+	if opts != nil {
+		o = *opts
+	}
+	o.Workflow = WorkflowPrefix + a.name
+	id, err := a.e.Fork(ctx, runID, at, &o)
+	if err != nil {
+		return nil, err
+	}
+	return a.wf.Handle(ctx, id)
+}

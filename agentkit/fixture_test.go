@@ -3,6 +3,7 @@ package agentkit_test
 import (
 	"context"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -78,4 +79,54 @@ type fixtureModel struct{ f **agentkit.Fixture }
 
 func (m fixtureModel) Generate(ctx context.Context, req *agentkit.Request) (*agentkit.Response, error) {
 	return (*m.f).Model().Generate(ctx, req)
+}
+
+// TestForkAt: a run of one agent forked at turn 2 into an agent with
+// another prompt and model: turn 1 (its answer and its tool's result) is
+// reused, not asked again, and the new model answers from turn 2 on,
+// with the new prompt.
+func TestForkAt(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t)
+	ctx := ctxT(t)
+	old := agentkittest.NewServer(agentkittest.Turns(
+		agentkittest.Reply{ToolCalls: []agentkit.ToolCall{call("lookup", `{"key":"a"}`)}},
+		agentkittest.Reply{Text: "a is value-of-a."},
+	))
+	defer old.Close()
+	candidate := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
+		return agentkittest.Reply{Text: "The value of a is value-of-a, as looked up."}
+	})
+	defer candidate.Close()
+	var ran atomic.Int32
+	lookup := agentkit.StepTool("lookup", "Look a key up.", nil, func(_ context.Context, a keyArgs) (string, error) {
+		ran.Add(1)
+		return "value-of-" + a.Key, nil
+	}, nil)
+	var prod, eval *agentkit.Agent
+	v.engine(t, nil, func(e *durable.Engine) {
+		prod = agentkit.Define(e, "prod", agentkit.AgentConfig{Model: openAI(t, old), System: "Be brief.", Tools: []*agentkit.Tool{lookup}})
+		eval = agentkit.Define(e, "eval", agentkit.AgentConfig{Model: openAI(t, candidate), System: "Be thorough.", Tools: []*agentkit.Tool{lookup}})
+	})
+	h, err := prod.Start(ctx, agentkit.Input{Prompt: "What is a?"}, &durable.StartOpts{ID: "prod-1"})
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, ran.Load())
+
+	f, err := eval.ForkAt(ctx, "prod-1", 2, &durable.ForkOpts{ID: "eval-1"})
+	require.NoError(t, err)
+	res, err := f.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "The value of a is value-of-a, as looked up.", res.Final)
+	require.EqualValues(t, 1, ran.Load(), "turn 1's tool result is reused")
+	require.Len(t, old.Requests(), 2, "the old model is not asked again")
+	reqs := candidate.Requests()
+	require.Len(t, reqs, 1)
+	require.Equal(t, 2, reqs[0].Turn, "the candidate answers from turn 2")
+	require.Equal(t, "Be thorough.", reqs[0].Messages[0].Content)
+	require.Equal(t, []string{"value-of-a"}, reqs[0].ToolResults())
+
+	_, err = eval.ForkAt(ctx, "prod-1", 9, nil)
+	require.ErrorIs(t, err, durable.ErrInvalidArgument)
 }

@@ -133,6 +133,14 @@ func init() {
 			Pkg: "./agentkit", Tests: "TestFixture",
 		},
 		Mutant{
+			Name:      "fork/workflow",
+			Mechanism: "a fork with ForkOpts.Workflow is a run of that workflow (agentkit's ForkAt into another agent)",
+			Edits: []Edit{{File: "internal/sysdb/control_queries.go",
+				Find:    "SELECT $2, coalesce($5, name), 'pending'",
+				Replace: "SELECT $2, coalesce(NULL, name, $5), 'pending'"}},
+			Pkg: "./agentkit", Tests: "TestForkAt",
+		},
+		Mutant{
 			Name:      "queue/worker",
 			Mechanism: "the per-executor concurrency limit of a queue's dispatch",
 			Edits: []Edit{{File: "internal/dispatch/dispatch.go",

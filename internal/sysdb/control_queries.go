@@ -65,7 +65,7 @@ AND s.pos = (SELECT max(pos) FROM {{schema}}.steps WHERE workflow_id = $1)`),
 		// $3 app_version, $4 trace_context.
 		forkRun: r(`WITH ins AS (
 	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, trace_context)
-	SELECT $2, name, 'pending', $3, NULL, 0, input, NULL, $4 FROM {{schema}}.workflows WHERE id = $1
+	SELECT $2, coalesce($5, name), 'pending', $3, NULL, 0, input, NULL, $4 FROM {{schema}}.workflows WHERE id = $1
 	RETURNING id)
 SELECT ` + n(`'n:' || id`) + `::text FROM ins`),
 
@@ -127,6 +127,7 @@ type ForkRunParams struct {
 	ID           string // the new run
 	AppVersion   string
 	TraceContext string // W3C traceparent; "": none
+	Workflow     string // the new run's workflow; "": the source's
 }
 
 // ForkRun inserts run p.ID, pending and unowned, with the name and input
@@ -136,7 +137,11 @@ func (q *ControlQueries) ForkRun(ctx context.Context, db DBTX, p ForkRunParams) 
 	if p.TraceContext != "" {
 		traceCtx = &p.TraceContext
 	}
-	rows, err := db.Query(ctx, q.forkRun, p.SourceID, p.ID, p.AppVersion, traceCtx)
+	var workflow *string
+	if p.Workflow != "" {
+		workflow = &p.Workflow
+	}
+	rows, err := db.Query(ctx, q.forkRun, p.SourceID, p.ID, p.AppVersion, traceCtx, workflow)
 	if err != nil {
 		return err
 	}
