@@ -22,7 +22,7 @@ import (
 func TestApproveAndDeny(t *testing.T) {
 	t.Parallel()
 	srv := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		if r.Turn == 0 {
+		if r.Turn == 1 {
 			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "refund", Arguments: json.RawMessage(`{"amount":4999}`)}}}
 		}
 		return agentkittest.Reply{Text: "tool said: " + strings.Join(r.ToolResults(), " | ")}

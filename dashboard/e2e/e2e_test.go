@@ -117,7 +117,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}()
 	model := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		if r.Turn == 0 {
+		if r.Turn == 1 {
 			return agentkittest.Reply{ToolCalls: []agentkit.ToolCall{{Name: "refund", Arguments: []byte(`{"amount":42}`)}}}
 		}
 		return agentkittest.Reply{Text: "Refunded 42 euros. All done.", Hold: release}

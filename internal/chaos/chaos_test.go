@@ -198,8 +198,8 @@ func TestChaos(t *testing.T) {
 	ledgerSrv := httptest.NewServer(c.led)
 	t.Cleanup(ledgerSrv.Close)
 	model := agentkittest.NewServer(func(r *agentkittest.Request) agentkittest.Reply {
-		if r.Turn < len(agentTurns) {
-			return agentkittest.Reply{Text: fmt.Sprintf("turn %d", r.Turn), ToolCalls: agentTurns[r.Turn]}
+		if r.Turn <= len(agentTurns) {
+			return agentkittest.Reply{Text: fmt.Sprintf("turn %d", r.Turn-1), ToolCalls: agentTurns[r.Turn-1]}
 		}
 		return agentkittest.Reply{Text: "done"}
 	})
