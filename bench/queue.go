@@ -835,13 +835,7 @@ func recoveryChildMain(specJSON string) int {
 		return fail(err)
 	}
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		return fail(err)
-	}
-	cfg.ConnConfig.Database = s.Database
-	cfg.MaxConns = int32(s.MaxConns)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := childPool(ctx, s.URL, s.Database, s.MaxConns)
 	if err != nil {
 		return fail(err)
 	}

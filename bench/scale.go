@@ -73,13 +73,7 @@ func scaleChildMain(specJSON string) int {
 		return fail(err)
 	}
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		return fail(err)
-	}
-	cfg.ConnConfig.Database = s.Database
-	cfg.MaxConns = int32(s.MaxConns)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := childPool(ctx, s.URL, s.Database, s.MaxConns)
 	if err != nil {
 		return fail(err)
 	}
@@ -321,3 +315,15 @@ func (b *bench) kidsCPU(kids []scaleChild) time.Duration {
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
 // Linux's architectures).
 const clockTicks = 100
+
+// childPool is the pool of a bench child process: url's server, database
+// db, at most maxConns connections.
+func childPool(ctx context.Context, url, db string, maxConns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.Database = db
+	cfg.MaxConns = int32(maxConns)
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
