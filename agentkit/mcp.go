@@ -225,7 +225,11 @@ func (rs *runState) listMCP() error {
 				return fmt.Errorf("agentkit: agent %q: the tool %q of MCP server %q has the name of another tool (set MCPServer.Prefix)",
 					a.name, spec.Name, c.srv.Name)
 			}
-			rs.tools[spec.Name] = mcpTool(c, spec)
+			t := mcpTool(c, spec)
+			if t.err != nil { // a name a model API refuses, most likely
+				return fmt.Errorf("agentkit: agent %q: MCP server %q: %w", a.name, c.srv.Name, t.err)
+			}
+			rs.tools[spec.Name] = t
 			rs.specs = append(rs.specs, spec)
 		}
 	}

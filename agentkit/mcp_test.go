@@ -201,8 +201,15 @@ func TestMCPConfig(t *testing.T) {
 	defer srv.Close()
 	model := openAI(t, srv)
 	add := agentkit.StepTool("add", "Add.", nil, func(context.Context, addIn) (int, error) { return 0, nil }, nil)
-	var clash, prefixed *agentkit.Agent
+	odd := mcp.NewServer(&mcp.Implementation{Name: "odd", Version: "v1"}, nil)
+	mcp.AddTool(odd, &mcp.Tool{Name: "look.up"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{}, nil, nil
+	})
+	oddSrv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return odd }, nil))
+	t.Cleanup(oddSrv.Close)
+	var clash, prefixed, badName *agentkit.Agent
 	v.engine(t, nil, func(e *durable.Engine) {
+		badName = agentkit.Define(e, "badname", agentkit.AgentConfig{Model: model, MCP: []*agentkit.MCPServer{agentkit.MCPHTTP("odd", oddSrv.URL, nil)}})
 		for _, bad := range [][]*agentkit.MCPServer{{nil}, {{Name: "bad name", Connect: agentkit.MCPHTTP("x", url, nil).Connect}},
 			{{Name: "noconnect"}}, {agentkit.MCPHTTP("dup", url, nil), agentkit.MCPHTTP("dup", url, nil)},
 			{{Name: "badopts", Connect: agentkit.MCPHTTP("x", url, nil).Connect, Opts: &agentkit.ToolOpts{Retry: &durable.RetryPolicy{MaxAttempts: -1}}}}} {
@@ -216,8 +223,14 @@ func TestMCPConfig(t *testing.T) {
 		prefixed = agentkit.Define(e, "prefixed", agentkit.AgentConfig{Model: model, Tools: []*agentkit.Tool{add},
 			MCP: []*agentkit.MCPServer{p}})
 	})
-	t.Cleanup(func() { _ = clash.Close(); _ = prefixed.Close() })
-	h, err := clash.Start(ctx, agentkit.Input{Prompt: "Pay."}, &durable.StartOpts{ID: "clash-1"})
+	t.Cleanup(func() { _ = clash.Close(); _ = prefixed.Close(); _ = badName.Close() })
+	h, err := badName.Start(ctx, agentkit.Input{Prompt: "Look."}, &durable.StartOpts{ID: "badname-1"})
+	require.NoError(t, err)
+	_, err = h.Result(ctx)
+	require.ErrorContains(t, err, `MCP server "odd"`)
+	require.ErrorContains(t, err, `"look.up"`, "a tool name a model API refuses fails the run, naming it")
+
+	h, err = clash.Start(ctx, agentkit.Input{Prompt: "Pay."}, &durable.StartOpts{ID: "clash-1"})
 	require.NoError(t, err)
 	_, err = h.Result(ctx)
 	require.ErrorContains(t, err, `the tool "add" of MCP server "pay" has the name of another tool`)
