@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -169,11 +170,23 @@ func (s StepInfo) IdempotencyKey() string { return s.WorkflowID + "/" + strconv.
 
 type stepInfoKey struct{}
 
+// stepScope is what a step attempt's context carries: its info, and the
+// count of the requests it made through an IdempotentTransport (a new
+// count for every attempt). One value, so a step attempt's context costs
+// what it did before the count.
+type stepScope struct {
+	info     StepInfo
+	requests atomic.Int64
+}
+
 // StepInfoFrom returns the step info carried by the context of a step
 // function; ok is false outside a step.
 func StepInfoFrom(ctx context.Context) (info StepInfo, ok bool) {
-	info, ok = ctx.Value(stepInfoKey{}).(StepInfo)
-	return info, ok
+	sc, ok := ctx.Value(stepInfoKey{}).(*stepScope)
+	if !ok {
+		return StepInfo{}, false
+	}
+	return sc.info, true
 }
 
 // StepInfoMust is [StepInfoFrom] for code that only runs inside steps: it
@@ -328,8 +341,8 @@ func attempt[R any](r *run, sp *tspan, pos int, name string, policy RetryPolicy,
 }
 
 func stepContext(r *run, sp *tspan, pos int, name string, n int, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx := withRequestSeq(context.WithValue(sp.context(r), stepInfoKey{}, StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n,
-		Resumed: r.failed.resumed(pos, n, r.steps[pos])}))
+	ctx := context.WithValue(sp.context(r), stepInfoKey{}, &stepScope{info: StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n,
+		Resumed: r.failed.resumed(pos, n, r.steps[pos])}})
 	if timeout > 0 {
 		return context.WithTimeout(ctx, timeout)
 	}

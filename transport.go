@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 )
 
 // DefaultIdempotencyHeader is the header [IdempotentTransport] sets when
@@ -62,23 +61,14 @@ func (t *IdempotentTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	}
 	ctx := req.Context()
 	key := keyOf(ctx)
-	seq, _ := ctx.Value(requestSeqKey{}).(*atomic.Int64)
-	if key == "" || seq == nil {
+	sc, _ := ctx.Value(stepInfoKey{}).(*stepScope)
+	if key == "" || sc == nil {
 		return base.RoundTrip(req)
 	}
-	if n := seq.Add(1); n > 1 {
+	if n := sc.requests.Add(1); n > 1 {
 		key += "/" + strconv.FormatInt(n, 10)
 	}
 	out := req.Clone(ctx)
 	out.Header.Set(header, key)
 	return base.RoundTrip(out)
-}
-
-// requestSeqKey carries the count of the requests a step attempt made
-// through an IdempotentTransport: a new count for every attempt.
-type requestSeqKey struct{}
-
-// withRequestSeq gives a step attempt's context its request count.
-func withRequestSeq(ctx context.Context) context.Context {
-	return context.WithValue(ctx, requestSeqKey{}, new(atomic.Int64))
 }
