@@ -301,13 +301,16 @@ func (m *meters) queue(name string) []metric.RecordOption {
 	return got.([]metric.RecordOption)
 }
 
+// joinKey names the attribute set of durable.queue.joined.
+type joinKey struct{ queue, kind string }
+
 // joinedRun counts an enqueue that joined a queued run of queue
 // (kind: joinDebounce or joinBatch).
 func (m *meters) joinedRun(ctx context.Context, queue, kind string) {
 	if m == nil {
 		return
 	}
-	k := queue + "\x00" + kind
+	k := joinKey{queue, kind}
 	o, ok := m.byJoin.Load(k)
 	if !ok {
 		o, _ = m.byJoin.LoadOrStore(k, []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrQueue.String(queue), attrJoinKind.String(kind)))})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/durable-go/durable"
@@ -393,6 +394,12 @@ type runState struct {
 	specs []ToolSpec
 }
 
+// modelStepPrefix + the turn names a turn's model call step.
+const modelStepPrefix = "agentkit.model:"
+
+// modelStep is the name of turn's model call step.
+func modelStep(turn int) string { return modelStepPrefix + strconv.Itoa(turn) }
+
 var noRetry = &durable.StepOpts{Retry: &durable.RetryPolicy{MaxAttempts: 1}}
 
 // run is the agent workflow.
@@ -435,7 +442,7 @@ func (a *Agent) run(wctx durable.Context, in Input) (Result, error) {
 			return rs.continueAsNew(turn)
 		}
 		rs.emit(Event{Type: EventTurnStarted, Turn: turn})
-		resp, live, err := rs.model(turn, fmt.Sprintf("agentkit.model:%d", turn), nil, true)
+		resp, live, err := rs.model(turn, modelStep(turn), nil, true)
 		if err != nil {
 			return Result{}, err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -75,9 +76,9 @@ func ExportFixture(ctx context.Context, a *Agent, runID string) (*Fixture, error
 			for _, sp := range specs {
 				f.Tools = append(f.Tools, sp.Name)
 			}
-		case strings.HasPrefix(s.Name, "agentkit.model:"):
-			var turn int
-			if _, err := fmt.Sscanf(strings.TrimPrefix(s.Name, "agentkit.model:"), "%d", &turn); err != nil {
+		case strings.HasPrefix(s.Name, modelStepPrefix):
+			turn, err := strconv.Atoi(strings.TrimPrefix(s.Name, modelStepPrefix))
+			if err != nil {
 				continue // a summary's call, not a turn
 			}
 			ft := FixtureTurn{Turn: turn}
@@ -245,7 +246,7 @@ func (a *Agent) ForkAt(ctx context.Context, runID string, turn int, opts *durabl
 	}
 	at := -1
 	for _, s := range steps {
-		if s.Name == fmt.Sprintf("agentkit.model:%d", turn) {
+		if s.Name == modelStep(turn) {
 			at = s.Pos
 			break
 		}

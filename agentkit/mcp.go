@@ -172,11 +172,9 @@ func (c *mcpClient) call(ctx context.Context, name string, args json.RawMessage,
 // go to the server as the model sent them.
 func mcpTool(c *mcpClient, spec ToolSpec) *Tool {
 	remote := strings.TrimPrefix(spec.Name, c.srv.Prefix)
-	t := StepTool(spec.Name, spec.Description, spec.Parameters, func(ctx context.Context, args json.RawMessage) (string, error) {
+	return StepTool(spec.Name, spec.Description, spec.Parameters, func(ctx context.Context, args json.RawMessage) (string, error) {
 		return c.call(ctx, remote, args, ToolIdempotencyKey(ctx))
 	}, c.srv.Opts)
-	t.spec.Parameters = spec.Parameters
-	return t
 }
 
 // checkMCP checks the MCP servers of an agent's config.
@@ -193,9 +191,10 @@ func checkMCP(servers []*MCPServer) error {
 		case s.Connect == nil:
 			return fmt.Errorf("MCP server %q has no Connect", s.Name)
 		}
-		probe := StepTool(s.Name, "", nil, func(context.Context, json.RawMessage) (string, error) { return "", nil }, s.Opts)
-		if probe.err != nil {
-			return fmt.Errorf("MCP server %q: Opts: %w", s.Name, probe.err)
+		if s.Opts != nil {
+			if err := s.Opts.check(s.Name); err != nil {
+				return fmt.Errorf("MCP server %q: Opts: %w", s.Name, err)
+			}
 		}
 		names[s.Name] = true
 	}

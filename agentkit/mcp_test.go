@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,7 @@ type payMCP struct {
 	hold     bool
 	held     chan struct{}
 	heldOnce sync.Once
+	restart  func() // set by serveHTTP
 }
 
 func newPayMCP(hold bool) *payMCP {
@@ -80,9 +82,12 @@ func (p *payMCP) server() *mcp.Server {
 }
 
 // serveHTTP serves p over streamable HTTP, counting tools/list requests.
+// p.restart makes it forget its sessions, as a restarted server does.
 func (p *payMCP) serveHTTP(t *testing.T) string {
 	s := p.server()
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	var handler atomic.Pointer[mcp.StreamableHTTPHandler]
+	p.restart = func() { handler.Store(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)) }
+	p.restart()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil {
 			b, _ := io.ReadAll(r.Body)
@@ -93,7 +98,7 @@ func (p *payMCP) serveHTTP(t *testing.T) string {
 			}
 			r.Body = io.NopCloser(bytes.NewReader(b))
 		}
-		h.ServeHTTP(w, r)
+		handler.Load().ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -129,7 +134,9 @@ func mcpScript() agentkittest.Script {
 // TestMCPTools: an agent's MCP server over streamable HTTP, listed once
 // per run (a recorded step), its tools offered beside the agent's own
 // and called as steps with the call's idempotency key in _meta; a tool
-// error reaches the model as an error result.
+// error reaches the model as an error result. A server that restarted
+// between two runs (the agent's session unknown to it) is connected to
+// again.
 func TestMCPTools(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t)
@@ -148,6 +155,9 @@ func TestMCPTools(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = a.Close() })
 	for _, id := range []string{"mcp-1", "mcp-2"} {
+		if id == "mcp-2" {
+			pay.restart() // the agent's session is gone: it connects again
+		}
 		h, err := a.Start(ctx, agentkit.Input{Prompt: "Pay."}, &durable.StartOpts{ID: id})
 		require.NoError(t, err)
 		res, err := h.Result(ctx)
@@ -158,7 +168,7 @@ func TestMCPTools(t *testing.T) {
 	require.Equal(t, []string{"lookup", "add", "charge", "decline"}, reqs[0].Tools, "the agent's tools, then the server's")
 	pay.mu.Lock()
 	defer pay.mu.Unlock()
-	require.Equal(t, 2, pay.lists, "one list per run")
+	require.Equal(t, 3, pay.lists, "one list per run, and run 2's first try on the forgotten session")
 	require.Equal(t, []string{"mcp-1/1/call_1_1", "mcp-2/1/call_1_1"}, pay.charges, "each charge carries its call's key")
 }
 

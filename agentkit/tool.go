@@ -76,6 +76,19 @@ func (t *Tool) Name() string { return t.spec.Name }
 
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// check returns what is wrong with the options of tool name, if anything.
+func (o *ToolOpts) check(name string) error {
+	if o.Approval != nil {
+		if err := o.Approval.validate(name); err != nil {
+			return err
+		}
+	}
+	if o.Retry != nil && o.Retry.MaxAttempts < 0 {
+		return fmt.Errorf("%w: tool %q: ToolOpts.Retry.MaxAttempts is negative", durable.ErrInvalidArgument, name)
+	}
+	return nil
+}
+
 func newTool[A any](name, description string, schema json.RawMessage, kind ToolKind, opts *ToolOpts) *Tool {
 	t := &Tool{spec: ToolSpec{Name: name, Description: description, Parameters: schema}, kind: kind}
 	if opts != nil {
@@ -89,11 +102,8 @@ func newTool[A any](name, description string, schema json.RawMessage, kind ToolK
 		t.err = fmt.Errorf("%w: tool name %q must be 1 to 64 letters, digits, '_' or '-'", durable.ErrInvalidArgument, name)
 	case !json.Valid(t.spec.Parameters):
 		t.err = fmt.Errorf("%w: the parameters schema of tool %q is not valid JSON", durable.ErrInvalidArgument, name)
-	case t.opts.Approval != nil:
-		t.err = t.opts.Approval.validate(name)
-	}
-	if t.err == nil && t.opts.Retry != nil && t.opts.Retry.MaxAttempts < 0 {
-		t.err = fmt.Errorf("%w: tool %q: ToolOpts.Retry.MaxAttempts is negative", durable.ErrInvalidArgument, name)
+	default:
+		t.err = t.opts.check(name)
 	}
 	t.decode = func(raw json.RawMessage) (any, error) {
 		var a A

@@ -147,8 +147,7 @@ func (b *bench) scale(ctx context.Context) (*Scale, error) {
 		return nil
 	}
 
-	type sample struct{ perS, server, exec, minShare, maxShare float64 }
-	got := map[int][]sample{}
+	got := map[int][]scaleSample{}
 	for rep := 0; rep < scaleRepeats; rep++ {
 		for _, k := range scaleProcs {
 			if _, err := b.conn.Exec(ctx, "TRUNCATE "+scaleSchema+".steps, "+scaleSchema+".workflows"); err != nil {
@@ -184,6 +183,11 @@ func (b *bench) scale(ctx context.Context) (*Scale, error) {
 	return sc, nil
 }
 
+// scaleSample is one drain of the scale scenario: runs per second, CPU
+// per run (server, executors), and the fewest and most runs one process
+// finished, as shares.
+type scaleSample struct{ perS, server, exec, minShare, maxShare float64 }
+
 // scaleChild is a running scale child.
 type scaleChild struct {
 	cmd   *exec.Cmd
@@ -193,7 +197,7 @@ type scaleChild struct {
 // scaleDrain starts k children and waits until each is READY, has them
 // drain the warm-up runs (warm), pauses the queue and fills it (fill),
 // then times the drain from resume until no run of the queue is left.
-func (b *bench) scaleDrain(ctx context.Context, k int, warm, fill, resume func() error) (s struct{ perS, server, exec, minShare, maxShare float64 }, err error) {
+func (b *bench) scaleDrain(ctx context.Context, k int, warm, fill, resume func() error) (s scaleSample, err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return s, err
