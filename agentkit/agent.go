@@ -46,6 +46,19 @@ type Limits struct {
 	// MaxCostMicros bounds the cost (see Usage.CostMicros), like
 	// MaxTokens. 0 means no limit.
 	MaxCostMicros int64 `json:"max_cost_micros,omitempty"`
+	// Reserve keeps the limits in a budget row (see [Budget]; create the
+	// tables with [Migrate]) that holds across processes and runs: each
+	// model call reserves its estimate (a turn, the request's tokens plus
+	// its output tokens, their cost by AgentConfig.Pricing) before it is
+	// made, under the row's lock, and is not made if that does not fit;
+	// what it used is settled after, exactly once. Sub-agents, several
+	// at once included, and agents and [BudgetStep] calls under a
+	// workflow tool draw from the calling run's row too, so together they
+	// never pass it (a sub-agent reserves when its caller does). Without
+	// Reserve the limits are checked against what the run's recorded
+	// responses used, and parallel sub-agents can each spend what their
+	// caller had left when they started. Defaults to false.
+	Reserve bool `json:"reserve,omitempty"`
 }
 
 func (l Limits) resolved() Limits {
@@ -73,6 +86,7 @@ func (l Limits) min(b Limits) Limits {
 	l.MaxTurns = int(pick(int64(l.MaxTurns), int64(b.MaxTurns), func(v int64) bool { return v < 0 }))
 	l.MaxTokens = pick(l.MaxTokens, b.MaxTokens, none)
 	l.MaxCostMicros = pick(l.MaxCostMicros, b.MaxCostMicros, none)
+	l.Reserve = l.Reserve || b.Reserve
 	return l
 }
 
@@ -442,12 +456,12 @@ func (a *Agent) run(wctx durable.Context, in Input) (Result, error) {
 			return rs.continueAsNew(turn)
 		}
 		rs.emit(Event{Type: EventTurnStarted, Turn: turn})
-		resp, live, err := rs.model(turn, modelStep(turn), nil, true)
+		resp, refused, err := rs.call(turn, strconv.Itoa(turn), nil, true)
 		if err != nil {
 			return Result{}, err
 		}
-		if h := a.knobs.AfterModel; h != nil {
-			h(rs.runID, turn, live)
+		if refused != "" {
+			return rs.finish(refused, "", nil), nil
 		}
 		msg := resp.Message
 		rs.normalize(&msg, turn)
@@ -547,7 +561,10 @@ func (rs *runState) limitReached() Outcome {
 // budget is what a sub-agent may still use.
 func (rs *runState) budget() Limits {
 	s := rs.spent()
-	b := Limits{MaxTurns: -1}
+	b := Limits{MaxTurns: -1, Reserve: rs.lim.Reserve}
+	if rs.lim.MaxTurns >= 0 {
+		b.MaxTurns = max(rs.lim.MaxTurns-s.Turns, 1)
+	}
 	if rs.lim.MaxTokens > 0 {
 		b.MaxTokens = max(rs.lim.MaxTokens-s.Usage.Tokens(), 1)
 	}
@@ -597,15 +614,59 @@ func (rs *runState) normalize(msg *Message, turn int) {
 	msg.ToolCalls = calls
 }
 
+// call makes the model call of turn: `of` is the turn's number (or
+// "compact" for the summary asked before continuing, with extra appended
+// to the history). With Limits.Reserve the call is reserved first and
+// settled after; a reservation that does not fit returns the limit's
+// outcome and makes no call.
+func (rs *runState) call(turn int, of string, extra *Message, withTools bool) (*Response, Outcome, error) {
+	name := modelStepPrefix + of
+	if extra != nil {
+		name = "agentkit." + of
+	}
+	if !rs.lim.Reserve {
+		resp, live, err := rs.model(turn, name, extra, withTools, 0)
+		if h := rs.a.knobs.AfterModel; err == nil && h != nil && extra == nil {
+			h(rs.runID, turn, live)
+		}
+		return resp, "", err
+	}
+	h, err := rs.reserveCall(of, extra, withTools)
+	if err != nil {
+		return nil, "", err
+	}
+	if h.Refused != nil {
+		return nil, h.Refused.Outcome, nil
+	}
+	resp, live, err := rs.model(turn, name, extra, withTools, h.Output)
+	if k := rs.a.knobs.AfterModel; err == nil && k != nil && extra == nil {
+		k(rs.runID, turn, live)
+	}
+	var used Usage
+	if err == nil {
+		used = resp.Usage
+	}
+	// A failed call is settled too (using nothing), so its hold does not
+	// keep budget from the run's next calls and its sub-agents.
+	if serr := rs.settleCall(of, h, used); serr != nil && err == nil {
+		return nil, "", serr
+	}
+	return resp, "", err
+}
+
 // model runs a model call as the step name. extra is appended to the
-// history (the summary request).
-func (rs *runState) model(turn int, name string, extra *Message, withTools bool) (*Response, bool, error) {
+// history (the summary request). maxOut, when positive, is the call's
+// maximum output tokens (what its reservation holds).
+func (rs *runState) model(turn int, name string, extra *Message, withTools bool, maxOut int64) (*Response, bool, error) {
 	a := rs.a
 	hist := rs.hist
 	live := false
 	resp, err := durable.Step(rs.wctx, name, func(ctx context.Context) (*Response, error) {
 		live = true
 		req := &Request{MaxOutputTokens: a.cfg.MaxOutputTokens, Temperature: a.cfg.Temperature}
+		if maxOut > 0 {
+			req.MaxOutputTokens = int(maxOut)
+		}
 		if a.cfg.System != "" {
 			req.Messages = append(req.Messages, SystemMessage(a.cfg.System))
 		}

@@ -69,54 +69,6 @@ func NewPGBlobStore(pool *pgxpool.Pool, schema string) (*PGBlobStore, error) {
 	return &PGBlobStore{pool: pool, schema: schema, table: pgx.Identifier{schema, "agentkit_blobs"}.Sanitize()}, nil
 }
 
-// Migrate creates agentkit's table (agentkit_blobs) in schema
-// (durable.SchemaDefault when empty) if it does not exist. It is
-// idempotent and safe to run from several processes at once. agentkit
-// needs it only with a [PGBlobStore].
-func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	schema = cmp.Or(schema, durable.SchemaDefault)
-	if !identRE.MatchString(schema) {
-		return fmt.Errorf("%w: schema %q must be a plain identifier", durable.ErrInvalidArgument, schema)
-	}
-	s := pgx.Identifier{schema}.Sanitize()
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// Serialise concurrent migrations; CREATE ... IF NOT EXISTS alone
-		// can still collide on the catalog.
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('agentkit.migrate:' || $1))", schema); err != nil {
-			return err
-		}
-		// Nothing to do runs no DDL, so a role with only DML grants works;
-		// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
-		// the schema exists, which a role owning only its schema lacks.
-		var schemaExists, tableExists bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1), to_regclass($2) IS NOT NULL",
-			schema, s+".agentkit_blobs").Scan(&schemaExists, &tableExists); err != nil {
-			return err
-		}
-		if tableExists {
-			return nil
-		}
-		if !schemaExists {
-			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+s); err != nil {
-				return err
-			}
-		}
-		// created_at is when the content was last put (refreshed at most
-		// once a minute): Prune spares blobs put recently.
-		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s+`.agentkit_blobs (
-	sha256     text PRIMARY KEY,
-	size       integer NOT NULL,
-	data       bytea NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT now()
-)`)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("agentkit: migrate schema %q: %w", schema, err)
-	}
-	return nil
-}
-
 func blobRef(data []byte) BlobRef {
 	sum := sha256.Sum256(data)
 	return BlobRef{SHA256: hex.EncodeToString(sum[:]), Size: len(data)}

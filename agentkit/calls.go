@@ -335,9 +335,12 @@ func (rs *runState) settle(p *callPlan, o toolOutcome, err error) (toolOutcome, 
 func (rs *runState) continueAsNew(turn int) (Result, error) {
 	c := rs.a.cfg.Continue
 	ask := UserMessage(c.SummaryPrompt)
-	resp, _, err := rs.model(turn, "agentkit.compact", &ask, false)
+	resp, refused, err := rs.call(turn, "compact", &ask, false)
 	if err != nil {
 		return Result{}, err
+	}
+	if refused != "" {
+		return rs.finish(refused, "", nil), nil
 	}
 	rs.usage = rs.usage.Add(resp.Usage)
 	summary := resp.Message.Text()

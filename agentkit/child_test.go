@@ -129,6 +129,8 @@ func runChild() error {
 		return runMCPChild(ctx, e, model)
 	case "output":
 		return runOutputChild(ctx, e, model)
+	case "budget":
+		return runBudgetChild(ctx, e, pool, model)
 	}
 	maxTurns, _ := strconv.Atoi(os.Getenv("AGENTKIT_MAX_TURNS"))
 	killAfterModel, _ := strconv.Atoi(os.Getenv("AGENTKIT_KILL_AFTER_MODEL"))
@@ -176,4 +178,25 @@ func childResult(t *testing.T, c *proctest.Child) agentkit.Result {
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "result ")), &res))
 	require.NoError(t, c.Wait(t))
 	return res
+}
+
+// runToResult launches e, starts run id of a with prompt, waits for its
+// result and prints "result " and show(result) for the parent, then shuts
+// e down.
+func runToResult(ctx context.Context, e *durable.Engine, a *agentkit.Agent, id, prompt string, show func(agentkit.Result) string) error {
+	if err := e.Launch(ctx); err != nil {
+		return err
+	}
+	h, err := a.Start(ctx, agentkit.Input{Prompt: prompt}, &durable.StartOpts{ID: id})
+	if err != nil {
+		return err
+	}
+	res, err := h.Result(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Println("result", show(res))
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return e.Shutdown(sctx)
 }

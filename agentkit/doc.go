@@ -33,7 +33,9 @@
 // own step. The steps of a run, in order:
 //
 //	agentkit.limits                      once, only for runs started without Input.Limits
+//	agentkit.reserve:<turn>              with Limits.Reserve: the call's reservation, before it
 //	agentkit.model:<turn>                the model's answer (a *Response)
+//	agentkit.settle:<turn>               with Limits.Reserve: what the call used, charged after it
 //	agentkit.tool:<tool>:<call ID>       a step or transaction tool's result
 //	child:<workflow>                     the start of a workflow tool's child (or a sub-agent, or a continuation)
 //	durable.patch:agentkit.await-children   once per turn with children, before their outcomes
@@ -123,11 +125,24 @@
 //	-----------------  ------------------------------------------------------
 //	completed          the model answered without tool calls
 //	limit_turns        MaxTurns model calls were made
-//	limit_tokens       the tokens used reached MaxTokens
-//	limit_cost         the cost reached MaxCostMicros
+//	limit_tokens       the tokens used reached MaxTokens (with Reserve: the next call's estimate did not fit)
+//	limit_cost         the cost reached MaxCostMicros (with Reserve: likewise)
 //	denied             an approver denied a call of a tool with EndRunOnDeny
 //	approval_timeout   an approval deadline passed under TimeoutEnd
 //	continued          the run continued as Result.NextRunID (ContinuePolicy)
+//
+// With Limits.Reserve the limits are also a row of agentkit_budgets (run
+// [Migrate] first), which every model call reserves from before it is
+// made and settles after, each a transaction step: the call is made only
+// if its estimate (a turn; the request's text at four bytes a token plus
+// its output tokens, which are then sent as its maximum; their cost by
+// AgentConfig.Pricing) fits in what the row has left after what was used
+// and what calls in flight hold. A sub-agent's row, and the row of a
+// workflow tool's workflow that calls [BudgetStep], draw from the caller's
+// row as well, under its lock: sub-agents started together, on any
+// executors, share what their caller has left and together never pass
+// it. A hold of a run that ended without settling (cancelled) lapses.
+// [ReadBudget] shows a row: its limits, what was used, what is held.
 //
 // Errors are for failures: a model call that failed for good (a 4xx is not
 // retried, see [ModelError] and [ClassifyHTTP]), a tool with FailRun that

@@ -246,7 +246,9 @@ func (a *Agent) ForkAt(ctx context.Context, runID string, turn int, opts *durabl
 	}
 	at := -1
 	for _, s := range steps {
-		if s.Name == modelStep(turn) {
+		// The turn's reservation, when the run reserves, comes first: the
+		// fork reserves its own.
+		if s.Name == modelStep(turn) || s.Name == reserveStepPrefix+strconv.Itoa(turn) {
 			at = s.Pos
 			break
 		}

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
@@ -260,21 +259,7 @@ func runMCPChild(ctx context.Context, e *durable.Engine, model agentkit.Model) e
 		MCP:   []*agentkit.MCPServer{agentkit.MCPHTTP("pay", os.Getenv("AGENTKIT_MCP_URL"), nil)},
 	})
 	defer func() { _ = a.Close() }()
-	if err := e.Launch(ctx); err != nil {
-		return err
-	}
-	h, err := a.Start(ctx, agentkit.Input{Prompt: "Pay."}, &durable.StartOpts{ID: "mcp-crash"})
-	if err != nil {
-		return err
-	}
-	res, err := h.Result(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Println("result", res.Final)
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return e.Shutdown(sctx)
+	return runToResult(ctx, e, a, "mcp-crash", "Pay.", func(res agentkit.Result) string { return res.Final })
 }
 
 // TestMCPToolsThroughSIGKILL: the process running an agent is SIGKILLed

@@ -3,7 +3,6 @@ package agentkit_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -116,19 +115,7 @@ func runOutputChild(ctx context.Context, e *durable.Engine, model agentkit.Model
 		}
 	}})
 	a := agentkit.Define(e, "verdict", agentkit.AgentConfig{Model: model, Output: out})
-	if err := e.Launch(ctx); err != nil {
-		return err
-	}
-	h, err := a.Start(ctx, agentkit.Input{Prompt: "fixed"}, &durable.StartOpts{ID: "verdict-run"})
-	if err != nil {
-		return err
-	}
-	res, err := h.Result(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Println("result", string(res.Output))
-	return e.Shutdown(ctx)
+	return runToResult(ctx, e, a, "verdict-run", "fixed", func(res agentkit.Result) string { return string(res.Output) })
 }
 
 // TestStructuredOutputThroughSIGKILL: the process dies once the model's

@@ -152,7 +152,9 @@ func TxTool[A, R any](name, description string, schema json.RawMessage, fn func(
 // (so the child reads it with wctx.WorkflowID()). The child's result is
 // shown to the model like a [StepTool]'s; a failed child is shown as an
 // error result (or ends the run, with ToolOpts.FailRun). Retry and Timeout
-// options do not apply: the child's steps have their own.
+// options do not apply: the child's steps have their own. Under a caller
+// with Limits.Reserve, the child's model calls made with [BudgetStep], and
+// its agents with Limits.Reserve, draw from the caller's budget.
 func WorkflowTool[A, R any](name, description string, schema json.RawMessage, wf *durable.Workflow[A, R], opts *ToolOpts) *Tool {
 	t := newTool[A](name, description, schema, KindWorkflow, opts)
 	if wf == nil {
@@ -175,7 +177,9 @@ func WorkflowTool[A, R any](name, description string, schema json.RawMessage, wf
 // AgentTool defines a tool that runs the agent sub as a child workflow:
 // the model passes {"prompt": "..."}, the sub-agent's final answer is the
 // tool's result, its usage is charged to the calling run, and it gets at
-// most the calling run's remaining turns, tokens and cost.
+// most the calling run's remaining turns, tokens and cost. Under a caller
+// with Limits.Reserve it reserves each call from its caller's budget row
+// too, so sub-agents running at once share what the caller has left.
 func AgentTool(name, description string, sub *Agent, opts *ToolOpts) *Tool {
 	schema := json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string","description":"The task for the sub-agent."}},"required":["prompt"]}`)
 	type args struct {

@@ -13,6 +13,10 @@ type AgentKnobs struct {
 	// live tells whether the call was made now (false: replayed). Defaults
 	// to nil: nothing is called.
 	AfterModel func(runID string, turn int, live bool)
+	// InReserve is called inside the transaction of each reservation of
+	// a run with Limits.Reserve, once its budget rows are locked and read
+	// and before it decides. Defaults to nil: nothing is called.
+	InReserve func(runID string)
 }
 
 // agentKey names one agent: its engine (a *durable.Engine) and its name.
