@@ -322,7 +322,9 @@ func TestBudgetStep(t *testing.T) {
 	var calls atomic.Int32
 	var refused atomic.Pointer[agentkit.BudgetError]
 	var a *agentkit.Agent
-	v.engine(t, nil, func(e *durable.Engine) {
+	e := v.engine(t, nil, func(e *durable.Engine) {
+		helper := agentkit.Define(e, "budget-helper", agentkit.AgentConfig{Model: delegating("none", 0), MaxOutputTokens: 50,
+			Pricing: agentkit.PerMillionTokens(1_000_000, 1_000_000)})
 		research := durable.Register(e, "budget-research", func(wctx durable.Context, in struct {
 			Prompt string `json:"prompt"`
 		}) (string, error) {
@@ -335,6 +337,15 @@ func TestBudgetStep(t *testing.T) {
 				var be *agentkit.BudgetError
 				if errors.As(err, &be) {
 					refused.Store(be)
+					// An agent the workflow starts draws from the same rows.
+					h, err := helper.Workflow().StartChild(wctx, agentkit.Input{Prompt: "sum up",
+						Limits: &agentkit.Limits{MaxTurns: -1, Reserve: true}}, nil)
+					if err != nil {
+						return "", err
+					}
+					if _, err := h.Await(wctx); err != nil {
+						return "", err
+					}
 					return fmt.Sprintf("%d answers", i), nil
 				}
 				if err != nil {
@@ -362,11 +373,18 @@ func TestBudgetStep(t *testing.T) {
 
 	b, err := agentkit.ReadBudget(ctx, v.pool, v.schema, "bstep-1")
 	require.NoError(t, err)
-	require.Equal(t, agentkit.Amount{Turns: 4, Tokens: 2*15 + 4, CostMicros: 780}, b.Used, "the boss's two calls and the workflow's two")
+	require.Equal(t, agentkit.Amount{Turns: 5, Tokens: 2*15 + 4 + 2, CostMicros: 782}, b.Used,
+		"the boss's two calls, the workflow's two and its agent's one")
 	w, err := agentkit.ReadBudget(ctx, v.pool, v.schema, "bstep-1/1/t1c0")
 	require.NoError(t, err)
 	require.Equal(t, "bstep-1", w.ParentID, "the workflow's row draws from the calling agent's")
-	require.Equal(t, agentkit.Amount{Turns: 2, Tokens: 30, CostMicros: 780}, w.Used)
+	require.Equal(t, agentkit.Amount{Turns: 3, Tokens: 32, CostMicros: 782}, w.Used)
+	runs, _, err := e.ListWorkflows(ctx, &durable.ListParams{Parent: "bstep-1/1/t1c0"})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	sub, err := agentkit.ReadBudget(ctx, v.pool, v.schema, runs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, "bstep-1/1/t1c0", sub.ParentID, "the workflow's agent draws from the workflow's row")
 }
 
 // runBudgetChild runs the agent of TestBudgetThroughSIGKILL in a child
