@@ -50,7 +50,7 @@ func init() {
 		Mutant{
 			Name:      "budget/output-cap",
 			Mechanism: "under a token limit, a call's reserved output is sent as its maximum output tokens",
-			Edits: []Edit{{File: "agentkit/agent.go",
+			Edits: []Edit{{File: "agentkit/modelcall.go",
 				Find:    "\t\t\treq.MaxOutputTokens = int(maxOut)\n",
 				Replace: ""}},
 			Pkg: "./agentkit", Tests: "TestBudgetReserve",
@@ -66,7 +66,7 @@ func init() {
 		Mutant{
 			Name:      "budget/settle-resumed",
 			Mechanism: "a call answered before a crash is settled by the resumed run, though its answer is replayed",
-			Edits: []Edit{{File: "agentkit/agent.go",
+			Edits: []Edit{{File: "agentkit/modelcall.go",
 				Find:    "\tif serr := rs.settleCall(of, h, used); serr != nil && err == nil {",
 				Replace: "\tif !live {\n\t\treturn resp, \"\", err\n\t}\n\tif serr := rs.settleCall(of, h, used); serr != nil && err == nil {"}},
 			Pkg: "./agentkit", Tests: "TestBudgetThroughSIGKILL",

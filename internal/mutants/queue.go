@@ -103,7 +103,7 @@ func init() {
 		Mutant{
 			Name:      "output/response-format",
 			Mechanism: "the output schema is sent as the response format",
-			Edits: []Edit{{File: "agentkit/agent.go",
+			Edits: []Edit{{File: "agentkit/modelcall.go",
 				Find:    "\t\t\treq.ResponseFormat = &ResponseFormat{Name: out.name, Schema: out.schema}\n",
 				Replace: "\t\t\t_ = out\n"}},
 			Pkg: "./agentkit", Tests: "TestStructuredOutput$",
