@@ -273,7 +273,7 @@ SELECT CASE WHEN count(*) = 1 THEN 1 ELSE {{schema}}.checkpoint_refused() END FR
 		// $1 workflow_id, $2 pos, $3 status, $4 output, $5 error, $6 attempts, $7 epoch.
 		completeIntent: r(`UPDATE {{schema}}.steps s SET status = $3, output = $4, error = $5, attempts = $6, finished_at = now()
 FROM (SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $7 AND status = 'pending' FOR SHARE) w
-WHERE s.workflow_id = w.id AND s.pos = $2 AND s.status = 'intent'`),
+WHERE s.workflow_id = $1 AND s.workflow_id = w.id AND s.pos = $2 AND s.status = 'intent'`),
 
 		listen: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 	}

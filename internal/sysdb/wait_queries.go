@@ -97,7 +97,7 @@ SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM ins),
 	SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $2 AND status = 'pending' FOR SHARE),
 msg AS (
 	SELECT m.id, m.payload FROM {{schema}}.messages m, w
-	WHERE m.workflow_id = w.id AND m.topic = $3 AND m.consumed_at IS NULL
+	WHERE m.workflow_id = $1 AND m.workflow_id = w.id AND m.topic = $3 AND m.consumed_at IS NULL
 	ORDER BY m.id LIMIT 1 FOR UPDATE OF m SKIP LOCKED),
 ins AS (
 	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts, started_at)
@@ -106,7 +106,7 @@ ins AS (
 	RETURNING output),
 upd AS (
 	UPDATE {{schema}}.messages SET consumed_at = now()
-	WHERE id IN (SELECT id FROM msg) AND EXISTS (SELECT 1 FROM ins)
+	WHERE workflow_id = $1 AND id IN (SELECT id FROM msg) AND EXISTS (SELECT 1 FROM ins)
 	RETURNING id)
 SELECT output::text FROM ins, upd`),
 
@@ -135,8 +135,11 @@ WHERE w.id = $1`),
 		// found no message), so listings can show it; ClearWaitTopic
 		// removes it once the wait is over. Both are fenced by the epoch.
 		// $1 id, $2 epoch, $3 topic.
+		// Owned, tested through coalesce: "status = 'pending' AND
+		// executor_id IS NOT NULL" is the predicate of workflows_owned_idx,
+		// which would let the planner scan every owned run for this one.
 		setWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = $3
-WHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL`),
+WHERE id = $1 AND epoch = $2 AND status = 'pending' AND coalesce(executor_id, '') <> ''`),
 		clearWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = NULL
 WHERE id = $1 AND epoch = $2 AND wait_topic = $3 AND executor_id IS NOT NULL`),
 	}

@@ -1,0 +1,25 @@
+package main
+
+// The mutants of the property docs/scale-out.md rests on: the statements
+// of a run's path reach its rows by the run's ID.
+
+func init() {
+	register(
+		Mutant{
+			Name:      "scaleout/intent-keyed",
+			Mechanism: "the completion of an intent step finds the step by the run's ID (a statement of a run's path stays on its shard)",
+			Edits: []Edit{{File: "internal/sysdb/queries.go",
+				Find:    "WHERE s.workflow_id = $1 AND s.workflow_id = w.id AND s.pos = $2",
+				Replace: "WHERE s.workflow_id = w.id AND s.pos = $2"}},
+			Pkg: ".", Tests: "TestHotPathKeyedByRunID",
+		},
+		Mutant{
+			Name:      "scaleout/wait-topic-keyed",
+			Mechanism: "marking what a run waits for finds the run by its ID, not through the index of owned runs",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "AND status = 'pending' AND coalesce(executor_id, '') <> ''`),",
+				Replace: "AND status = 'pending' AND executor_id IS NOT NULL`),"}},
+			Pkg: ".", Tests: "TestHotPathKeyedByRunID",
+		},
+	)
+}
