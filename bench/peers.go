@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
-	"github.com/durable-go/durable"
-	"github.com/durable-go/durable/internal/hooks"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/hooks"
 )
 
 const dbosAppVersion = "bench-v1" // pinned, as in the earlier study of DBOS on this machine type
@@ -28,12 +29,30 @@ const dbosAppVersion = "bench-v1" // pinned, as in the earlier study of DBOS on 
 // peers holds the peer systems of a run.
 type peers struct {
 	dbosCtx dbos.Context
+	dbosPl  *pgxpool.Pool
 	nogcEng *durable.Engine
 	nogcPl  *pgxpool.Pool
 	nogcWF  *durable.Workflow[int, int]
 }
 
 func (o *Options) dbName(suffix string) string { return o.Database + "_" + suffix }
+
+// dbosPool is a pool on the DBOS database url with maxConns
+// connections, the size durable's and River's pools get (DBOS's own
+// default is 20). Close it after dbos.Shutdown.
+func dbosPool(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(maxConns)
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// dbosConfig is the bench's DBOS configuration on pool.
+func dbosConfig(pool *pgxpool.Pool) dbos.Config {
+	return dbos.Config{AppName: "bench", SystemDBPool: pool, Logger: discard, ApplicationVersion: dbosAppVersion}
+}
 
 // urlFor returns the server URL with its database replaced.
 func urlFor(server, db string) (string, error) {
@@ -78,7 +97,10 @@ func (b *bench) openPeers(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p.dbosCtx, err = dbos.NewContext(ctx, dbos.Config{AppName: "bench", DatabaseURL: u, Logger: discard, ApplicationVersion: dbosAppVersion})
+		if p.dbosPl, err = dbosPool(ctx, u, o.MaxConns); err != nil {
+			return err
+		}
+		p.dbosCtx, err = dbos.NewContext(ctx, dbosConfig(p.dbosPl))
 		if err != nil {
 			return fmt.Errorf("dbos: %w", err)
 		}
@@ -117,6 +139,10 @@ func (b *bench) stopPeers(ctx context.Context) {
 	if p.dbosCtx != nil {
 		dbos.Shutdown(p.dbosCtx, 10*time.Second)
 		p.dbosCtx = nil
+	}
+	if p.dbosPl != nil {
+		p.dbosPl.Close()
+		p.dbosPl = nil
 	}
 	if p.nogcEng != nil {
 		_ = p.nogcEng.Shutdown(ctx)
@@ -238,7 +264,12 @@ func (b *bench) dbosDrain(ctx context.Context, out map[string]float64) error {
 	if err != nil {
 		return err
 	}
-	wctx, err := dbos.NewContext(ctx, dbos.Config{AppName: "bench", DatabaseURL: u, Logger: discard, ApplicationVersion: dbosAppVersion})
+	pool, err := dbosPool(ctx, u, o.MaxConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	wctx, err := dbos.NewContext(ctx, dbosConfig(pool))
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const (
@@ -61,7 +62,12 @@ func (b *bench) dbosQLat(ctx context.Context, out map[string]float64) error {
 	if err != nil {
 		return err
 	}
-	wctx, err := dbos.NewContext(ctx, dbos.Config{AppName: "bench", DatabaseURL: u, Logger: discard, ApplicationVersion: dbosAppVersion})
+	pool, err := dbosPool(ctx, u, o.MaxConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	wctx, err := dbos.NewContext(ctx, dbosConfig(pool))
 	if err != nil {
 		return err
 	}
@@ -161,12 +167,15 @@ type PeerRecovery struct {
 // dbosRecoverySpec is what the DBOS recovery child needs, passed in its
 // environment.
 type dbosRecoverySpec struct {
-	URL string `json:"url"` // of the DBOS database
-	N   int    `json:"n"`
+	URL      string `json:"url"` // of the DBOS database
+	N        int    `json:"n"`
+	MaxConns int    `json:"max_conns"`
 }
 
-func dbosRecoveryConfig(url string) dbos.Config {
-	return dbos.Config{AppName: "bench", DatabaseURL: url, Logger: discard, ApplicationVersion: dbosAppVersion, ExecutorID: dbosRecoveryExecutor}
+func dbosRecoveryConfig(pool *pgxpool.Pool) dbos.Config {
+	c := dbosConfig(pool)
+	c.ExecutorID = dbosRecoveryExecutor
+	return c
 }
 
 // dbosSecondStep is the second step of the recovered DBOS workflow: in the
@@ -209,7 +218,7 @@ func (b *bench) dbosRecovery(ctx context.Context) (*PeerRecovery, error) {
 	}
 
 	// The child.
-	spec, _ := json.Marshal(dbosRecoverySpec{URL: u, N: n})
+	spec, _ := json.Marshal(dbosRecoverySpec{URL: u, N: n, MaxConns: o.MaxConns})
 	setup, err := killReadyChild(ctx, o, dbosRecoveryChildEnv+"="+string(spec), "DBOS recovery")
 	if err != nil {
 		return nil, err
@@ -246,7 +255,12 @@ func (b *bench) dbosRecovery(ctx context.Context) (*PeerRecovery, error) {
 		return "ok", nil
 	}
 	tn := time.Now()
-	wctx, err := dbos.NewContext(ctx, dbosRecoveryConfig(u))
+	pool, err := dbosPool(ctx, u, o.MaxConns)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	wctx, err := dbos.NewContext(ctx, dbosRecoveryConfig(pool))
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +316,11 @@ func dbosRecoveryChildMain(specJSON string) int {
 		<-ctx.Done()
 		return "", ctx.Err()
 	}
-	wctx, err := dbos.NewContext(ctx, dbosRecoveryConfig(s.URL))
+	pool, err := dbosPool(ctx, s.URL, s.MaxConns)
+	if err != nil {
+		return fail(err)
+	}
+	wctx, err := dbos.NewContext(ctx, dbosRecoveryConfig(pool))
 	if err != nil {
 		return fail(err)
 	}

@@ -79,11 +79,11 @@ func DefaultOptions() Options {
 		GroupCommitCmp: true,
 		PeerN:          500,
 		PeerTput:       500,
-		PeerDrainN:     3000,
+		PeerDrainN:     10000, // equal counts: durable's and River's drains are 10,000 too
 		RiverDrainN:    10000,
 		RiverLatN:      30,
 		DBOSQLatN:      30,
-		DBOSRecoveryN:  1000,
+		DBOSRecoveryN:  10000, // as durable's RecoveryN
 		OutDir:         "results",
 	}
 }
