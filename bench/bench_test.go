@@ -43,6 +43,7 @@ func TestSmoke(t *testing.T) {
 	o.QLatN, o.DrainN, o.DrainRounds, o.RecoveryN = 20, 20, 1, 20
 	o.PeerN, o.PeerDrainN, o.RiverDrainN, o.RiverLatN = 10, 50, 50, 2
 	o.DBOSQLatN, o.DBOSRecoveryN = 2, 20
+	o.ScaleIdle, o.ScaleProcs, o.ScaleRepeats = 100*time.Millisecond, []int{1, 2}, 1
 	o.OutDir = t.TempDir()
 	o.DropAfter = true
 	if testing.Verbose() {
@@ -209,12 +210,14 @@ func TestSmoke(t *testing.T) {
 	if !ok {
 		t.Fatalf("scale: got %v, want an object", doc["scale"])
 	}
-	if rows, _ := sc["rows"].([]any); len(rows) != len(scaleProcs) {
-		t.Errorf("scale.rows: got %d, want %d", len(rows), len(scaleProcs))
+	if rows, _ := sc["rows"].([]any); len(rows) != len(o.ScaleProcs) {
+		t.Errorf("scale.rows: got %d, want %d", len(rows), len(o.ScaleProcs))
 	} else {
 		for i, r := range rows {
-			if v, _ := r.(map[string]any)["per_s"].(float64); v <= 0 {
-				t.Errorf("scale.rows[%d].per_s = %v, want a positive figure", i, v)
+			for _, k := range []string{"per_s", "tput_per_s", "server_share"} {
+				if v, _ := r.(map[string]any)[k].(float64); v <= 0 {
+					t.Errorf("scale.rows[%d].%s = %v, want a positive figure", i, k, v)
+				}
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -581,22 +582,40 @@ func (r *Result) drainStatementsMarkdown(sb *strings.Builder) {
 	}
 }
 
-// scaleMarkdown renders the drain by several executor processes.
+// scaleMarkdown renders the scale scenario: several executor processes
+// on one Postgres.
 func (r *Result) scaleMarkdown(sb *strings.Builder) {
 	sc := r.Scale
 	if sc == nil || len(sc.Rows) == 0 {
 		return
 	}
-	fmt.Fprintf(sb, "\n### One queue drained by several executor processes\n\n"+
-		"%d pre-enqueued 1-step workflows (EnqueueMany), drained by 1, 2 or 4 executor processes started together "+
-		"(each its own engine and pool, launched and warmed by an untimed drain of %d runs per process; the queue paused, filled, then timed from its resume until no run is left); the median of %d drains each, "+
-		"process counts taking turns. CPU per run: every server process, and the executor processes together. "+
-		"Share: the fewest and the most runs one process finished.\n\n"+
-		"| executor processes | runs/s | against 1 process | server CPU per run | executors' CPU per run | share per process |\n|---|---|---|---|---|---|\n",
-		sc.N, sc.WarmPer, sc.Repeats)
-	base := sc.Rows[0].PerS
+	procs := make([]string, len(sc.Rows))
+	for i, row := range sc.Rows {
+		procs[i] = strconv.Itoa(row.Processes)
+	}
+	fmt.Fprintf(sb, "\n### Several executor processes on one Postgres\n\n"+
+		"1-step workflows run by %s executor processes started together (each its own engine and pool), "+
+		"in rounds that take turns, the median of %d rounds each. In each round: the processes idle for %.0f s (what "+
+		"idle executors cost the server: leases, takeover sweeps, polls); then each starts and awaits %d workflows from "+
+		"%d goroutines, all at once (%d in all); then, after an untimed drain of %d runs per process, they drain %d "+
+		"pre-enqueued runs of one queue (EnqueueMany; the queue paused, filled, timed from its resume until no run is left). "+
+		"CPU per run: every server process, and the executor processes together; CPU share: of the whole machine "+
+		"(%d cores) over the timed phase. Share per process: the fewest and the most drained runs one process finished.\n\n"+
+		"| executor processes | drain runs/s | against 1 process | server CPU per run | executors' CPU per run | CPU share server / executors | share per process |\n|---|---|---|---|---|---|---|\n",
+		strings.Join(procs, ", "), sc.Repeats, sc.IdleS, sc.TputN/max(len(sc.Rows), 1), sc.TputPer, sc.TputN, sc.WarmPer, sc.N,
+		r.Env.NumCPU)
+	base := sc.Rows[0]
 	for _, row := range sc.Rows {
-		fmt.Fprintf(sb, "| %d | %.0f | %.2fx | %.0f µs | %.0f µs | %.2f-%.2f |\n", row.Processes, row.PerS, row.PerS/base,
-			row.ServerCPU, row.ExecCPU, row.MinShare, row.MaxShare)
+		fmt.Fprintf(sb, "| %d | %.0f | %.2fx | %.0f µs | %.0f µs | %.0f%% / %.0f%% | %.2f-%.2f |\n", row.Processes, row.PerS, row.PerS/base.PerS,
+			row.ServerCPU, row.ExecCPU, 100*row.ServerShare, 100*row.ExecShare, row.MinShare, row.MaxShare)
+	}
+	sb.WriteString("\n| executor processes | 1-step workflows/s | against 1 process | server CPU per workflow | executors' CPU per workflow | CPU share server / executors | idle: statements per executor and s | idle: write transactions per executor and s |\n|---|---|---|---|---|---|---|---|\n")
+	for _, row := range sc.Rows {
+		idle := "n/a"
+		if row.IdleStmtsPerS >= 0 {
+			idle = fmt.Sprintf("%.1f", row.IdleStmtsPerS)
+		}
+		fmt.Fprintf(sb, "| %d | %.0f | %.2fx | %.0f µs | %.0f µs | %.0f%% / %.0f%% | %s | %.1f |\n", row.Processes, row.TputPerS,
+			row.TputPerS/base.TputPerS, row.TputServerCPU, row.TputExecCPU, 100*row.TputServerShare, 100*row.TputExecShare, idle, row.IdleXactsPerS)
 	}
 }

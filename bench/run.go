@@ -20,22 +20,25 @@ import (
 
 // Options configure one benchmark run.
 type Options struct {
-	URL         string // server to connect to; its database is only used to (re)create Database
-	Database    string // dropped if it exists, then created and used for everything
-	Rounds      int
-	Blocks      int   // sequential scenarios take turns in this many blocks per round
-	N           int   // ops per sequential scenario and round (k=10 workflows: N/5)
-	TputTotal   int   // ops per throughput scenario and round
-	Concurrency []int // goroutine counts of the throughput scenarios
-	StatsN      int   // workflows per statement-counting batch
-	Warmup      int   // untimed ops before each scenario in every round
-	MaxConns    int   // engine pool and raw concurrent pool size
-	QLatN       int   // queued runs per enqueue-to-start variant and round (0: skip)
-	DrainN      int   // workflows per queue drain
-	DrainRounds int   // rounds (the first ones) that also measure a queue drain (0: skip)
-	RecoveryN   int   // runs recovered after a SIGKILL, once per run (0: skip)
-	Flow        bool  // measure fair sharing, the drain by key and debounce, once per run
-	Scale       bool  // measure the drain by 1, 2 and 4 executor processes, once per run
+	URL          string // server to connect to; its database is only used to (re)create Database
+	Database     string // dropped if it exists, then created and used for everything
+	Rounds       int
+	Blocks       int           // sequential scenarios take turns in this many blocks per round
+	N            int           // ops per sequential scenario and round (k=10 workflows: N/5)
+	TputTotal    int           // ops per throughput scenario and round
+	Concurrency  []int         // goroutine counts of the throughput scenarios
+	StatsN       int           // workflows per statement-counting batch
+	Warmup       int           // untimed ops before each scenario in every round
+	MaxConns     int           // engine pool and raw concurrent pool size
+	ScaleIdle    time.Duration // the scale scenario's idle window
+	ScaleProcs   []int         // its executor process counts
+	ScaleRepeats int           // its rounds per process count
+	QLatN        int           // queued runs per enqueue-to-start variant and round (0: skip)
+	DrainN       int           // workflows per queue drain
+	DrainRounds  int           // rounds (the first ones) that also measure a queue drain (0: skip)
+	RecoveryN    int           // runs recovered after a SIGKILL, once per run (0: skip)
+	Flow         bool          // measure fair sharing, the drain by key and debounce, once per run
+	Scale        bool          // measure the drain by 1, 2 and 4 executor processes, once per run
 	// DrainProfile, when set, is the path prefix of CPU profiles of this
 	// process taken during each timed drain: <prefix>.<drain>.r<round>.prof.
 	DrainProfile string
@@ -74,6 +77,9 @@ func DefaultOptions() Options {
 		RecoveryN:      10000,
 		Flow:           true,
 		Scale:          true,
+		ScaleIdle:      3 * time.Second,
+		ScaleProcs:     []int{1, 2, 4, 8},
+		ScaleRepeats:   3,
 		DBOS:           true,
 		River:          true,
 		GroupCommitCmp: true,
