@@ -44,6 +44,7 @@ func TestSmoke(t *testing.T) {
 	o.PeerN, o.PeerDrainN, o.RiverDrainN, o.RiverLatN = 10, 50, 50, 2
 	o.DBOSQLatN, o.DBOSRecoveryN = 2, 20
 	o.ScaleIdle, o.ScaleProcs, o.ScaleRepeats = 100*time.Millisecond, []int{1, 2}, 1
+	o.Growth, o.GrowthSteps, o.GrowthParked = []int{2000}, 200, 100
 	o.OutDir = t.TempDir()
 	o.DropAfter = true
 	if testing.Verbose() {
@@ -219,6 +220,19 @@ func TestSmoke(t *testing.T) {
 					t.Errorf("scale.rows[%d].%s = %v, want a positive figure", i, k, v)
 				}
 			}
+		}
+	}
+	if g, _ := doc["growth"].(map[string]any); g == nil {
+		t.Errorf("growth: got %v, want an object", doc["growth"])
+	} else {
+		if rows, _ := g["rows"].([]any); len(rows) != 2 {
+			t.Errorf("growth.rows: got %d, want 2 (the empty table and 2,000 runs)", len(rows))
+		}
+		if rs, _ := g["resumes"].([]any); len(rs) != 2 {
+			t.Errorf("growth.resumes: got %d, want 2", len(rs))
+		}
+		if p, _ := g["parked"].(map[string]any); p == nil || p["wake_p50_us"].(float64) <= 0 {
+			t.Errorf("growth.parked: got %v, want a wake-up time", g["parked"])
 		}
 	}
 	if res.Counts.StatementsAvailable {

@@ -59,6 +59,11 @@ func barChart(file, title, ylabel string, cats []string, ss []series, colors []c
 // writeCharts writes latency.png, throughput.png and drain.png to dir from
 // the medians of the run.
 func (r *Result) writeCharts(dir string) error {
+	if r.Soak != nil && len(r.Soak.Per) > 0 {
+		if err := r.Soak.chart(dir); err != nil {
+			return fmt.Errorf("soak chart: %w", err)
+		}
+	}
 	m := r.Median
 	// Latency per step count.
 	lat := []series{{name: "durable", vals: []float64{m["wf0_us"] / 1000, m["wf1_us"] / 1000, m["wf10_us"] / 1000}}}

@@ -33,6 +33,11 @@ func main() {
 	flag.IntVar(&o.N, "n", o.N, "operations per sequential scenario and round (10-step workflows use n/5)")
 	flag.IntVar(&o.TputTotal, "tput", o.TputTotal, "operations per throughput scenario and round, shared by the goroutines")
 	conc := flag.String("conc", joinInts(o.Concurrency), "comma-separated goroutine counts for the throughput scenarios")
+	flag.IntVar(&o.GrowthSteps, "growth-steps", o.GrowthSteps, "with -growth: the recorded steps of the long run resumed")
+	flag.IntVar(&o.GrowthParked, "growth-parked", o.GrowthParked, "with -growth: runs parked at once (0: skip)")
+	flag.DurationVar(&o.Soak, "soak", o.Soak, "steady load at 70% of the measured maximum for this long, with retention pruning (e.g. 30m; 0: skip)")
+	flag.DurationVar(&o.SoakRetention, "soak-retention", o.SoakRetention, "with -soak: prune runs finished longer ago than this")
+	growth := flag.String("growth", "", "comma-separated history sizes (finished runs) to measure the hot path at, against the empty database, e.g. 1000000,10000000 (slow: minutes per 10 million)")
 	flag.IntVar(&o.StatsN, "stats-n", o.StatsN, "workflows per statement-counting batch")
 	flag.IntVar(&o.Warmup, "warmup", o.Warmup, "untimed operations before each scenario in every round")
 	flag.IntVar(&o.MaxConns, "maxconns", o.MaxConns, "max connections of the engine pool and of the raw concurrent-insert pool")
@@ -68,6 +73,12 @@ func main() {
 	}
 
 	var err error
+	if *growth != "" {
+		if o.Growth, err = parseInts(*growth); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -growth:", err)
+			os.Exit(2)
+		}
+	}
 	if o.Concurrency, err = parseInts(*conc); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -conc:", err)
 		os.Exit(2)
@@ -98,12 +109,12 @@ func parseInts(s string) ([]int, error) {
 		}
 		v, err := strconv.Atoi(f)
 		if err != nil || v < 1 {
-			return nil, fmt.Errorf("bad goroutine count %q", f)
+			return nil, fmt.Errorf("bad count %q", f)
 		}
 		out = append(out, v)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no goroutine counts")
+		return nil, fmt.Errorf("no counts")
 	}
 	return out, nil
 }

@@ -24,7 +24,9 @@ type Result struct {
 	Counts       Counts             `json:"counts"`
 	Recovery     *Recovery          `json:"recovery"`                   // null when skipped
 	Flow         *Flow              `json:"flow"`                       // flow control (flow.go); null when skipped
-	Scale        *Scale             `json:"scale"`                      // the drain by several executor processes (scale.go); null when skipped
+	Scale        *Scale             `json:"scale"`                      // several executor processes (scale.go); null when skipped
+	Growth       *Growth            `json:"growth"`                     // the hot path as the history grows (growth.go); null when skipped
+	Soak         *Soak              `json:"soak"`                       // steady load with retention (soak.go); null when skipped
 	DBOSRecovery *PeerRecovery      `json:"dbos_recovery"`              // DBOS's recovery (peers_dbos.go); null when skipped
 	DrainTop     []Stmt             `json:"drain_top_statements"`       // of the last drain
 	RiverTop     []Stmt             `json:"river_drain_top_statements"` // of the last tuned River drain; null without River
@@ -407,6 +409,8 @@ func (r *Result) Markdown() string {
 		r.Peer.DBOSStepOverheadRatio, r.Peer.DBOSStmtsPerStep, r.Peer.DBOSWF0Ratio, r.Peer.DBOSDrainPerS)
 	r.drainStatementsMarkdown(&sb)
 	r.scaleMarkdown(&sb)
+	r.growthMarkdown(&sb)
+	r.soakMarkdown(&sb)
 	return sb.String()
 }
 
@@ -618,4 +622,68 @@ func (r *Result) scaleMarkdown(sb *strings.Builder) {
 		fmt.Fprintf(sb, "| %d | %.0f | %.2fx | %.0f µs | %.0f µs | %.0f%% / %.0f%% | %s | %.1f |\n", row.Processes, row.TputPerS,
 			row.TputPerS/base.TputPerS, row.TputServerCPU, row.TputExecCPU, 100*row.TputServerShare, 100*row.TputExecShare, idle, row.IdleXactsPerS)
 	}
+}
+
+// growthMarkdown renders the hot path's costs as the history grows.
+func (r *Result) growthMarkdown(sb *strings.Builder) {
+	g := r.Growth
+	if g == nil || len(g.Rows) == 0 {
+		return
+	}
+	fmt.Fprintf(sb, "\n### The hot path as the history grows\n\n"+
+		"The same latencies (medians of %d each) on an empty runs table and after it was filled with finished runs "+
+		"(one recorded step each, created before the measured runs; VACUUM ANALYZE after each fill), as ratios to the empty "+
+		"table in this run. Target: every one within 1.2x at 10 million.\n\n"+
+		"| runs in history | 0-step workflow | per step | enqueue-to-start | list, first page | list failed, first page | runs table | steps table | fill |\n|---|---|---|---|---|---|---|---|---|\n", g.N)
+	base := g.Rows[0]
+	cell := func(v, b float64) string {
+		if b <= 0 {
+			return fmt.Sprintf("%.0f µs", v)
+		}
+		return fmt.Sprintf("%.0f µs (%.2fx)", v, v/b)
+	}
+	for _, row := range g.Rows {
+		fmt.Fprintf(sb, "| %d | %s | %s | %s | %s | %s | %.0f MB | %.0f MB | %.0f s |\n", row.History, cell(row.WF0US, base.WF0US),
+			cell(row.StepUS, base.StepUS), cell(row.QLatUS, base.QLatUS), cell(row.ListUS, base.ListUS),
+			cell(row.ListFailedUS, base.ListFailedUS), row.TableMB, row.StepsMB, row.FillS)
+	}
+	if len(g.Resumes) > 0 {
+		sb.WriteString("\nA long run resumed: it recorded its steps, its engine was cut short while it waited in one more step, and a new " +
+			"engine with the same executor ID resumed it (replaying every recorded step, loaded in chunks within a byte budget). " +
+			"Peak heap: the most heap in use during the resume over the heap before it, sampled every millisecond.\n\n" +
+			"| recorded steps | resume to result | peak heap |\n|---|---|---|\n")
+		for _, r := range g.Resumes {
+			fmt.Fprintf(sb, "| %d | %.0f ms | +%.1f MB |\n", r.Steps, r.MS, r.PeakHeapMB)
+		}
+	}
+	if p := g.Parked; p != nil {
+		fmt.Fprintf(sb, "\n%d runs parked at once, each waiting an hour for a message (`Recv`; `ParkThreshold` 1 s): started from 32 "+
+			"goroutines and all parked in %.0f s; with all of them parked the process holds **%+.0f MB** of heap and **%+d goroutines** "+
+			"more than before (after a GC); the runs table is %.0f MB. A message wakes one (any executor resumes it by replay): "+
+			"from `Send` to its body going on, p50 **%.1f ms**, p99 %.1f ms (%d wake-ups, one at a time).\n",
+			p.N, p.StartS, p.HeapMB, p.Goroutines, p.TableMB, p.WakeP50US/1000, p.WakeP99US/1000, p.WakeN)
+	}
+}
+
+// soakMarkdown renders the soak: its verdicts and the minutes.
+func (r *Result) soakMarkdown(sb *strings.Builder) {
+	s := r.Soak
+	if s == nil || len(s.Per) == 0 {
+		return
+	}
+	fmt.Fprintf(sb, "\n### Soak: steady load with retention\n\n"+
+		"%.0f minutes at %.0f operations/s, %.0f%% of the mix's maximum (%.0f/s, closed loop, 128 goroutines); %s. Latency counts "+
+		"from each operation's scheduled time (open loop: a stall shows as latency), without the sleep and the message's delay. "+
+		"Retention prunes runs finished more than %.0f s ago every 15 s (%d runs pruned). %d operations, %d failed, %d not started "+
+		"(more than %d in flight).\n\n"+
+		"- p99 of the last five minutes over the first five: **%.2fx** (target ≤ 1.3x)\n"+
+		"- size of the engine's tables at the end over minute %d, once retention had run two periods: **%.2fx** (flat: ≤ 1.2x)\n\n",
+		s.Minutes, s.RatePerS, 100*s.RatePerS/max(s.MaxPerS, 1), s.MaxPerS, s.Mix, s.RetentionS, s.Pruned, s.Ops, s.Errors, s.Dropped,
+		soakMaxInFlight, s.P99Ratio, s.SteadyAtMin, s.SizeRatio)
+	sb.WriteString("| minute | ops | p50 | p99 | runs table | steps | other tables | live runs | dead tuples | autovacuums so far |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, m := range s.Per {
+		fmt.Fprintf(sb, "| %d | %d | %.1f ms | %.1f ms | %.1f MB | %.1f MB | %.1f MB | %d | %d | %d |\n", m.Minute, m.Ops, m.P50US/1000, m.P99US/1000,
+			m.WorkflowsMB, m.StepsMB, m.OtherMB, m.LiveRuns, m.DeadTuples, m.Autovacuums)
+	}
+	sb.WriteString("\n![soak](soak.png)\n")
 }

@@ -20,25 +20,30 @@ import (
 
 // Options configure one benchmark run.
 type Options struct {
-	URL          string // server to connect to; its database is only used to (re)create Database
-	Database     string // dropped if it exists, then created and used for everything
-	Rounds       int
-	Blocks       int           // sequential scenarios take turns in this many blocks per round
-	N            int           // ops per sequential scenario and round (k=10 workflows: N/5)
-	TputTotal    int           // ops per throughput scenario and round
-	Concurrency  []int         // goroutine counts of the throughput scenarios
-	StatsN       int           // workflows per statement-counting batch
-	Warmup       int           // untimed ops before each scenario in every round
-	MaxConns     int           // engine pool and raw concurrent pool size
-	ScaleIdle    time.Duration // the scale scenario's idle window
-	ScaleProcs   []int         // its executor process counts
-	ScaleRepeats int           // its rounds per process count
-	QLatN        int           // queued runs per enqueue-to-start variant and round (0: skip)
-	DrainN       int           // workflows per queue drain
-	DrainRounds  int           // rounds (the first ones) that also measure a queue drain (0: skip)
-	RecoveryN    int           // runs recovered after a SIGKILL, once per run (0: skip)
-	Flow         bool          // measure fair sharing, the drain by key and debounce, once per run
-	Scale        bool          // measure the drain by 1, 2 and 4 executor processes, once per run
+	URL           string // server to connect to; its database is only used to (re)create Database
+	Database      string // dropped if it exists, then created and used for everything
+	Rounds        int
+	Blocks        int           // sequential scenarios take turns in this many blocks per round
+	N             int           // ops per sequential scenario and round (k=10 workflows: N/5)
+	TputTotal     int           // ops per throughput scenario and round
+	Concurrency   []int         // goroutine counts of the throughput scenarios
+	StatsN        int           // workflows per statement-counting batch
+	Warmup        int           // untimed ops before each scenario in every round
+	MaxConns      int           // engine pool and raw concurrent pool size
+	ScaleIdle     time.Duration // the scale scenario's idle window
+	ScaleProcs    []int         // its executor process counts
+	ScaleRepeats  int           // its rounds per process count
+	Growth        []int         // finished runs in history to measure the hot path at (none: skip)
+	GrowthSteps   int           // with Growth: the steps of the long run resumed
+	GrowthParked  int           // with Growth: runs parked at once (0: skip)
+	Soak          time.Duration // steady load for this long (0: skip)
+	SoakRetention time.Duration // with Soak: runs finished longer ago are pruned
+	QLatN         int           // queued runs per enqueue-to-start variant and round (0: skip)
+	DrainN        int           // workflows per queue drain
+	DrainRounds   int           // rounds (the first ones) that also measure a queue drain (0: skip)
+	RecoveryN     int           // runs recovered after a SIGKILL, once per run (0: skip)
+	Flow          bool          // measure fair sharing, the drain by key and debounce, once per run
+	Scale         bool          // measure the drain by 1, 2 and 4 executor processes, once per run
 	// DrainProfile, when set, is the path prefix of CPU profiles of this
 	// process taken during each timed drain: <prefix>.<drain>.r<round>.prof.
 	DrainProfile string
@@ -80,6 +85,9 @@ func DefaultOptions() Options {
 		ScaleIdle:      3 * time.Second,
 		ScaleProcs:     []int{1, 2, 4, 8},
 		ScaleRepeats:   3,
+		GrowthSteps:    10000,
+		GrowthParked:   100000,
+		SoakRetention:  2 * time.Minute,
 		DBOS:           true,
 		River:          true,
 		GroupCommitCmp: true,
@@ -268,9 +276,21 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	if o.Scale {
-		o.logf("bench: the drain by 1, 2 and 4 executor processes")
+		o.logf("bench: 1, 2, 4 and 8 executor processes")
 		if res.Scale, err = b.scale(ctx); err != nil {
 			return nil, fmt.Errorf("scale: %w", err)
+		}
+	}
+	if len(o.Growth) > 0 {
+		o.logf("bench: the hot path with %v finished runs in history", o.Growth)
+		if res.Growth, err = b.growth(ctx); err != nil {
+			return nil, fmt.Errorf("growth: %w", err)
+		}
+	}
+	if o.Soak > 0 {
+		o.logf("bench: soak for %v", o.Soak)
+		if res.Soak, err = b.soak(ctx); err != nil {
+			return nil, fmt.Errorf("soak: %w", err)
 		}
 	}
 	if o.DBOS && o.DBOSRecoveryN > 0 {

@@ -23,3 +23,14 @@ func init() {
 		},
 	)
 }
+
+func init() {
+	register(Mutant{
+		Name:      "plan/finish-one-shot",
+		Mechanism: "the batch finish is planned at each execution, never kept as a generic plan made on a small table",
+		Edits: []Edit{{File: "internal/sysdb/core_runs.go",
+			Find:    "q.finishWorkflows, oneShotPlan, f.ids",
+			Replace: "q.finishWorkflows, f.ids"}},
+		Pkg: ".", Tests: "TestBatchFinishPlannedForTheTableAsItIs",
+	})
+}

@@ -249,7 +249,7 @@ func scanFinish(r pgx.Row) (row FinishOneRow, finished bool, err error) {
 // no run is reported finished: the statement failed as a whole.
 func (q *Queries) FinishWorkflows(ctx context.Context, db DBTX, runs []*FinishOneParams) (finished []bool, err error) {
 	f := newFinishColumns(runs)
-	rows, err := db.Query(ctx, q.finishWorkflows, f.ids, f.epochs, f.statuses, f.outputs, f.errs)
+	rows, err := db.Query(ctx, q.finishWorkflows, oneShotPlan, f.ids, f.epochs, f.statuses, f.outputs, f.errs)
 	return f.finished(rows, err)
 }
 
@@ -268,10 +268,21 @@ func (q *Queries) FinishStepsMany(ctx context.Context, db DBTX, p FinishStepsMan
 	for _, s := range p.Steps {
 		c.add(s)
 	}
-	rows, err := db.Query(ctx, q.finishStepsMany, f.ids, f.epochs, f.statuses, f.outputs, f.errs,
+	rows, err := db.Query(ctx, q.finishStepsMany, oneShotPlan, f.ids, f.epochs, f.statuses, f.outputs, f.errs,
 		c.ids, c.pos, c.names, c.statuses, c.outputs, c.errs, c.attempts, c.started)
 	return f.finished(rows, err)
 }
+
+// oneShotPlan makes Postgres plan a statement at each execution, for the
+// table as it is then: the description is cached (one round trip), the
+// statement is not prepared by name, so no generic plan is kept. A
+// generic plan made while the runs table was small (a fresh install, a
+// schema just truncated) reads the whole table: the batch finish's
+// UPDATE by "id = ANY(...)" was planned as a sequential scan, then kept
+// while the table grew to thousands of runs (a drain then cost the
+// server 3-4x its CPU per run, until an ANALYZE replanned it). Planning
+// a batch statement costs microseconds per batch of hundreds of runs.
+const oneShotPlan = pgx.QueryExecModeCacheDescribe
 
 // finishColumns are runs' outcomes as the arguments of the batch finish
 // statements.
