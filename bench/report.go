@@ -676,14 +676,22 @@ func (r *Result) soakMarkdown(sb *strings.Builder) {
 		"from each operation's scheduled time (open loop: a stall shows as latency), without the sleep and the message's delay. "+
 		"Retention prunes runs finished more than %.0f s ago every 15 s (%d runs pruned). %d operations, %d failed, %d not started "+
 		"(more than %d in flight).\n\n"+
-		"- p99 of the last five minutes over the first five: **%.2fx** (target ≤ 1.3x)\n"+
-		"- size of the engine's tables at the end over minute %d, once retention had run two periods: **%.2fx** (flat: ≤ 1.2x)\n\n",
+		"- p99 of the last five minutes over the first five: **%s** (target ≤ 1.3x)\n"+
+		"- size of the engine's tables at the end over minute %d, once retention had run two periods: **%s** (flat: ≤ 1.2x)\n\n",
 		s.Minutes, s.RatePerS, 100*s.RatePerS/max(s.MaxPerS, 1), s.MaxPerS, s.Mix, s.RetentionS, s.Pruned, s.Ops, s.Errors, s.Dropped,
-		soakMaxInFlight, s.P99Ratio, s.SteadyAtMin, s.SizeRatio)
+		soakMaxInFlight, ratioOrNA(s.P99Ratio), s.SteadyAtMin, ratioOrNA(s.SizeRatio))
 	sb.WriteString("| minute | ops | p50 | p99 | runs table | steps | other tables | live runs | dead tuples | autovacuums so far |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range s.Per {
 		fmt.Fprintf(sb, "| %d | %d | %.1f ms | %.1f ms | %.1f MB | %.1f MB | %.1f MB | %d | %d | %d |\n", m.Minute, m.Ops, m.P50US/1000, m.P99US/1000,
 			m.WorkflowsMB, m.StepsMB, m.OtherMB, m.LiveRuns, m.DeadTuples, m.Autovacuums)
 	}
 	sb.WriteString("\n![soak](soak.png)\n")
+}
+
+// ratioOrNA formats a ratio, or "n/a (too short)" for 0.
+func ratioOrNA(v float64) string {
+	if v == 0 {
+		return "n/a (too short)"
+	}
+	return fmt.Sprintf("%.2fx", v)
 }

@@ -279,7 +279,7 @@ func (s *Soak) summarize() {
 		s.P99Ratio = med(full[len(full)-5:]) / med(full[:5])
 	}
 	steady := int(2*s.RetentionS/60) + 1
-	if steady < len(full) {
+	if steady < len(full)-1 {
 		size := func(m SoakMinute) float64 { return m.WorkflowsMB + m.StepsMB + m.OtherMB }
 		s.SteadyAtMin = full[steady].Minute
 		s.SizeRatio = size(full[len(full)-1]) / size(full[steady])
