@@ -82,11 +82,12 @@ func (r *Result) peersMarkdown(sb *strings.Builder, row func(metric, value, rati
 		return
 	}
 	fmt.Fprintf(sb, "\n### Peers, measured in this run\n\n")
-	fmt.Fprintf(sb, "DBOS Transact Go v1.8.0 (own database, defaults: 20-connection pool; ApplicationVersion pinned): sequential scenarios %d ops per round "+
+	fmt.Fprintf(sb, "DBOS Transact Go v1.8.0 (own database; a pool of %d connections, as durable's and River's, passed as Config.SystemDBPool; "+
+		"ApplicationVersion pinned): sequential scenarios %d ops per round "+
 		"(10 steps: %d) in the same interleaved blocks as the durable ones; throughput with the same goroutine counts and %d ops per level. "+
 		"Drains (in the %d drain rounds): %d pre-enqueued 1-step DBOS workflows (8-goroutine client enqueue, timed from Launch) and %d River v0.51.2 "+
 		"no-op jobs (InsertMany before Start, timed from Start to the last completion event), against the durable drain of %d: compare rates. ",
-		p.PeerN, max(1, p.PeerN/5), p.PeerTput, p.DrainRounds, p.PeerDrainN, riverN(p), p.DrainN)
+		p.MaxConns, p.PeerN, max(1, p.PeerN/5), p.PeerTput, p.DrainRounds, p.PeerDrainN, riverN(p), p.DrainN)
 	if has("dbos_qlat_us") {
 		fmt.Fprintf(sb, "DBOS enqueue-to-start (in the drain rounds, after the DBOS drain, in its database): %d runs of a 0-step workflow per polling "+
 			"setting and round, RunWorkflow + WithQueue one at a time, each after a random pause of up to one polling interval, timed to the "+
