@@ -59,6 +59,25 @@ func barChart(file, title, ylabel string, cats []string, ss []series, colors []c
 // writeCharts writes latency.png, throughput.png and drain.png to dir from
 // the medians of the run.
 func (r *Result) writeCharts(dir string) error {
+	if sc := r.Scale; sc != nil && len(sc.Rows) > 0 {
+		cats := make([]string, len(sc.Rows))
+		drain, tput, server, execs := make([]float64, len(sc.Rows)), make([]float64, len(sc.Rows)), make([]float64, len(sc.Rows)), make([]float64, len(sc.Rows))
+		for i, row := range sc.Rows {
+			cats[i] = fmt.Sprintf("%d process(es)", row.Processes)
+			drain[i], tput[i] = row.PerS/1000, row.TputPerS/1000
+			server[i], execs[i] = 100*row.ServerShare, 100*row.ExecShare
+		}
+		if err := barChart(filepath.Join(dir, "scale.png"), "Executor processes on one Postgres: runs per second",
+			"thousand runs/s", cats, []series{{"drain of one queue", drain}, {"1-step workflows, 16 goroutines per process", tput}},
+			[]color.Color{chartColors[0], chartColors[1]}); err != nil {
+			return fmt.Errorf("scale chart: %w", err)
+		}
+		if err := barChart(filepath.Join(dir, "scale-cpu.png"), "Executor processes on one Postgres: share of the machine's CPU during the drain",
+			"% of all cores", cats, []series{{"Postgres", server}, {"executor processes", execs}},
+			[]color.Color{chartColors[5], chartColors[0]}); err != nil {
+			return fmt.Errorf("scale chart: %w", err)
+		}
+	}
 	if r.Soak != nil && len(r.Soak.Per) > 0 {
 		if err := r.Soak.chart(dir); err != nil {
 			return fmt.Errorf("soak chart: %w", err)

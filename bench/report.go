@@ -622,6 +622,7 @@ func (r *Result) scaleMarkdown(sb *strings.Builder) {
 		fmt.Fprintf(sb, "| %d | %.0f | %.2fx | %.0f µs | %.0f µs | %.0f%% / %.0f%% | %s | %.1f |\n", row.Processes, row.TputPerS,
 			row.TputPerS/base.TputPerS, row.TputServerCPU, row.TputExecCPU, 100*row.TputServerShare, 100*row.TputExecShare, idle, row.IdleXactsPerS)
 	}
+	sb.WriteString("\n![executor processes: runs per second](scale.png)\n\n![executor processes: CPU shares](scale-cpu.png)\n")
 }
 
 // growthMarkdown renders the hot path's costs as the history grows.

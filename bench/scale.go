@@ -75,7 +75,6 @@ const (
 	scaleWarmPer   = 500
 )
 
-
 const (
 	// scaleTputConc goroutines per process start and await workflows.
 	scaleTputConc = 16
