@@ -262,6 +262,7 @@ type Agent struct {
 	mcp       []*mcpClient
 	modelOpts *durable.StepOpts
 	knobs     hooks.AgentKnobs // test knobs (hooks.SetAgent)
+	budgets   budgetTables     // the tables of Limits.Reserve, in the engine's schema
 }
 
 // Define defines the agent name on engine e, registering the workflow
@@ -302,7 +303,11 @@ func TryDefine(e *durable.Engine, name string, cfg AgentConfig) (*Agent, error) 
 	cfg.DeltaInterval = cmp.Or(cfg.DeltaInterval, DeltaIntervalDefault)
 	cfg.Continue.SummaryPrompt = cmp.Or(cfg.Continue.SummaryPrompt, SummaryPromptDefault)
 	cfg.OutputRepairs = cmp.Or(cfg.OutputRepairs, OutputRepairsDefault)
-	a := &Agent{name: name, cfg: cfg, e: e, tools: map[string]*Tool{}, knobs: hooks.TakeAgent(e, name)}
+	budgets, err := budgetTablesOf(e.Schema())
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{name: name, cfg: cfg, e: e, tools: map[string]*Tool{}, knobs: hooks.TakeAgent(e, name), budgets: budgets}
 	for i, t := range cfg.Tools {
 		if t == nil {
 			return nil, bad("AgentConfig.Tools[%d] is nil", i)

@@ -379,10 +379,6 @@ func estimateInput(system string, hist []Message, extra *Message, specs []ToolSp
 // number, or "compact") from the run's budget rows.
 func (rs *runState) reserveCall(of string, extra *Message, withTools bool) (hold, error) {
 	a := rs.a
-	t, err := budgetTablesOf(a.e.Schema())
-	if err != nil {
-		return hold{}, err
-	}
 	var specs []ToolSpec
 	if withTools {
 		specs = rs.specs
@@ -390,7 +386,8 @@ func (rs *runState) reserveCall(of string, extra *Message, withTools bool) (hold
 	q := &holdRequest{leaf: rs.runID, runID: rs.runID, limits: rs.lim, holdID: rs.runID + "/" + of, turns: 1,
 		input: estimateInput(a.cfg.System, rs.hist, extra, specs), output: int64(a.cfg.MaxOutputTokens)}
 	if rs.in.Generation > 0 && rs.in.ChainID != "" {
-		// A continuation draws from its chain's row, which holds the limits.
+		// A continuation draws from its chain's row, which holds the limits
+		// (directly: a long chain does not make a deep walk).
 		q.parent, q.limits = rs.in.ChainID, Limits{MaxTurns: -1}
 	}
 	if q.output == 0 {
@@ -402,22 +399,29 @@ func (rs *runState) reserveCall(of string, extra *Message, withTools bool) (hold
 	if p := a.cfg.Pricing; p != nil {
 		q.cost = func(in, out int64) int64 { return p("", Usage{InputTokens: in, OutputTokens: out}) }
 	}
-	return durable.TxStep(rs.wctx, reserveStepPrefix+of, func(ctx context.Context, tx pgx.Tx) (hold, error) {
+	return reserveStep(rs.wctx, a.budgets, of, q)
+}
+
+// reserveStep makes the reservation q as the transaction step
+// reserve:<of>: the holds and the step's record commit together.
+func reserveStep(wctx durable.Context, t budgetTables, of string, q *holdRequest) (hold, error) {
+	return durable.TxStep(wctx, reserveStepPrefix+of, func(ctx context.Context, tx pgx.Tx) (hold, error) {
 		return reserve(ctx, tx, t, q)
 	}, nil)
 }
 
-// settleCall settles the hold h of the model call `of` with what it used.
-func (rs *runState) settleCall(of string, h hold, u Usage) error {
-	t, err := budgetTablesOf(rs.a.e.Schema())
-	if err != nil {
-		return err
+// settleStep charges what the call of the hold h used (nothing when it
+// failed: err is its error) as the transaction step settle:<of>, so it is
+// charged once whatever crashes in between.
+func settleStep(wctx durable.Context, t budgetTables, of string, h hold, holdID string, u Usage, err error) error {
+	var used Amount
+	if err == nil {
+		used = Amount{Turns: 1, Tokens: u.Tokens(), CostMicros: u.CostMicros}
 	}
-	used := Amount{Turns: min(u.Requests, 1), Tokens: u.Tokens(), CostMicros: u.CostMicros}
-	_, err = durable.TxStep(rs.wctx, settleStepPrefix+of, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
-		return struct{}{}, settleHold(ctx, tx, t, h.Chain, rs.runID+"/"+of, used)
+	_, serr := durable.TxStep(wctx, settleStepPrefix+of, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
+		return struct{}{}, settleHold(ctx, tx, t, h.Chain, holdID, used)
 	}, nil)
-	return err
+	return serr
 }
 
 // BudgetStep runs fn as a step of workflow code charged to a budget: the
@@ -447,9 +451,7 @@ func BudgetStep[R any](wctx durable.Context, e *durable.Engine, name string, est
 	q := &holdRequest{leaf: id, runID: id, limits: Limits{MaxTurns: -1}, holdID: id + "/" + name, turns: 1,
 		input: est.InputTokens, output: est.OutputTokens}
 	q.cost = func(int64, int64) int64 { return est.CostMicros }
-	h, err := durable.TxStep(wctx, reserveStepPrefix+name, func(ctx context.Context, tx pgx.Tx) (hold, error) {
-		return reserve(ctx, tx, t, q)
-	}, nil)
+	h, err := reserveStep(wctx, t, name, q)
 	if err != nil {
 		return zero, err
 	}
@@ -464,13 +466,7 @@ func BudgetStep[R any](wctx durable.Context, e *durable.Engine, name string, est
 		v, u, err := fn(ctx)
 		return result{Value: v, Usage: u}, err
 	}, opts)
-	used := Amount{}
-	if err == nil {
-		used = Amount{Turns: 1, Tokens: res.Usage.Tokens(), CostMicros: res.Usage.CostMicros}
-	}
-	if _, serr := durable.TxStep(wctx, settleStepPrefix+name, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
-		return struct{}{}, settleHold(ctx, tx, t, h.Chain, q.holdID, used)
-	}, nil); serr != nil && err == nil {
+	if serr := settleStep(wctx, t, name, h, q.holdID, res.Usage, err); serr != nil && err == nil {
 		err = serr
 	}
 	return res.Value, err

@@ -466,3 +466,68 @@ func TestBudgetThroughSIGKILL(t *testing.T) {
 	require.NoError(t, v.pool.QueryRow(ctx, "SELECT count(*) FROM "+v.schema+".agentkit_budget_holds WHERE run_id = 'budget-run'").Scan(&holds))
 	require.Zero(t, holds, "no hold is left behind")
 }
+
+// TestBudgetContinuationAndFork: a chain of continuations draws from its
+// first run's row (each continuation's row points at it), so the chain's
+// turns, the summaries' calls included, stop at the first run's limit; a
+// fork at a turn reserves that turn again in a row of its own and leaves
+// the source's row alone.
+func TestBudgetContinuationAndFork(t *testing.T) {
+	t.Parallel()
+	v := budgetEnv(t)
+	ctx := ctxT(t)
+	var a *agentkit.Agent
+	e := v.engine(t, nil, func(e *durable.Engine) {
+		a = agentkit.Define(e, "chain-reserve", agentkit.AgentConfig{Model: &greedy{out: 5}, Tools: []*agentkit.Tool{lookupTool},
+			Continue: agentkit.ContinuePolicy{AfterTurns: 2}, Limits: agentkit.Limits{MaxTurns: 7, Reserve: true}})
+	})
+	h, err := a.Start(ctx, agentkit.Input{Prompt: "go"}, &durable.StartOpts{ID: "chain-1"})
+	require.NoError(t, err)
+	res, err := a.Result(ctx, h.ID())
+	require.NoError(t, err)
+	require.Equal(t, agentkit.OutcomeLimitTurns, res.Outcome)
+	require.NotEmpty(t, res.PreviousRunID, "the chain continued")
+	b, err := agentkit.ReadBudget(ctx, v.pool, v.schema, "chain-1")
+	require.NoError(t, err)
+	require.EqualValues(t, 7, b.Used.Turns, "the chain's calls, summaries included, stop at the first run's limit")
+	require.Equal(t, agentkit.Amount{}, b.Held)
+	cont, err := agentkit.ReadBudget(ctx, v.pool, v.schema, "chain-1/cont-1")
+	require.NoError(t, err)
+	require.Equal(t, "chain-1", cont.ParentID, "a continuation draws from its chain's row")
+	require.Positive(t, cont.Used.Turns)
+
+	f, err := a.ForkAt(ctx, "chain-1", 2, &durable.ForkOpts{ID: "chain-fork"})
+	require.NoError(t, err)
+	_, err = f.Result(ctx)
+	require.NoError(t, err)
+	fb, err := agentkit.ReadBudget(ctx, v.pool, v.schema, "chain-fork")
+	require.NoError(t, err)
+	require.Empty(t, fb.ParentID)
+	// Every model call the fork's chain made is charged to the fork's
+	// row, its turn 2 included (the fork starts at that turn's
+	// reservation, not with a copy of it).
+	calls := 0
+	for _, id := range []string{"chain-fork", "chain-fork/cont-1", "chain-fork/cont-2", "chain-fork/cont-3"} {
+		steps, err := e.ListSteps(ctx, id)
+		if errors.Is(err, durable.ErrWorkflowNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		from := 0
+		for _, st := range steps {
+			if id == "chain-fork" && st.Name == "agentkit.reserve:2" && from == 0 {
+				from = st.Pos
+			}
+		}
+		for _, st := range steps {
+			if st.Pos >= from && (strings.HasPrefix(st.Name, "agentkit.model:") || st.Name == "agentkit.compact") {
+				calls++
+			}
+		}
+	}
+	require.Positive(t, calls)
+	require.EqualValues(t, calls, fb.Used.Turns, "each of the fork's calls is charged to its own row")
+	after, err := agentkit.ReadBudget(ctx, v.pool, v.schema, "chain-1")
+	require.NoError(t, err)
+	require.Equal(t, b.Used, after.Used, "the source's row is left alone")
+}

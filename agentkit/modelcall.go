@@ -19,32 +19,30 @@ func (rs *runState) call(turn int, of string, extra *Message, withTools bool) (*
 	if extra != nil {
 		name = "agentkit." + of
 	}
-	if !rs.lim.Reserve {
-		resp, live, err := rs.model(turn, name, extra, withTools, 0)
-		if h := rs.a.knobs.AfterModel; err == nil && h != nil && extra == nil {
-			h(rs.runID, turn, live)
+	var h hold
+	if rs.lim.Reserve {
+		var err error
+		if h, err = rs.reserveCall(of, extra, withTools); err != nil || h.Refused != nil {
+			if h.Refused != nil {
+				return nil, h.Refused.Outcome, nil
+			}
+			return nil, "", err
 		}
-		return resp, "", err
-	}
-	h, err := rs.reserveCall(of, extra, withTools)
-	if err != nil {
-		return nil, "", err
-	}
-	if h.Refused != nil {
-		return nil, h.Refused.Outcome, nil
 	}
 	resp, live, err := rs.model(turn, name, extra, withTools, h.Output)
 	if k := rs.a.knobs.AfterModel; err == nil && k != nil && extra == nil {
 		k(rs.runID, turn, live)
 	}
-	var used Usage
-	if err == nil {
-		used = resp.Usage
-	}
-	// A failed call is settled too (using nothing), so its hold does not
-	// keep budget from the run's next calls and its sub-agents.
-	if serr := rs.settleCall(of, h, used); serr != nil && err == nil {
-		return nil, "", serr
+	if rs.lim.Reserve {
+		var used Usage
+		if err == nil {
+			used = resp.Usage
+		}
+		// A failed call is settled too (using nothing), so its hold does
+		// not keep budget from the run's next calls and its sub-agents.
+		if serr := settleStep(rs.wctx, rs.a.budgets, of, h, rs.runID+"/"+of, used, err); serr != nil && err == nil {
+			return nil, "", serr
+		}
 	}
 	return resp, "", err
 }

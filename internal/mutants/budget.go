@@ -67,8 +67,8 @@ func init() {
 			Name:      "budget/settle-resumed",
 			Mechanism: "a call answered before a crash is settled by the resumed run, though its answer is replayed",
 			Edits: []Edit{{File: "agentkit/modelcall.go",
-				Find:    "\tif serr := rs.settleCall(of, h, used); serr != nil && err == nil {",
-				Replace: "\tif !live {\n\t\treturn resp, \"\", err\n\t}\n\tif serr := rs.settleCall(of, h, used); serr != nil && err == nil {"}},
+				Find:    "\t\tif serr := settleStep(rs.wctx, rs.a.budgets, of, h, rs.runID+\"/\"+of, used, err); serr != nil && err == nil {",
+				Replace: "\t\tif !live {\n\t\t\treturn resp, \"\", err\n\t\t}\n\t\tif serr := settleStep(rs.wctx, rs.a.budgets, of, h, rs.runID+\"/\"+of, used, err); serr != nil && err == nil {"}},
 			Pkg: "./agentkit", Tests: "TestBudgetThroughSIGKILL",
 		},
 		Mutant{
@@ -94,6 +94,14 @@ func init() {
 				Find:    "\t\tb.MaxTurns = max(rs.lim.MaxTurns-s.Turns, 1)\n",
 				Replace: ""}},
 			Pkg: "./agentkit", Tests: "TestBudgetTurns",
+		},
+		Mutant{
+			Name:      "budget/fork-at-reservation",
+			Mechanism: "ForkAt forks a reserving run at its turn's reservation, so the fork charges that turn to its own row",
+			Edits: []Edit{{File: "agentkit/fixture.go",
+				Find:    "if s.Name == modelStep(turn) || s.Name == reserveStepPrefix+strconv.Itoa(turn) {",
+				Replace: "if s.Name == modelStep(turn) {"}},
+			Pkg: "./agentkit", Tests: "TestBudgetContinuationAndFork",
 		},
 		Mutant{
 			Name:      "budget/step-refused",

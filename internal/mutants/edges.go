@@ -81,8 +81,8 @@ func init() {
 			Name:      "agentkit/test-knobs",
 			Mechanism: "agentkit.Define takes the test knobs attached to its engine and name (hooks.SetAgent)",
 			Edits: []Edit{{File: "agentkit/agent.go",
-				Find:    "knobs: hooks.TakeAgent(e, name)}",
-				Replace: "knobs: hooks.TakeAgent(nil, name)}"}},
+				Find:    "knobs: hooks.TakeAgent(e, name), budgets: budgets}",
+				Replace: "knobs: hooks.TakeAgent(nil, name), budgets: budgets}"}},
 			Pkg: "./agentkit", Tests: "TestCrashAtTurnLimit",
 		},
 	)
