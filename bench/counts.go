@@ -109,10 +109,10 @@ func (b *bench) count(ctx context.Context) (Counts, error) {
 	}{
 		{"floor_insert", b.floorInsert, nil},
 		{"floor_tx", b.floorTx, nil},
-		{"wf0", b.workflow(b.steps, 0), nil},
-		{"wf10", b.workflow(b.steps, 10), nil},
-		{"txwf", b.workflow(b.txwf, 1), nil},
-		{"wf1_defer", b.workflow(b.deferSteps, 1), nil},
+		{"wf0", workflowOp(b.steps, 0), nil},
+		{"wf10", workflowOp(b.steps, 10), nil},
+		{"txwf", workflowOp(b.txwf, 1), nil},
+		{"wf1_defer", workflowOp(b.deferSteps, 1), nil},
 		{"queued_wf0_local", b.enqueueStarted(false), b.settleQueued},
 		{"queued_wf0_client", b.enqueueStarted(true), b.settleQueued},
 	}

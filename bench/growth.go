@@ -81,15 +81,11 @@ func (b *bench) growth(ctx context.Context) (*Growth, error) {
 	if len(sizes) == 0 || sizes[0] != 0 {
 		sizes = append([]int{0}, sizes...) // the empty database is the reference
 	}
-	if err := b.dropSchema(ctx, growthSchema); err != nil {
-		return nil, err
-	}
-	defer func() { _ = b.dropSchema(context.WithoutCancel(ctx), growthSchema) }()
-	pool, err := b.newPool(ctx, o.MaxConns, true)
+	pool, done, err := b.freshSchema(ctx, growthSchema)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
+	defer done()
 	eng, err := durable.New(pool, &durable.Config{Schema: growthSchema, AppVersion: "bench", ExecutorID: "bench-growth", Logger: discard})
 	if err != nil {
 		return nil, err
@@ -132,8 +128,8 @@ func (b *bench) growth(ctx context.Context) (*Growth, error) {
 				name string
 				op   func() (time.Duration, error)
 			}{
-				{"wf0", func() (time.Duration, error) { return timeOp(ctx, b.workflow(steps, 0)) }},
-				{"wf10", func() (time.Duration, error) { return timeOp(ctx, b.workflow(steps, 10)) }},
+				{"wf0", func() (time.Duration, error) { return timeOp(ctx, workflowOp(steps, 0)) }},
+				{"wf10", func() (time.Duration, error) { return timeOp(ctx, workflowOp(steps, 10)) }},
 				{"qlat", func() (time.Duration, error) {
 					seq++
 					id := fmt.Sprintf("growth-q-%d", seq)
@@ -315,7 +311,6 @@ func (b *bench) parkedRuns(ctx context.Context, pool *pgxpool.Pool, n int) (*Par
 		return nil, err
 	}
 	var woke sync.Map // run ID -> chan time.Time
-	var parked atomic.Int64
 	wf := durable.Register(e, "parked", func(wctx durable.Context, k int) (int, error) {
 		_, _, err := durable.Recv[int](wctx, "go", time.Hour)
 		if ch, ok := woke.Load(wctx.WorkflowID()); ok {
@@ -332,28 +327,12 @@ func (b *bench) parkedRuns(ctx context.Context, pool *pgxpool.Pool, n int) (*Par
 	runtime.ReadMemStats(&ms)
 	heap0, g0 := ms.HeapInuse, runtime.NumGoroutine()
 	t0 := time.Now()
-	const conc = 32
-	var next atomic.Int64
-	errs := make(chan error, conc)
-	for g := 0; g < conc; g++ {
-		go func() {
-			for {
-				i := next.Add(1)
-				if i > int64(n) {
-					errs <- nil
-					return
-				}
-				if _, err := wf.Start(ctx, int(i), &durable.StartOpts{ID: fmt.Sprintf("parked-%d", i)}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	for g := 0; g < conc; g++ {
-		if err := <-errs; err != nil {
-			return nil, err
-		}
+	var seq atomic.Int64
+	if err := timeConc(ctx, "park", 32, n, func(ctx context.Context) error {
+		_, err := wf.Start(ctx, 1, &durable.StartOpts{ID: fmt.Sprintf("parked-%d", seq.Add(1))})
+		return err
+	}, map[string]float64{}); err != nil {
+		return nil, err
 	}
 	// Parked: pending, no owner, a wake-up time.
 	for {
@@ -361,7 +340,6 @@ func (b *bench) parkedRuns(ctx context.Context, pool *pgxpool.Pool, n int) (*Par
 		if err := b.conn.QueryRow(ctx, "SELECT count(*) FROM "+growthSchema+".workflows WHERE name = 'parked' AND status = 'pending' AND executor_id IS NULL AND wake_at IS NOT NULL").Scan(&c); err != nil {
 			return nil, err
 		}
-		parked.Store(c)
 		if c >= int64(n) {
 			break
 		}

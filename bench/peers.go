@@ -204,7 +204,7 @@ func (b *bench) peerConcScenarios(c int) []concScenario {
 		s = append(s, concScenario{name: fmt.Sprintf("tput_dbos_c%d", c), c: c, op: b.dbosWorkflow(1), total: min(b.o.TputTotal, b.o.PeerTput)})
 	}
 	if b.o.GroupCommitCmp && c >= 32 {
-		s = append(s, concScenario{name: fmt.Sprintf("tput_nogc_c%d", c), c: c, op: b.workflow(b.peers.nogcWF, 1)})
+		s = append(s, concScenario{name: fmt.Sprintf("tput_nogc_c%d", c), c: c, op: workflowOp(b.peers.nogcWF, 1)})
 	}
 	return s
 }

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -300,12 +299,8 @@ func (b *bench) dbosRecovery(ctx context.Context) (*PeerRecovery, error) {
 // starts the runs, waits until every first step is recorded, says READY on
 // stdout and blocks until the parent kills it.
 func dbosRecoveryChildMain(specJSON string) int {
-	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, "bench dbos recovery child:", err)
-		return 1
-	}
-	var s dbosRecoverySpec
-	if err := json.Unmarshal([]byte(specJSON), &s); err != nil {
+	s, fail, err := childSpec[dbosRecoverySpec]("bench dbos recovery child", specJSON)
+	if err != nil {
 		return fail(err)
 	}
 	if s.N < 1 {

@@ -13,9 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/durable-go/durable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable"
 )
 
 // Queue scenarios: enqueue-to-start latency (sequential, part of the
@@ -256,6 +257,21 @@ func (b *bench) newPool(ctx context.Context, n int, warm bool) (*pgxpool.Pool, e
 	return p, nil
 }
 
+// freshSchema drops schema and opens a warmed pool of MaxConns for an
+// engine on it; done closes the pool and drops the schema again.
+func (b *bench) freshSchema(ctx context.Context, schema string) (pool *pgxpool.Pool, done func(), err error) {
+	if err := b.dropSchema(ctx, schema); err != nil {
+		return nil, nil, err
+	}
+	if pool, err = b.newPool(ctx, b.o.MaxConns, true); err != nil {
+		return nil, nil, err
+	}
+	return pool, func() {
+		pool.Close()
+		_ = b.dropSchema(context.WithoutCancel(ctx), schema)
+	}, nil
+}
+
 func (b *bench) dropSchema(ctx context.Context, schema string) error {
 	_, err := b.conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	return err
@@ -342,15 +358,11 @@ func (b *bench) drain(ctx context.Context, r int, out map[string]float64) ([]Stm
 	logf := func(format string, args ...any) {
 		o.logf("round %d/%d  "+format, append([]any{r + 1, o.Rounds}, args...)...)
 	}
-	if err := b.dropSchema(ctx, drainSchema); err != nil {
-		return nil, err
-	}
-	defer func() { _ = b.dropSchema(context.WithoutCancel(ctx), drainSchema) }()
-	wpool, err := b.newPool(ctx, o.MaxConns, true)
+	wpool, done, err := b.freshSchema(ctx, drainSchema)
 	if err != nil {
 		return nil, err
 	}
-	defer wpool.Close()
+	defer done()
 	// 1. Declare the queue, so that the client may enqueue on it, and
 	// warm the worker pool up as River's is (its tuned drain runs on the
 	// pool of its default one): an untimed drain of drainWarmN runs, then
@@ -826,12 +838,8 @@ func (b *bench) recovery(ctx context.Context) (*Recovery, error) {
 // runs, waits for their first checkpoints, says READY on stdout and
 // blocks until the parent kills it.
 func recoveryChildMain(specJSON string) int {
-	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, "bench recovery child:", err)
-		return 1
-	}
-	var s recoverySpec
-	if err := json.Unmarshal([]byte(specJSON), &s); err != nil {
+	s, fail, err := childSpec[recoverySpec]("bench recovery child", specJSON)
+	if err != nil {
 		return fail(err)
 	}
 	ctx := context.Background()

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -91,12 +90,8 @@ type scaleSpec struct {
 // drain queue and the warm-up queue of bench_scale, says READY, and shuts
 // it down and exits when stdin closes.
 func scaleChildMain(specJSON string) int {
-	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, "bench scale child:", err)
-		return 1
-	}
-	var s scaleSpec
-	if err := json.Unmarshal([]byte(specJSON), &s); err != nil {
+	s, fail, err := childSpec[scaleSpec]("bench scale child", specJSON)
+	if err != nil {
 		return fail(err)
 	}
 	ctx := context.Background()
@@ -130,7 +125,7 @@ func scaleChildMain(specJSON string) int {
 		if _, err := fmt.Sscanf(in.Text(), "TPUT %d %d", &n, &conc); err != nil {
 			return fail(fmt.Errorf("command %q: %w", in.Text(), err))
 		}
-		if err := startAwait(ctx, tput, n, conc); err != nil {
+		if err := timeConc(ctx, "tput", conc, n, workflowOp(tput, 1), map[string]float64{}); err != nil {
 			return fail(err)
 		}
 		fmt.Println("DONE")
@@ -141,39 +136,6 @@ func scaleChildMain(specJSON string) int {
 		return fail(err)
 	}
 	return 0
-}
-
-// startAwait starts n runs of wf from conc goroutines, each awaiting its
-// run's result before it starts the next.
-func startAwait(ctx context.Context, wf *durable.Workflow[int, int], n, conc int) error {
-	var next atomic.Int64
-	errs := make(chan error, conc)
-	for g := 0; g < conc; g++ {
-		go func() {
-			for {
-				i := int(next.Add(1))
-				if i > n {
-					errs <- nil
-					return
-				}
-				h, err := wf.Start(ctx, i, nil)
-				if err == nil {
-					_, err = h.Result(ctx)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	var first error
-	for g := 0; g < conc; g++ {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
 }
 
 // scale measures, for 1, 2, 4 and 8 executor processes (this binary
@@ -491,6 +453,19 @@ func (b *bench) kidsCPU(kids []scaleChild) time.Duration {
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
 // Linux's architectures).
 const clockTicks = 100
+
+// childSpec decodes the spec of a bench child process (JSON in its
+// environment) and returns it with the child's fail: it reports an error
+// on stderr under name and returns the exit code.
+func childSpec[S any](name, specJSON string) (S, func(error) int, error) {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 1
+	}
+	var s S
+	err := json.Unmarshal([]byte(specJSON), &s)
+	return s, fail, err
+}
 
 // childPool is the pool of a bench child process: url's server, database
 // db, at most maxConns connections.

@@ -52,11 +52,11 @@ func (b *bench) seqScenarios() []seqScenario {
 		{name: "floor_select", n: o.N, op: b.floorSelect},
 		{name: "floor_ckpt", n: o.N, op: b.ckptFenced},
 		{name: "floor_ckpt_plain", n: o.N, op: b.ckptPlain},
-		{name: "wf0", n: o.N, op: b.workflow(b.steps, 0)},
-		{name: "wf1", n: o.N, op: b.workflow(b.steps, 1)},
-		{name: "wf1_defer", n: o.N, op: b.workflow(b.deferSteps, 1)},
-		{name: "wf10", n: o.nK10(), op: b.workflow(b.steps, 10)},
-		{name: "txwf", n: o.N, op: b.workflow(b.txwf, 1)},
+		{name: "wf0", n: o.N, op: workflowOp(b.steps, 0)},
+		{name: "wf1", n: o.N, op: workflowOp(b.steps, 1)},
+		{name: "wf1_defer", n: o.N, op: workflowOp(b.deferSteps, 1)},
+		{name: "wf10", n: o.nK10(), op: workflowOp(b.steps, 10)},
+		{name: "txwf", n: o.N, op: workflowOp(b.txwf, 1)},
 	}
 	if o.QLatN > 0 {
 		s = append(s,
@@ -70,7 +70,7 @@ func (b *bench) concScenarios() []concScenario {
 	var s []concScenario
 	for _, c := range b.o.Concurrency {
 		s = append(s,
-			concScenario{name: fmt.Sprintf("tput_wf1_c%d", c), c: c, op: b.workflow(b.steps, 1)},
+			concScenario{name: fmt.Sprintf("tput_wf1_c%d", c), c: c, op: workflowOp(b.steps, 1)},
 			concScenario{name: fmt.Sprintf("tput_insert_c%d", c), c: c, op: b.rawInsert})
 		s = append(s, b.peerConcScenarios(c)...)
 	}
@@ -177,9 +177,9 @@ func (b *bench) rawInsert(ctx context.Context) error {
 	return err
 }
 
-// workflow returns an op that starts a run of w with input k and waits for
+// workflowOp returns an op that starts a run of w with input k and waits for
 // its result.
-func (b *bench) workflow(w *durable.Workflow[int, int], k int) opFunc {
+func workflowOp(w *durable.Workflow[int, int], k int) opFunc {
 	return func(ctx context.Context) error {
 		h, err := w.Start(ctx, k, nil)
 		if err != nil {

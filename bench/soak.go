@@ -63,15 +63,11 @@ var soakMix = "per operation, at random: 50% a 1-step workflow started and await
 // soak runs the soak for o.Soak.
 func (b *bench) soak(ctx context.Context) (*Soak, error) {
 	o := b.o
-	if err := b.dropSchema(ctx, soakSchema); err != nil {
-		return nil, err
-	}
-	defer func() { _ = b.dropSchema(context.WithoutCancel(ctx), soakSchema) }()
-	pool, err := b.newPool(ctx, o.MaxConns, true)
+	pool, done, err := b.freshSchema(ctx, soakSchema)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
+	defer done()
 	eng, err := durable.New(pool, &durable.Config{Schema: soakSchema, AppVersion: "bench", ExecutorID: "bench-soak", Logger: discard})
 	if err != nil {
 		return nil, err
