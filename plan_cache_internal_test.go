@@ -10,8 +10,9 @@ import (
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
-// TestBatchFinishPlannedForTheTableAsItIs: the batch finish is planned at
-// each execution, never kept as a generic plan on its connection. A
+// TestBatchFinishPlannedForTheTableAsItIs: the batch finish and the
+// queue's claim are planned at each execution, never kept as a generic
+// plan on their connection. A
 // generic plan made while the runs table was small (a fresh install, a
 // truncated schema) scans the table, and a connection keeps it while the
 // table grows, until an ANALYZE replans it: in the bench's scale scenario
@@ -48,13 +49,30 @@ SELECT 'r' || i, 'w', 'pending', 'v', 2, 'x', 'q' FROM generate_series(0, 1999) 
 			}
 		}
 	}
-	var generic int64
-	if err := c.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements
-WHERE statement LIKE '%unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[])%' AND statement NOT LIKE '%pg_prepared_statements%'`).
-		Scan(&generic); err != nil {
-		t.Fatal(err)
+	// The queue's claim, the same way: ten claims of 200 queued runs.
+	execAll(ctx, t, pool, `INSERT INTO `+wf+` (id, name, status, app_version, epoch, queue_name)
+SELECT 'e' || i, 'w', 'enqueued', 'v', 0, 'q' FROM generate_series(0, 1999) i`)
+	qq := sysdb.NewQueueQueries(schema, q.Channel)
+	for b := 0; b < 10; b++ {
+		got, err := qq.ClaimSimple(ctx, c, sysdb.ClaimSimpleParams{Queue: "q", ExecutorID: "x", AppVersion: "v", Workflows: []string{"w"}, Limit: 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 200 {
+			t.Fatalf("claim %d took %d runs, want 200", b, len(got))
+		}
 	}
-	if generic > 0 {
-		t.Errorf("the batch finish ran %d times with a generic plan kept on its connection", generic)
+	for _, st := range []struct{ name, like string }{
+		{"the batch finish", "%unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[])%"},
+		{"the queue's claim", "%SET status = 'pending', executor_id = $2%ORDER BY priority, created_at, id LIMIT $5%"},
+	} {
+		var generic int64
+		if err := c.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements
+WHERE statement LIKE $1 AND statement NOT LIKE '%pg_prepared_statements%'`, st.like).Scan(&generic); err != nil {
+			t.Fatal(err)
+		}
+		if generic > 0 {
+			t.Errorf("%s ran %d times with a generic plan kept on its connection", st.name, generic)
+		}
 	}
 }

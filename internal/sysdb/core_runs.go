@@ -274,7 +274,9 @@ func (q *Queries) FinishStepsMany(ctx context.Context, db DBTX, p FinishStepsMan
 }
 
 // oneShotPlan makes Postgres plan a statement at each execution, for the
-// table as it is then: the description is cached (one round trip), the
+// table as it is then. The batch statements that update runs by
+// "id = ANY(...)" (the batch finish, the queue's and recovery's claims)
+// go with it: the description is cached (one round trip), the
 // statement is not prepared by name, so no generic plan is kept. A
 // generic plan made while the runs table was small (a fresh install, a
 // schema just truncated) reads the whole table: the batch finish's
