@@ -42,16 +42,16 @@ type priorAttempts map[int]int
 // step at pos: one more than the attempts recorded as failed.
 func (p priorAttempts) first(pos int) int { return p[pos] + 1 }
 
-// resumed reports whether attempt n of the step at pos, recorded as rec
-// (nil: not recorded), is the first this execution makes of a step an
-// earlier one began: its failed attempts were recorded, or its intent
+// resumed reports whether attempt n of the step at pos (intent: recorded
+// as an intent) is the first this execution makes of a step an earlier
+// one began: its failed attempts were recorded, or its intent
 // (IntentStep). n is 0 for an intent's resolve call, which only runs then.
-func (p priorAttempts) resumed(pos, n int, rec *stepRecord) bool {
+func (p priorAttempts) resumed(pos, n int, intent bool) bool {
 	failed := p[pos]
 	if n != 0 && n != failed+1 {
 		return false
 	}
-	return failed > 0 || rec != nil && rec.status == stepIntent
+	return failed > 0 || intent
 }
 
 // recordAttempt records that attempt n of run r's step at pos failed with

@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -205,18 +207,13 @@ func checkRuns(ctx context.Context, e *Engine, tx pgx.Tx, rows []sysdb.RunRow, r
 		for i, row := range load {
 			ids[i] = row.ID
 		}
-		steps := map[string]map[int]*stepRecord{}
+		first := map[string]window{}
 		n := 0
-		err := e.q.LoadStepsMany(ctx, tx, sysdb.LoadStepsManyParams{WorkflowIDs: ids, Budget: resumeLoadBytes}, func(s sysdb.LoadStepsManyRow) {
+		err := e.q.LoadStepsMany(ctx, tx, windowParams(e, ids, 0), func(s sysdb.LoadStepsManyRow) {
 			n = max(n, s.Run+1)
-			if !s.HasStep {
-				return
-			}
-			id := ids[s.Run]
-			if steps[id] == nil {
-				steps[id] = map[int]*stepRecord{}
-			}
-			steps[id][s.Pos] = &stepRecord{pos: s.Pos, name: s.Name, status: s.Status, output: s.Output, err: s.Error, attempts: s.Attempts}
+			w := first[ids[s.Run]]
+			w.add(s)
+			first[ids[s.Run]] = w
 		})
 		if err == nil && n == 0 {
 			err = errors.New("no run's steps read") // the first is always read
@@ -225,7 +222,33 @@ func checkRuns(ctx context.Context, e *Engine, tx pgx.Tx, rows []sysdb.RunRow, r
 			return fmt.Errorf("load recorded steps: %w", err)
 		}
 		for _, row := range load[:n] {
-			if err := checkRun(ctx, e, row, steps[row.ID], rep, o); err != nil {
+			// The replay reads the run's next windows in the check's
+			// transaction. Its code runs on a goroutine of its own, which
+			// can outlive checkRun (a replay that timed out): mu keeps its
+			// reads from the transaction once checkRun returned.
+			var (
+				mu      sync.Mutex
+				done    bool
+				readErr error
+			)
+			hist := windowed(first[row.ID], func(from int) (window, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if done {
+					return window{}, errors.New("the check of this run is over")
+				}
+				w, err := readWindow(ctx, e, tx, row.ID, from)
+				if err != nil {
+					readErr = fmt.Errorf("load recorded steps of %q from position %d: %w", row.ID, from, err)
+				}
+				return w, readErr
+			}, nil)
+			err := checkRun(ctx, e, row, hist, rep, o)
+			mu.Lock()
+			done = true
+			err = cmp.Or(err, readErr)
+			mu.Unlock()
+			if err != nil {
 				return err
 			}
 		}
@@ -235,10 +258,10 @@ func checkRuns(ctx context.Context, e *Engine, tx pgx.Tx, rows []sysdb.RunRow, r
 }
 
 // checkRun replays one run and adds its problem, if any, to rep.
-func checkRun(ctx context.Context, e *Engine, row sysdb.RunRow, steps map[int]*stepRecord, rep *CheckReport, o *CheckOpts) error {
+func checkRun(ctx context.Context, e *Engine, row sysdb.RunRow, hist *recorded, rep *CheckReport, o *CheckOpts) error {
 	rctx, cancel := context.WithTimeout(ctx, o.ReplayTimeout)
 	defer cancel()
-	out, err := replayHistory(rctx, e, registered(e, row.Name), row.ID, row.Input, steps, false)
+	out, err := replayHistory(rctx, e, registered(e, row.Name), row.ID, row.Input, hist, false)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return ctx.Err()
@@ -256,11 +279,11 @@ func checkRun(ctx context.Context, e *Engine, row sysdb.RunRow, steps map[int]*s
 		rep.Problems = append(rep.Problems, p)
 		return nil
 	}
-	recorded := ""
-	if s := steps[out.pos]; s != nil {
-		recorded = s.name
+	name := ""
+	if s, err := hist.at(out.pos); err == nil && s != nil {
+		name = s.name
 	}
-	p := problemOf(row, ProblemFailure, out.pos, recorded, out.err.Error())
+	p := problemOf(row, ProblemFailure, out.pos, name, out.err.Error())
 	p.Err = out.err
 	rep.Problems = append(rep.Problems, p)
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/hooks"
 )
 
 // The workflows of the "old build": order takes two steps, writes a stream
@@ -218,6 +219,30 @@ func TestCheckFindsIncompatibleBuilds(t *testing.T) {
 		require.Equal(t, 2, p.Pos)
 		require.Equal(t, "durable.recv-deadline:ship", p.Recorded)
 		require.Equal(t, "notify", p.Called)
+	})
+	t.Run("history read a step at a time", func(t *testing.T) {
+		// Each run's history is read in windows of one step as the replay
+		// reaches them: the verdicts are the same.
+		cfg := *b.cfg
+		hooks.Set(&cfg, hooks.Knobs{ResumeWindow: 1})
+		windowed := *b
+		windowed.cfg = &cfg
+		for _, c := range []struct {
+			steps    []string
+			problems int
+		}{{[]string{"reserve", "charge"}, 0}, {[]string{"reserve", "charge", "notify"}, 2}} {
+			e, ran := build(t, &windowed, b.pool, orderV2(c.steps, []string{"ship"}, false))
+			rep, err := durable.Check(ctx, e, nil)
+			require.NoError(t, err)
+			require.Zero(t, ran.Load(), "a step function ran during the check")
+			require.Equal(t, 4, rep.Checked)
+			got := problemsByID(rep)
+			require.Len(t, got, c.problems, "%+v", rep.Problems)
+			if c.problems > 0 {
+				require.Equal(t, 2, got["order-1"].Pos)
+				require.Equal(t, "durable.recv-deadline:ship", got["order-1"].Recorded)
+			}
+		}
 	})
 	t.Run("dropped workflow", func(t *testing.T) {
 		rep := check(t, orderV2([]string{"reserve", "charge"}, []string{"ship"}, true), nil)

@@ -238,10 +238,13 @@ func Patched(wctx Context, name string) (bool, error) {
 	}
 	r := wctx.workflowRun()
 	marker := "durable.patch:" + name
-	pos := int(r.next.Load())
-	if rec, ok := r.steps[pos]; ok && rec.name != marker {
+	rec, err := r.hist.at(int(r.next.Load()))
+	if err != nil {
+		return false, err
+	}
+	if rec != nil && rec.name != marker {
 		return false, nil // recorded under the old code: no marker here
 	}
-	_, err := step(wctx, marker, func(context.Context) (bool, error) { return true, nil }, &StepOpts{Retry: noRetry})
+	_, err = step(wctx, marker, func(context.Context) (bool, error) { return true, nil }, &StepOpts{Retry: noRetry})
 	return err == nil, err
 }

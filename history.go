@@ -238,7 +238,7 @@ func ReplayHistory(ctx context.Context, e *Engine, h *History) error {
 	for _, s := range h.Steps {
 		steps[s.Pos] = &stepRecord{pos: s.Pos, name: s.Name, status: s.Status, output: s.Output, err: s.Error, attempts: s.Attempts}
 	}
-	o, err := replayHistory(ctx, e, def, h.WorkflowID, h.Input, steps, h.Status.Finished())
+	o, err := replayHistory(ctx, e, def, h.WorkflowID, h.Input, wholeHistory(steps), h.Status.Finished())
 	if err != nil {
 		return err
 	}

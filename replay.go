@@ -33,7 +33,11 @@ type replayMode struct {
 // replayed: wait for nothing. When no record follows, the run is waiting
 // there (or woke and has not recorded anything since): the replay ends.
 func replayWait(r *run) error {
-	if _, ok := r.steps[int(r.next.Load())]; ok || r.replaying.finished {
+	rec, err := r.hist.at(int(r.next.Load()))
+	if err != nil {
+		return err
+	}
+	if rec != nil || r.replaying.finished {
 		return nil
 	}
 	return r.halt(errReplayEnd)
@@ -54,11 +58,11 @@ type replayOutcome struct {
 // the wait for it: a replay does not wait for anything, and once ctx ends
 // every durable call returns at once, so only code that blocks outside
 // durable calls can outlive the replay.
-func replayHistory(ctx context.Context, e *Engine, def *wfDef, id string, input []byte, steps map[int]*stepRecord, finished bool) (replayOutcome, error) {
+func replayHistory(ctx context.Context, e *Engine, def *wfDef, id string, input []byte, hist *recorded, finished bool) (replayOutcome, error) {
 	if err := ctx.Err(); err != nil {
 		return replayOutcome{}, err
 	}
-	r := &run{e: e, id: id, name: def.name, steps: steps, replaying: &replayMode{finished: finished}}
+	r := &run{e: e, id: id, name: def.name, hist: hist, replaying: &replayMode{finished: finished}}
 	r.deferred.r = r
 	r.logger.Store(slog.New(slog.DiscardHandler)) // the code's logs would repeat a past execution's
 	base, cancel := context.WithCancelCause(context.WithValue(ctx, runKey{}, r))

@@ -8,12 +8,14 @@ import (
 )
 
 // Bounded resume. A run claimed by recovery replays its recorded steps, so
-// it holds them in memory while it executes. Two bounds keep a large
-// backlog from loading everything at once: the recovery slots
-// (Config.RecoveryConcurrency, internal/recovery), each run claimed by
-// recovery holding one until its execution here ends; and the recorded
-// steps of claimed runs are loaded in chunks of at most resumeLoadBytes of
-// outputs and errors per query (one run over the budget is loaded alone),
+// it holds them in memory while it executes: one window of them at a time
+// (resumeWindow steps, within resumeLoadBytes of outputs and errors; the
+// next window is read as the replay reaches it, recorded.go). Two more
+// bounds keep a large backlog from loading everything at once: the
+// recovery slots (Config.RecoveryConcurrency, internal/recovery), each run
+// claimed by recovery holding one until its execution here ends; and the
+// first windows of claimed runs are loaded in chunks of at most
+// resumeLoadBytes per query (one run over the budget is loaded alone),
 // each chunk's runs started before the next is loaded.
 
 // resumeLoadBytes is the budget of recorded step outputs and errors read
@@ -45,7 +47,7 @@ func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) err
 			rn.deadLetter(ctx, c, def.maxRecovery)
 			release(1)
 		case q != nil && c.Epoch == 1:
-			rn.resumeOne(c, nil, nil, q)
+			rn.resumeOne(c, window{}, nil, q)
 		default:
 			load = append(load, c)
 		}
@@ -55,7 +57,7 @@ func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) err
 		for i, c := range load {
 			ids[i] = c.ID
 		}
-		var steps map[string]map[int]*stepRecord
+		var steps map[string]window
 		var failed map[string]priorAttempts
 		var n int
 		err := rn.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
@@ -85,13 +87,14 @@ func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) err
 	return nil
 }
 
-// resumeOne executes claimed run c with its recorded steps and the failed
-// attempts of its unrecorded ones.
-func (rn *runner) resumeOne(c claimed, steps map[int]*stepRecord, failed priorAttempts, q *Queue) {
+// resumeOne executes claimed run c with the first window of its recorded
+// steps and the failed attempts of its unrecorded ones.
+func (rn *runner) resumeOne(c claimed, first window, failed priorAttempts, q *Queue) {
 	if c.Attempts > 0 {
-		rn.e.log.Info("durable: resuming run", "workflow_id", c.ID, "workflow", c.Name, "recovery_attempt", c.Attempts, "recorded_steps", len(steps))
+		rn.e.log.Info("durable: resuming run", "workflow_id", c.ID, "workflow", c.Name, "recovery_attempt", c.Attempts, "recorded_steps", first.count)
 	}
-	r := rn.newRun(c.ID, c.Name, c.Epoch, steps, c.Deadline)
+	r := rn.newRun(c.ID, c.Name, c.Epoch, c.Deadline)
+	r.hist = rn.resumedHistory(r, first)
 	r.failed = failed
 	r.queue = q
 	rn.e.tr.claimed(r, &c)
@@ -103,26 +106,17 @@ func (rn *runner) resumeOne(c claimed, steps map[int]*stepRecord, failed priorAt
 	rn.launchThen(r, rn.e.defs[c.Name], c.Input, done)
 }
 
-// loadSteps reads the recorded steps of the first runs of ids, in order,
-// whose outputs and errors fit the load budget (at least the first run):
-// n is how many runs it read.
-func (rn *runner) loadSteps(ctx context.Context, ids []string) (out map[string]map[int]*stepRecord, n int, err error) {
-	budget := rn.e.knobs.ResumeLoadBytes
-	if budget == 0 {
-		budget = resumeLoadBytes
-	}
-	out = make(map[string]map[int]*stepRecord, len(ids))
+// loadSteps reads the first window of recorded steps of the first runs
+// of ids, in order, whose windows fit the load budget (at least the first
+// run): n is how many runs it read.
+func (rn *runner) loadSteps(ctx context.Context, ids []string) (out map[string]window, n int, err error) {
+	out = make(map[string]window, len(ids))
 	bytes := 0
-	err = rn.e.q.LoadStepsMany(ctx, rn.e.pool, sysdb.LoadStepsManyParams{WorkflowIDs: ids, Budget: budget}, func(s sysdb.LoadStepsManyRow) {
+	err = rn.e.q.LoadStepsMany(ctx, rn.e.pool, windowParams(rn.e, ids, 0), func(s sysdb.LoadStepsManyRow) {
 		n = max(n, s.Run+1)
-		if !s.HasStep {
-			return // a run without recorded steps
-		}
-		id := ids[s.Run]
-		if out[id] == nil {
-			out[id] = map[int]*stepRecord{}
-		}
-		out[id][s.Pos] = &stepRecord{pos: s.Pos, name: s.Name, status: s.Status, output: s.Output, err: s.Error, attempts: s.Attempts}
+		w := out[ids[s.Run]]
+		w.add(s)
+		out[ids[s.Run]] = w
 		bytes += len(s.Output) + len(s.Error)
 	})
 	if err != nil {

@@ -146,3 +146,80 @@ func TestResumeBounded(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT max(recovery_attempts) FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()).Scan(&maxAttempts))
 	require.Equal(t, 1, maxAttempts, "each run was recovered once")
 }
+
+// TestResumeWindowed: a resumed run holds one window of its recorded steps
+// at a time. The replay of a run with many steps reads them window by
+// window as it reaches them, replays every one (none executes again), and
+// never holds more than a window.
+func TestResumeWindowed(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	pool, schema := sysdbtest.Migrated(t)
+	const steps, window = 60, 8
+	var executed atomic.Int32
+	started := make(chan struct{}, 1)
+	register := func(e *Engine, resumed bool) *Workflow[int, int] {
+		return Register(e, "long", func(wctx Context, _ int) (int, error) {
+			sum := 0
+			for i := 0; i < steps; i++ {
+				n, err := Step(wctx, fmt.Sprintf("s-%d", i), func(context.Context) (int, error) {
+					if resumed {
+						executed.Add(1)
+					}
+					return i, nil
+				}, nil)
+				if err != nil {
+					return 0, err
+				}
+				sum += n
+			}
+			if !resumed {
+				started <- struct{}{}
+				<-wctx.Done() // until the hard stop
+				return 0, wctx.Err()
+			}
+			return sum, nil
+		}, nil)
+	}
+	cfg := &Config{Schema: schema, AppVersion: "test", ExecutorID: "window", LeaseTTL: time.Second, PollInterval: 100 * time.Millisecond}
+	e1, err := New(pool, cfg)
+	require.NoError(t, err)
+	wf := register(e1, false)
+	require.NoError(t, e1.Launch(ctx))
+	_, err = wf.Start(ctx, 0, &StartOpts{ID: "long"})
+	require.NoError(t, err)
+	<-started
+	require.Eventually(t, func() bool { // the last checkpoint is written just after its step
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "steps"}.Sanitize()).Scan(&n))
+		return n == steps
+	}, 10*time.Second, 5*time.Millisecond)
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	require.Error(t, e1.Shutdown(stopped)) // a hard stop: the run stays pending and ours
+
+	var mu sync.Mutex
+	var held []int
+	hooks.Set(cfg, hooks.Knobs{ResumeWindow: window, OnResumeWindow: func(n int) {
+		mu.Lock()
+		held = append(held, n)
+		mu.Unlock()
+	}})
+	e2, err := New(pool, cfg)
+	require.NoError(t, err)
+	wf = register(e2, true)
+	launchUntilCleanup(ctx, t, e2)
+	h, err := wf.Handle(ctx, "long")
+	require.NoError(t, err)
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, steps*(steps-1)/2, out, "every step's recorded output replayed")
+	require.Zero(t, executed.Load(), "recorded steps are replayed, not executed again")
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(held), steps/window, "windows read: %v", held)
+	for _, n := range held {
+		require.LessOrEqual(t, n, window, "steps held at once: %v", held)
+	}
+}

@@ -47,8 +47,8 @@ type run struct {
 	deadline    time.Time               // zero: none
 	queue       *Queue                  // the queue whose slot this run holds here, if any
 
-	steps map[int]*stepRecord // recorded before this execution; read-only
-	next  atomic.Int32        // next step position
+	hist *recorded    // the steps recorded before this execution (recorded.go)
+	next atomic.Int32 // next step position, taken under hist's lock
 	// Failed attempts of unrecorded steps, recorded before this execution
 	// (attempts.go).
 	failed priorAttempts
@@ -109,8 +109,11 @@ func (r *run) begin(name string) (int, *stepRecord, error) {
 	if err := r.halted(); err != nil {
 		return 0, nil, err
 	}
-	pos := int(r.next.Add(1)) - 1
-	if rec, ok := r.steps[pos]; ok {
+	pos, rec, err := r.hist.take(r)
+	if err != nil {
+		return pos, nil, err
+	}
+	if rec != nil {
 		if rec.name != name {
 			if r.e.knobs.Boundary != nil {
 				_ = r.e.knobs.Boundary(hooks.Boundary{RunID: r.id, Pos: pos, Name: name, Point: hooks.Diverged})

@@ -81,7 +81,7 @@ func (rn *runner) start(ctx context.Context, def *wfDef, id string, input []byte
 		sp.existing()
 		return false, checkExisting(ctx, rn.e.q, rn.e.pool, id, def.name, nil, "")
 	}
-	r := rn.newRun(id, def.name, 1, nil, nil)
+	r := rn.newRun(id, def.name, 1, nil)
 	rn.e.tr.run(r, sp.spanContext(), 0, nil, nil)
 	rn.e.met.startedRun(r, startSchedule)
 	rn.launch(r, def, input)
@@ -181,8 +181,10 @@ func (p *workerPool) worker(f func()) {
 	}
 }
 
-func (rn *runner) newRun(id, name string, epoch int64, steps map[int]*stepRecord, deadline *time.Time) *run {
-	r := &run{e: rn.e, id: id, name: name, epoch: epoch, steps: steps}
+// newRun makes an execution of run id with nothing recorded before it
+// (resumeOne gives a resumed one its history).
+func (rn *runner) newRun(id, name string, epoch int64, deadline *time.Time) *run {
+	r := &run{e: rn.e, id: id, name: name, epoch: epoch, hist: wholeHistory(nil)}
 	r.deferred.r = r
 	base, cancelCause := context.WithCancelCause(context.WithValue(rn.e.hardCtx, runKey{}, r))
 	r.cancelCause = cancelCause

@@ -75,7 +75,7 @@ func TestHotPathKeyedByRunID(t *testing.T) {
 			return err
 		}),
 		typedCase(t, "LoadStepsMany", func(db sysdb.DBTX) error {
-			return q.LoadStepsMany(ctx, db, sysdb.LoadStepsManyParams{WorkflowIDs: ids, Budget: 1 << 20}, func(sysdb.LoadStepsManyRow) {})
+			return q.LoadStepsMany(ctx, db, sysdb.LoadStepsManyParams{WorkflowIDs: ids, Budget: 1 << 20, Window: 512}, func(sysdb.LoadStepsManyRow) {})
 		}),
 		typedCase(t, "RecordAttempt", func(db sysdb.DBTX) error {
 			_, err := aq.RecordAttempt(ctx, db, sysdb.RecordAttemptParams{WorkflowID: "r", Pos: 1, Name: "s", Epoch: 2})

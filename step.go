@@ -342,7 +342,7 @@ func attempt[R any](r *run, sp *tspan, pos int, name string, policy RetryPolicy,
 
 func stepContext(r *run, sp *tspan, pos int, name string, n int, timeout time.Duration) (context.Context, context.CancelFunc) {
 	ctx := context.WithValue(sp.context(r), stepInfoKey{}, &stepScope{info: StepInfo{WorkflowID: r.id, Name: name, Pos: pos, Attempt: n,
-		Resumed: r.failed.resumed(pos, n, r.steps[pos])}})
+		Resumed: r.failed.resumed(pos, n, r.hist.intent(pos))}})
 	if timeout > 0 {
 		return context.WithTimeout(ctx, timeout)
 	}

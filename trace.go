@@ -160,7 +160,7 @@ func (t *tracer) run(r *run, parent trace.SpanContext, recovery int, queue *stri
 	attrs := []attribute.KeyValue{
 		attrWorkflowID.String(r.id), attrWorkflowName.String(r.name),
 		attrAppVersion.String(t.appVersion), attrExecutor.String(t.executorID),
-		attrRecovery.Int(recovery), attrEpoch.Int64(r.epoch), attrReplayed.Int(len(r.steps)),
+		attrRecovery.Int(recovery), attrEpoch.Int64(r.epoch), attrReplayed.Int(r.hist.replayed()),
 	}
 	if queue != nil {
 		attrs = append(attrs, attrQueue.String(*queue))

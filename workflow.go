@@ -231,7 +231,7 @@ func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string,
 		sp.existing()
 		return w.existing(ctx, e.pool, id, want, parent)
 	}
-	r := e.runner.newRun(id, w.def.name, 1, nil, deadline)
+	r := e.runner.newRun(id, w.def.name, 1, deadline)
 	e.tr.run(r, sp.spanContext(), 0, nil, nil)
 	e.met.startedRun(r, startKindOf(parent))
 	e.runner.launch(r, w.def, input)

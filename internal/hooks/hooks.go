@@ -45,6 +45,13 @@ type Knobs struct {
 	// errors one query loads when claimed runs are resumed. Defaults to
 	// 0: the engine's (16 MiB).
 	ResumeLoadBytes int
+	// ResumeWindow replaces the number of recorded steps of a run an
+	// execution holds at once. Defaults to 0: the engine's (512).
+	ResumeWindow int
+	// OnResumeWindow, when set, is called each time a resumed run's
+	// execution holds a window of its recorded steps (its first one
+	// included) with how many steps it holds.
+	OnResumeWindow func(held int)
 	// OnResumeLoad, when set, is called after each load of claimed runs'
 	// recorded steps with how many runs and bytes it read.
 	OnResumeLoad func(runs, bytes int)

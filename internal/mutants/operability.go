@@ -64,7 +64,7 @@ func init() {
 			Name:      "attempts/resumed",
 			Mechanism: "StepInfo.Resumed is set on the first attempt of a step an earlier execution began",
 			Edits: []Edit{{File: "attempts.go",
-				Find:    "	return failed > 0 || rec != nil && rec.status == stepIntent",
+				Find:    "	return failed > 0 || intent",
 				Replace: "	return false"}},
 			Pkg: ".", Tests: bothCrash + "|TestIntentStepResumed",
 		},

@@ -106,10 +106,12 @@ func (q *Queries) CompleteIntent(ctx context.Context, db DBTX, p CompleteIntentP
 type LoadStepsManyParams struct {
 	WorkflowIDs []string
 	Budget      int // bytes of outputs and errors
+	Window      int // steps of a run at most
+	From        int // the first position read
 }
 
 // LoadStepsManyRow is one recorded step of a run LoadStepsMany read, or
-// the only row of a run without steps (HasStep false).
+// the only row of a run without steps from From on (HasStep false).
 type LoadStepsManyRow struct {
 	Run           int // index of the run in WorkflowIDs
 	HasStep       bool
@@ -117,31 +119,41 @@ type LoadStepsManyRow struct {
 	Name, Status  string
 	Output, Error []byte
 	Attempts      int
+	// More: the run has steps recorded beyond the window read. Recorded:
+	// how many steps it has from From on. Both are the same on every row
+	// of a run.
+	More     bool
+	Recorded int
 }
 
-// LoadStepsMany reads the recorded steps of the first runs of
-// p.WorkflowIDs, in order, whose outputs and errors fit p.Budget (the first
-// run whatever its size), calling each for every row, by run and position.
-// The runs taken are WorkflowIDs[:n], n being one more than the last row's
-// Run.
+// LoadStepsMany reads one window of recorded steps, from position p.From
+// on, of each of the first runs of p.WorkflowIDs, in order: at most
+// p.Window steps of a run, those whose outputs and errors fit p.Budget (the
+// first step whatever its size), and the runs whose windows together fit
+// p.Budget (the first run whatever its size). It calls each for every row,
+// by run and position. The runs taken are WorkflowIDs[:n], n being one more
+// than the last row's Run.
 func (q *Queries) LoadStepsMany(ctx context.Context, db DBTX, p LoadStepsManyParams, each func(LoadStepsManyRow)) error {
-	rows, err := db.Query(ctx, q.loadStepsMany, p.WorkflowIDs, p.Budget)
+	if p.Window < 1 {
+		return fmt.Errorf("load steps: window %d, want at least 1", p.Window)
+	}
+	rows, err := db.Query(ctx, q.loadStepsMany, p.WorkflowIDs, p.Budget, p.Window, p.From)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var rank int64
+		var rank, recorded int64
 		var pos, attempts *int32
 		var name, status *string
 		var row LoadStepsManyRow
-		if err := rows.Scan(&rank, &pos, &name, &status, &row.Output, &row.Error, &attempts); err != nil {
+		if err := rows.Scan(&rank, &pos, &name, &status, &row.Output, &row.Error, &attempts, &row.More, &recorded); err != nil {
 			return err
 		}
 		if rank < 1 || rank > int64(len(p.WorkflowIDs)) {
 			return fmt.Errorf("load steps: run rank %d out of 1..%d", rank, len(p.WorkflowIDs))
 		}
-		row.Run = int(rank - 1)
+		row.Run, row.Recorded = int(rank-1), int(recorded)
 		if pos != nil {
 			row.HasStep, row.Pos, row.Name, row.Status, row.Attempts = true, int(*pos), *name, *status, int(*attempts)
 		}

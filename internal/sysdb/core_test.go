@@ -544,26 +544,45 @@ func TestLoadStepsMany(t *testing.T) {
 	d.Output = big
 	_, err := c.q.InsertStep(c.ctx, c.pool, *d)
 	require.NoError(t, err)
-	load := func(ids []string, budget int) []string {
+	window := func(ids []string, budget, window, from int) []string {
 		var got []string
-		err := c.q.LoadStepsMany(c.ctx, c.pool, LoadStepsManyParams{WorkflowIDs: ids, Budget: budget}, func(r LoadStepsManyRow) {
+		err := c.q.LoadStepsMany(c.ctx, c.pool, LoadStepsManyParams{WorkflowIDs: ids, Budget: budget, Window: window, From: from}, func(r LoadStepsManyRow) {
+			more := ""
+			if r.More {
+				more = fmt.Sprintf(" more of %d", r.Recorded)
+			}
 			if !r.HasStep {
-				got = append(got, fmt.Sprintf("%s:-", ids[r.Run]))
+				got = append(got, fmt.Sprintf("%s:-%s", ids[r.Run], more))
 				return
 			}
-			got = append(got, fmt.Sprintf("%s:%d %s %s %s %d", ids[r.Run], r.Pos, r.Name, r.Status, r.Output, r.Attempts))
+			got = append(got, fmt.Sprintf("%s:%d %s %s %s %d%s", ids[r.Run], r.Pos, r.Name, r.Status, r.Output, r.Attempts, more))
 		})
 		require.NoError(t, err)
 		return got
 	}
+	load := func(ids []string, budget int) []string { return window(ids, budget, 100, 0) }
 	all := []string{"a:0 a0 done 1 1", "a:1 a1 done 1 1", "b:-", "c:0 c0 done 1 1"}
 	require.Equal(t, all, load([]string{"a", "b", "c"}, 100))
 	// The runs are taken in order while their steps fit the budget.
-	require.Equal(t, all, load([]string{"a", "b", "c", "d"}, 100), "d does not fit")
-	require.Equal(t, []string{"d:0 d0 done 1 1", "d:1 d1 done " + string(big) + " 1"}, load([]string{"d", "a"}, 100),
-		"the first run whatever its size, alone")
-	require.Equal(t, []string{"b:-"}, load([]string{"b", "a"}, 2), "a's two steps are 4 bytes")
+	require.Equal(t, all, load([]string{"a", "b", "c", "d"}, 7), "d does not fit (2 bytes a step)")
+	require.Equal(t, append(all, "d:0 d0 done 1 1 more of 2"), load([]string{"a", "b", "c", "d"}, 100), "d's window, its first step, fits")
+	require.Equal(t, []string{"d:0 d0 done 1 1", "d:1 d1 done " + string(big) + " 1"}, load([]string{"d", "a"}, 10000)[:2],
+		"a run's window holds its steps that fit the budget")
+	require.Equal(t, []string{"b:-"}, load([]string{"b", "a"}, 1), "a's first step is 2 bytes")
+	require.Equal(t, []string{"b:-", "a:0 a0 done 1 1 more of 2"}, load([]string{"b", "a"}, 2), "a's two steps are 4 bytes")
 	require.Equal(t, []string{"b:-", "a:0 a0 done 1 1", "a:1 a1 done 1 1"}, load([]string{"b", "a"}, 4))
+
+	// A window: at most so many steps of a run, from a position on.
+	require.Equal(t, []string{"a:0 a0 done 1 1 more of 2", "b:-", "c:0 c0 done 1 1"}, window([]string{"a", "b", "c"}, 100, 1, 0))
+	require.Equal(t, []string{"a:1 a1 done 1 1", "b:-", "c:-"}, window([]string{"a", "b", "c"}, 100, 1, 1))
+	require.Equal(t, []string{"a:-"}, window([]string{"a"}, 100, 1, 2))
+	// A window's bytes: d's second step does not fit beside its first.
+	require.Equal(t, []string{"d:0 d0 done 1 1 more of 2"}, window([]string{"d"}, 100, 5, 0))
+	require.Equal(t, []string{"d:1 d1 done " + string(big) + " 1"}, window([]string{"d"}, 100, 5, 1), "a first step whatever its size")
+	require.Equal(t, []string{"d:0 d0 done 1 1 more of 2", "a:0 a0 done 1 1", "a:1 a1 done 1 1"}, load([]string{"d", "a"}, 100),
+		"a run's window within the budget lets the next runs in")
+	require.Error(t, c.q.LoadStepsMany(c.ctx, c.pool, LoadStepsManyParams{WorkflowIDs: []string{"a"}, Budget: 100}, func(LoadStepsManyRow) {}),
+		"a window of no steps")
 }
 
 func TestListenSQL(t *testing.T) {

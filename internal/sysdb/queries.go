@@ -183,29 +183,47 @@ FROM {{schema}}.workflows WHERE id = $1`),
 SELECT (CASE WHEN status = 'enqueued' THEN ` + n(`'q:' || queue_name`) + `
 	WHEN executor_id IS NULL AND (wake_at IS NULL OR wake_at <= now()) THEN ` + n(`'n:' || id`) + ` END)::text FROM u`),
 
-		// The recorded steps of claimed runs, within a byte budget: the
-		// runs of $1 are taken in its order while the outputs and errors of
-		// their steps add up to at most $2 bytes (the first run always,
-		// whatever its size). The sizes are read first without loading the
-		// values: pg_column_size is the stored size, read from the tuple or
-		// its TOAST pointer (a json value's length would detoast it, and
-		// every later chunk sizes the runs left again). For a value TOAST
-		// compressed, that is less than its length. Returns the 1-based rank in
-		// $1 of each run taken with each of its steps, ordered by rank and
-		// position; a run taken without steps comes as one row of NULLs.
-		// $1 workflow_ids, $2 byte budget.
+		// One window of the recorded steps of each of the runs of $1, from
+		// position $4 on: at most $3 steps of a run, and only those whose
+		// outputs and errors add up to at most $2 bytes (its first step
+		// whatever its size). The runs are then taken in $1's order while
+		// their windows add up to at most $2 bytes (the first run always).
+		// The sizes are read first without loading the values:
+		// pg_column_size is the stored size, read from the tuple or its
+		// TOAST pointer (a json value's length would detoast it), which for
+		// a value TOAST compressed is less than its length. The LIMIT reads
+		// one step past the window, to tell whether the run has more.
+		// Returns the 1-based rank in $1 of each run taken with each step of
+		// its window, ordered by rank and position (a run taken without steps
+		// comes as one row of NULLs), whether steps beyond the window are
+		// recorded, and how many steps the run has recorded from $4 on
+		// (counted only when the window does not hold them all).
+		// $1 workflow_ids, $2 byte budget, $3 window (steps), $4 first position.
 		loadStepsMany: r(`WITH ids AS (
 	SELECT id, n FROM unnest($1::text[]) WITH ORDINALITY AS i(id, n)),
+win AS (
+	SELECT ids.n, ids.id, s.pos, s.name, s.status, s.output, s.error, s.attempts,
+		row_number() OVER (PARTITION BY ids.n ORDER BY s.pos) AS k,
+		sum(coalesce(pg_column_size(s.output), 0) + coalesce(pg_column_size(s.error), 0))
+			OVER (PARTITION BY ids.n ORDER BY s.pos) AS upto
+	FROM ids LEFT JOIN LATERAL (
+		SELECT * FROM {{schema}}.steps s WHERE s.workflow_id = ids.id AND s.pos >= $4
+		ORDER BY s.pos LIMIT $3 + 1) s ON true),
+kept AS (
+	SELECT win.*, k = 1 OR (k <= $3 AND upto <= $2) AS keep FROM win),
 sized AS (
-	SELECT ids.n, ids.id, sum(sum(coalesce(pg_column_size(s.output), 0) + coalesce(pg_column_size(s.error), 0)))
-		OVER (ORDER BY ids.n) AS upto
-	FROM ids LEFT JOIN {{schema}}.steps s ON s.workflow_id = ids.id
-	GROUP BY ids.n, ids.id),
+	SELECT n, id, max(upto) FILTER (WHERE keep) AS bytes, count(pos) FILTER (WHERE keep) AS loaded,
+		bool_or(NOT keep) AS more
+	FROM kept GROUP BY n, id),
 taken AS (
-	SELECT n, id FROM sized WHERE n = 1 OR upto <= $2)
-SELECT t.n, s.pos, s.name, s.status, s.output, s.error, s.attempts
-FROM taken t LEFT JOIN {{schema}}.steps s ON s.workflow_id = t.id
-ORDER BY t.n, s.pos`),
+	SELECT x.n, x.more, CASE WHEN x.more
+		THEN (SELECT count(*) FROM {{schema}}.steps s WHERE s.workflow_id = x.id AND s.pos >= $4)
+		ELSE x.loaded END AS recorded
+	FROM (SELECT sized.*, sum(bytes) OVER (ORDER BY n) AS total FROM sized) x
+	WHERE n = 1 OR total <= $2)
+SELECT t.n, k.pos, k.name, k.status, k.output, k.error, k.attempts, t.more, t.recorded
+FROM taken t JOIN kept k ON k.n = t.n AND k.keep
+ORDER BY t.n, k.pos`),
 
 		// The single statement of a step: it records the outcome only while
 		// the run is pending and owned at epoch $9. FOR SHARE makes a
