@@ -32,8 +32,14 @@ type Growth struct {
 type LongResume struct {
 	Steps int     `json:"steps"`
 	MS    float64 `json:"resume_ms"` // from Launch until its result
+	// HeldMB is the heap in use (after a GC) once the replay of the
+	// recorded steps is over, in the first step not recorded, over the
+	// heap before the resume (after a GC): what the engine holds of the
+	// history it replayed.
+	HeldMB float64 `json:"held_heap_mb"`
 	// PeakHeapMB is the highest heap in use during the resume, over the
-	// heap before it (sampled every millisecond).
+	// heap before it (sampled every millisecond; garbage not yet
+	// collected included).
 	PeakHeapMB float64 `json:"peak_heap_mb"`
 }
 
@@ -191,7 +197,7 @@ func (b *bench) growth(ctx context.Context) (*Growth, error) {
 		if err != nil {
 			return nil, fmt.Errorf("resume of %d steps: %w", n, err)
 		}
-		o.logf("growth: resume of a run with %d steps: %.0f ms, peak heap +%.1f MB", n, r.MS, r.PeakHeapMB)
+		o.logf("growth: resume of a run with %d steps: %.0f ms, heap held after the replay %+.2f MB, peak +%.1f MB", n, r.MS, r.HeldMB, r.PeakHeapMB)
 		g.Resumes = append(g.Resumes, r)
 	}
 	if o.GrowthParked > 0 {
@@ -212,6 +218,8 @@ func (b *bench) longResume(ctx context.Context, pool *pgxpool.Pool, n int) (Long
 	cfg := &durable.Config{Schema: growthSchema, AppVersion: "bench", ExecutorID: fmt.Sprintf("bench-long-%d", n), Logger: discard}
 	release := make(chan struct{})
 	var recorded atomic.Int64
+	var resumed atomic.Bool
+	held := make(chan uint64, 1)
 	long := func(wctx durable.Context, k int) (int, error) {
 		for i := 0; i < k; i++ {
 			if _, err := durable.Step(wctx, "s", okStep, nil); err != nil {
@@ -220,6 +228,12 @@ func (b *bench) longResume(ctx context.Context, pool *pgxpool.Pool, n int) (Long
 			recorded.Store(int64(i + 1))
 		}
 		_, err := durable.Step(wctx, "last", func(ctx context.Context) (string, error) {
+			if resumed.Load() {
+				runtime.GC()
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				held <- m.HeapInuse
+			}
 			select {
 			case <-release:
 				return "ok", nil
@@ -259,6 +273,7 @@ func (b *bench) longResume(ctx context.Context, pool *pgxpool.Pool, n int) (Long
 		return r, err
 	}
 	w2 := durable.Register(e2, "long", long, nil)
+	resumed.Store(true)
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -293,6 +308,9 @@ func (b *bench) longResume(ctx context.Context, pool *pgxpool.Pool, n int) (Long
 	r.MS = float64(time.Since(t0).Microseconds()) / 1000
 	close(stop)
 	r.PeakHeapMB = float64(<-peak-base) / 1e6
+	if err == nil {
+		r.HeldMB = (float64(<-held) - float64(base)) / 1e6
+	}
 	if serr := e2.Shutdown(ctx); err == nil {
 		err = serr
 	}

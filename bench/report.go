@@ -650,11 +650,13 @@ func (r *Result) growthMarkdown(sb *strings.Builder) {
 	}
 	if len(g.Resumes) > 0 {
 		sb.WriteString("\nA long run resumed: it recorded its steps, its engine was cut short while it waited in one more step, and a new " +
-			"engine with the same executor ID resumed it (replaying every recorded step, loaded in chunks within a byte budget). " +
-			"Peak heap: the most heap in use during the resume over the heap before it, sampled every millisecond.\n\n" +
-			"| recorded steps | resume to result | peak heap |\n|---|---|---|\n")
+			"engine with the same executor ID resumed it (replaying every recorded step, read a window at a time). " +
+			"Held after the replay: the heap in use, after a GC, in the first step not recorded, over the heap before the resume " +
+			"(after a GC): what the engine still holds of the history it replayed. Peak heap: the most heap in use during the " +
+			"resume over the heap before it, sampled every millisecond, garbage not yet collected included.\n\n" +
+			"| recorded steps | resume to result | held after the replay | peak heap |\n|---|---|---|---|\n")
 		for _, r := range g.Resumes {
-			fmt.Fprintf(sb, "| %d | %.0f ms | +%.1f MB |\n", r.Steps, r.MS, r.PeakHeapMB)
+			fmt.Fprintf(sb, "| %d | %.0f ms | %+.2f MB | +%.1f MB |\n", r.Steps, r.MS, r.HeldMB, r.PeakHeapMB)
 		}
 	}
 	if p := g.Parked; p != nil {

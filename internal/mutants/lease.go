@@ -62,6 +62,22 @@ func init() {
 			Pkg: ".", Tests: "TestResumeWindowed",
 		},
 		Mutant{
+			Name:      "resume/window-count-once",
+			Mechanism: "a read of a run's first window counts the run's steps once, not once per row read",
+			Edits: []Edit{{File: "internal/sysdb/queries.go",
+				Find:    "taken AS MATERIALIZED (",
+				Replace: "taken AS ("}},
+			Pkg: "./internal/sysdb", Tests: "TestLoadStepsManyReadsOneWindow",
+		},
+		Mutant{
+			Name:      "resume/window-count-first",
+			Mechanism: "a read of a run's later window does not count the run's steps",
+			Edits: []Edit{{File: "internal/sysdb/queries.go",
+				Find:    "CASE WHEN x.more AND $4 = 0",
+				Replace: "CASE WHEN x.more"}},
+			Pkg: "./internal/sysdb", Tests: "TestLoadStepsManyReadsOneWindow",
+		},
+		Mutant{
 			Name:      "resume/window-replaced",
 			Mechanism: "a resumed run's next window of recorded steps replaces the one it replayed",
 			Edits: []Edit{{File: "recorded.go",

@@ -17,6 +17,12 @@ import (
 // must not read the history.
 func ExplainRows(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, mode, sql string, args []any) (int, string) {
 	tb.Helper()
+	return ExplainTableRows(ctx, tb, pool, mode, "workflows", sql, args)
+}
+
+// ExplainTableRows is ExplainRows counting the rows read of table rel.
+func ExplainTableRows(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, mode, rel, sql string, args []any) (int, string) {
+	tb.Helper()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		tb.Fatal(err)
@@ -35,7 +41,7 @@ func ExplainRows(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, mode, s
 	if err := json.Unmarshal(raw, &top); err != nil || len(top) != 1 {
 		tb.Fatalf("explain output: %v: %s", err, raw)
 	}
-	return top[0].Plan.rowsOf("workflows"), string(raw)
+	return top[0].Plan.rowsOf(rel), string(raw)
 }
 
 type planNode struct {

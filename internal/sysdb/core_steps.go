@@ -120,8 +120,8 @@ type LoadStepsManyRow struct {
 	Output, Error []byte
 	Attempts      int
 	// More: the run has steps recorded beyond the window read. Recorded:
-	// how many steps it has from From on. Both are the same on every row
-	// of a run.
+	// how many steps it has (with From 0; else the window's). Both are the
+	// same on every row of a run.
 	More     bool
 	Recorded int
 }

@@ -592,3 +592,26 @@ func TestListenSQL(t *testing.T) {
 	c.marker("m")
 	require.Equal(t, "m", c.next(conn))
 }
+
+// TestLoadStepsManyReadsOneWindow: a read of a long run's window reads
+// that window of its steps (and, for its first window, counts the run's
+// steps once), not the run's steps once per row, under either plan.
+func TestLoadStepsManyReadsOneWindow(t *testing.T) {
+	c := newCore(t)
+	const steps, window = 10000, 512
+	c.run("long", 1, "pending")
+	c.exec(`INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts)
+SELECT 'long', i, 's', 'done', '"ok"', 1 FROM generate_series(0, $1::int - 1) i`, steps)
+	c.exec(`ANALYZE {{schema}}.steps`)
+	for _, mode := range planModes {
+		for _, from := range []int{0, steps / 2} {
+			read, plan := pgtest.ExplainTableRows(c.ctx, t, c.pool, mode, "steps", c.q.loadStepsMany,
+				[]any{[]string{"long"}, 16 << 20, window, from})
+			bound := 2 * window
+			if from == 0 {
+				bound += steps // the count of the run's steps
+			}
+			require.LessOrEqual(t, read, bound, "%s, from %d: %s", mode, from, plan)
+		}
+	}
+}

@@ -196,8 +196,9 @@ SELECT (CASE WHEN status = 'enqueued' THEN ` + n(`'q:' || queue_name`) + `
 		// Returns the 1-based rank in $1 of each run taken with each step of
 		// its window, ordered by rank and position (a run taken without steps
 		// comes as one row of NULLs), whether steps beyond the window are
-		// recorded, and how many steps the run has recorded from $4 on
-		// (counted only when the window does not hold them all).
+		// recorded, and how many steps the run has recorded: counted (once
+		// per run: taken is materialized) only when $4 is 0 and the window
+		// does not hold them all, else the window's.
 		// $1 workflow_ids, $2 byte budget, $3 window (steps), $4 first position.
 		loadStepsMany: r(`WITH ids AS (
 	SELECT id, n FROM unnest($1::text[]) WITH ORDINALITY AS i(id, n)),
@@ -215,9 +216,9 @@ sized AS (
 	SELECT n, id, max(upto) FILTER (WHERE keep) AS bytes, count(pos) FILTER (WHERE keep) AS loaded,
 		bool_or(NOT keep) AS more
 	FROM kept GROUP BY n, id),
-taken AS (
-	SELECT x.n, x.more, CASE WHEN x.more
-		THEN (SELECT count(*) FROM {{schema}}.steps s WHERE s.workflow_id = x.id AND s.pos >= $4)
+taken AS MATERIALIZED (
+	SELECT x.n, x.more, CASE WHEN x.more AND $4 = 0
+		THEN (SELECT count(*) FROM {{schema}}.steps s WHERE s.workflow_id = x.id)
 		ELSE x.loaded END AS recorded
 	FROM (SELECT sized.*, sum(bytes) OVER (ORDER BY n) AS total FROM sized) x
 	WHERE n = 1 OR total <= $2)
