@@ -103,6 +103,22 @@ func init() {
 			Pkg: "./internal/recovery", Tests: "TestPeriodicChecks",
 		},
 		Mutant{
+			Name:      "recovery/report-once-a-period",
+			Mechanism: "the report of runs left for other versions runs at most once a sweep period, not at every wake-up",
+			Edits: []Edit{{File: "internal/recovery/recovery.go",
+				Find:    "if now := s.clock.Now(); now.Sub(lastReport) >= period {",
+				Replace: "if now := s.clock.Now(); now.Sub(lastReport) >= 0 {"}},
+			Pkg: "./internal/recovery", Tests: "TestOrphanReportOncePerPeriod",
+		},
+		Mutant{
+			Name:      "recovery/report-due-parked",
+			Mechanism: "the report of runs left for other versions reads the parked runs that are due, not every parked run",
+			Edits: []Edit{{File: "internal/sysdb/recovery_queries.go",
+				Find:    "o.wake_at IS NOT NULL AND o.wake_at <= now()\n\tUNION ALL\n\tSELECT o.name, o.app_version",
+				Replace: "o.wake_at IS NOT NULL\n\tUNION ALL\n\tSELECT o.name, o.app_version"}},
+			Pkg: "./internal/sysdb", Tests: "TestSweepReadsOnlyLiveRuns|TestCountOtherVersions",
+		},
+		Mutant{
 			Name:      "recovery/parked-due",
 			Mechanism: "the sweeper sleeps only until the next parked run is due",
 			Edits: []Edit{{File: "internal/recovery/recovery.go",

@@ -264,14 +264,15 @@ func (s *Service) ClaimOrphans(ctx context.Context, limit int) (int, error) {
 
 // sweep takes over runs without a live owner, adopts strays, returns the
 // queued runs of dead executors to their queues and reports the runs left
-// for other versions. It wakes on Wake and polls every
-// min(LeaseTTL/3, PollInterval) as a safety net, sooner when a parked run
-// is due.
+// for other versions (at most once a period: a pass runs at every
+// wake-up, and the report reads every run in flight). It wakes on Wake
+// and polls every min(LeaseTTL/3, PollInterval) as a safety net, sooner
+// when a parked run is due.
 func (s *Service) sweep(ctx context.Context) {
 	period := min(s.cfg.LeaseTTL/3, s.cfg.PollInterval())
 	t := time.NewTimer(period)
 	defer t.Stop()
-	lastCleanup, lastStrayCheck := s.clock.Now(), s.clock.Now()
+	lastCleanup, lastStrayCheck, lastReport := s.clock.Now(), s.clock.Now(), s.clock.Now()
 	for {
 		var pass Pass
 		for {
@@ -304,7 +305,10 @@ func (s *Service) sweep(ctx context.Context) {
 		if err := s.cfg.Requeue(ctx, false); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("durable: requeue runs of dead executors", "err", err)
 		}
-		s.ReportOrphansElsewhere(ctx)
+		if now := s.clock.Now(); now.Sub(lastReport) >= period {
+			lastReport = now
+			s.ReportOrphansElsewhere(ctx)
+		}
 		if now := s.clock.Now(); now.Sub(lastCleanup) > 10*time.Minute {
 			lastCleanup = now
 			if _, err := s.cfg.Queries.DeleteDeadExecutors(ctx, s.cfg.Pool); err != nil && ctx.Err() == nil {

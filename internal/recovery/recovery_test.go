@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -352,3 +353,43 @@ func TestSweepWakesForParkedRuns(t *testing.T) {
 	require.NoError(t, e.s.Start(context.Background()))
 	require.Equal(t, []string{"parked"}, e.launch(), "claimed when due, without a wake-up, within an hour's period")
 }
+
+// TestOrphanReportOncePerPeriod: the report of runs left for other
+// versions, which reads every run in flight, runs at most once a period,
+// however often wake-ups make the sweeper look.
+func TestOrphanReportOncePerPeriod(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	var logs strings.Builder
+	e := newEngine(t, 10, func(c *Config) {
+		c.Clock = fake
+		c.PollInterval = func() time.Duration { return time.Minute }
+		c.Logger = slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logs.Write(p)
+		}), nil))
+	})
+	e.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, epoch) VALUES ('v2-run', 'w', 'pending', 'v2', 1)`)
+	reported := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(logs.String(), "wait for an executor of their application version")
+	}
+	require.NoError(t, e.s.Start(context.Background()))
+	e.swept()
+	for range 3 {
+		e.s.Wake()
+		e.swept()
+	}
+	require.False(t, reported(), "reported within the first period")
+	fake.Advance(time.Minute)
+	e.s.Wake()
+	e.swept()
+	require.True(t, reported(), "a period later")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -9,14 +9,17 @@ import (
 )
 
 // TestSweepReadsOnlyLiveRuns: the takeover sweep, which every executor
-// runs every second or so, reads the runs that can be taken over, not the
-// history: with 3,000 finished runs its statements (ClaimOrphans,
+// runs every second or so and at every wake-up, reads the runs that can be
+// taken over, not the history nor the parked runs not due: with 3,000
+// finished runs and 3,000 parked ones its statements (ClaimOrphans,
 // CountOtherVersions) read a handful of rows.
 func TestSweepReadsOnlyLiveRuns(t *testing.T) {
 	t.Parallel()
 	pool, schema := migrated(t)
 	on(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, epoch)
 SELECT 'done-' || i, 'w', 'success', 'v', 1 FROM generate_series(1, 3000) i`)
+	on(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, epoch, wake_at)
+SELECT 'parked-' || i, 'w', 'pending', 'v' || (i % 2), 1, now() + interval '1 hour' FROM generate_series(1, 3000) i`)
 	orphanRuns(t, pool, schema)
 	on(t, pool, schema, `ANALYZE {{schema}}.workflows`)
 	q := NewRecoveryQueries(schema, "")

@@ -110,14 +110,16 @@ RETURNING id, name, app_version`),
 
 		// Pending unowned or orphaned runs this executor will not claim,
 		// read from the indexes of unowned, parked and owned runs (see
-		// ClaimOrphans): never the finished ones.
+		// ClaimOrphans): never the finished ones, nor the parked runs not
+		// due yet (they wait for their wake-up, not for an executor; there
+		// can be millions).
 		// $1 app_version, $2 names.
 		countOtherVersions: r(`SELECT name, app_version, count(*) FROM (
 	SELECT o.name, o.app_version FROM {{schema}}.workflows o
 	WHERE o.status = 'pending' AND o.executor_id IS NULL AND o.wake_at IS NULL
 	UNION ALL
 	SELECT o.name, o.app_version FROM {{schema}}.workflows o
-	WHERE o.status = 'pending' AND o.executor_id IS NULL AND o.wake_at IS NOT NULL
+	WHERE o.status = 'pending' AND o.executor_id IS NULL AND o.wake_at IS NOT NULL AND o.wake_at <= now()
 	UNION ALL
 	SELECT o.name, o.app_version FROM {{schema}}.workflows o
 	WHERE o.status = 'pending' AND o.executor_id IS NOT NULL

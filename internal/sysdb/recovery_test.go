@@ -230,6 +230,7 @@ func TestCountOtherVersions(t *testing.T) {
 	orphanRuns(t, pool, schema)
 	on(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, epoch, executor_id, wake_at) VALUES
 	('v2-parked', 'w', 'pending', 'v2', 1, NULL, now() + interval '1 hour'),
+	('v2-parked-due', 'w', 'pending', 'v2', 1, NULL, now() - interval '1 second'),
 	('v2-of-gone', 'w', 'pending', 'v2', 1, 'gone', NULL),
 	('v2-of-dead', 'w', 'pending', 'v2', 1, 'dead', NULL),
 	('v2-of-live', 'w', 'pending', 'v2', 1, 'live', NULL),
@@ -237,7 +238,7 @@ func TestCountOtherVersions(t *testing.T) {
 	got, err := NewRecoveryQueries(schema, "").CountOtherVersions(context.Background(), pool, CountOtherVersionsParams{AppVersion: "v", Names: []string{"w"}})
 	require.NoError(t, err)
 	require.Equal(t, []CountOtherVersionsRow{{Name: "w", AppVersion: "v2", Count: 4}, {Name: "x", AppVersion: "v", Count: 1}}, got,
-		"runs without a live owner this executor cannot run: not those of a live owner, nor finished ones")
+		"runs without a live owner this executor cannot run: not those of a live owner, nor parked ones not due, nor finished ones")
 }
 
 func TestDeleteDeadExecutors(t *testing.T) {
