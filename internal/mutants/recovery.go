@@ -119,6 +119,14 @@ func init() {
 			Pkg: "./internal/sysdb", Tests: "TestSweepReadsOnlyLiveRuns|TestCountOtherVersions",
 		},
 		Mutant{
+			Name:      "recovery/next-wake-one-entry",
+			Mechanism: "the sweep's look for the next parked run due reads one index entry, not every parked run",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "nextWake: r(`SELECT wake_at - now() FROM {{schema}}.workflows\nWHERE status = 'pending' AND executor_id IS NULL AND wake_at > now()\nORDER BY wake_at LIMIT 1`),",
+				Replace: "nextWake: r(`SELECT min(wake_at) - now() FROM {{schema}}.workflows\nWHERE status = 'pending' AND executor_id IS NULL AND wake_at > now() HAVING min(wake_at) IS NOT NULL`),"}},
+			Pkg: "./internal/sysdb", Tests: "TestWaitNextWakeReadsOneEntry",
+		},
+		Mutant{
 			Name:      "recovery/parked-due",
 			Mechanism: "the sweeper sleeps only until the next parked run is due",
 			Edits: []Edit{{File: "internal/recovery/recovery.go",

@@ -66,8 +66,13 @@ SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' ||
 		// $1 workflow_id, $2 topic.
 		hasMessage: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.messages WHERE workflow_id = $1 AND topic = $2 AND consumed_at IS NULL)`),
 
-		nextWake: r(`SELECT min(wake_at) - now() FROM {{schema}}.workflows
-WHERE status = 'pending' AND executor_id IS NULL AND wake_at > now()`),
+		// The first entry of the parked runs' index past now. Not min():
+		// with statistics taken before the runs parked, the planner read
+		// min() from every entry of the index (and their rows), 47 ms with
+		// 100,000 parked runs, at every sweep.
+		nextWake: r(`SELECT wake_at - now() FROM {{schema}}.workflows
+WHERE status = 'pending' AND executor_id IS NULL AND wake_at > now()
+ORDER BY wake_at LIMIT 1`),
 
 		// Send inserts the message and touches the receiver's row in one
 		// statement. The update always matches the row, so it also sees a
@@ -212,11 +217,14 @@ func (q *WaitQueries) HasMessage(ctx context.Context, db DBTX, p HasMessageParam
 // NextWake returns how long until the next parked run is due; ok is false
 // when no parked run is due later than now.
 func (q *WaitQueries) NextWake(ctx context.Context, db DBTX) (d time.Duration, ok bool, err error) {
-	var next *time.Duration
-	if err := db.QueryRow(ctx, q.nextWake).Scan(&next); err != nil || next == nil {
+	var next time.Duration
+	switch err := db.QueryRow(ctx, q.nextWake).Scan(&next); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
 		return 0, false, err
 	}
-	return *next, true, nil
+	return next, true, nil
 }
 
 // SendParams are one message.

@@ -256,6 +256,26 @@ func TestWaitNextWake(t *testing.T) {
 	require.InDelta(t, time.Hour.Seconds(), next.Seconds(), 60)
 }
 
+// TestWaitNextWakeReadsOneEntry: the sweep's NextWake, at every pass,
+// reads the first parked run due later, not every parked run, even with
+// statistics taken before they parked.
+func TestWaitNextWakeReadsOneEntry(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	d.exec(`ANALYZE {{schema}}.workflows`)
+	d.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, epoch, wake_at)
+SELECT 'parked-' || i, 'w', 'pending', 'v', 1, now() + i * interval '1 second' FROM generate_series(1, 3000) i`)
+	for _, mode := range planModes {
+		if looked, plan := pgtest.ExplainRows(d.ctx, t, d.pool, mode, d.wq.nextWake, nil); looked > 50 {
+			t.Errorf("NextWake (%s): the plan looked at %d rows of workflows; want <= 50\n%s", mode, looked, plan)
+		}
+	}
+	next, ok, err := d.wq.NextWake(d.ctx, d.pool)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.InDelta(t, 1, next.Seconds(), 1)
+}
+
 func TestWaitSend(t *testing.T) {
 	t.Parallel()
 	d := newWaitDB(t)
