@@ -59,6 +59,16 @@ type ParkedRuns struct {
 type GrowthRow struct {
 	History int     `json:"history"` // finished runs in the table
 	FillS   float64 `json:"fill_s"`  // filling up to this size, and its ANALYZE
+	growthLat
+	// Ref: the same latencies measured in turns with these on an empty
+	// schema of their own, the reference of the ratios.
+	Ref     growthLat `json:"ref"`
+	TableMB float64   `json:"workflows_mb"` // the runs table with its indexes
+	StepsMB float64   `json:"steps_mb"`     // the steps table with its index
+}
+
+// growthLat are the hot path's latencies on one schema (medians, µs).
+type growthLat struct {
 	// WF0US: start and await a 0-step workflow (the start and the finish).
 	WF0US float64 `json:"wf0_p50_us"`
 	// StepUS: per step, (10-step - 0-step) / 10, from medians.
@@ -69,8 +79,102 @@ type GrowthRow struct {
 	// ListFailedUS: the first page of failed runs (there are none).
 	ListUS       float64 `json:"list_p50_us"`
 	ListFailedUS float64 `json:"list_failed_p50_us"`
-	TableMB      float64 `json:"workflows_mb"` // the runs table with its indexes
-	StepsMB      float64 `json:"steps_mb"`     // the steps table with its index
+}
+
+// growthOps are the operations a growth row times.
+var growthOps = []string{"wf0", "wf10", "qlat", "list", "list_failed"}
+
+// growthMedians turns the latencies of growthOps into a growthLat.
+func growthMedians(lat map[string][]time.Duration) growthLat {
+	p50 := func(name string) float64 {
+		l := lat[name]
+		slices.Sort(l)
+		return us(pct(l, 0.5))
+	}
+	g := growthLat{WF0US: p50("wf0"), QLatUS: p50("qlat"), ListUS: p50("list"), ListFailedUS: p50("list_failed")}
+	g.StepUS = (p50("wf10") - g.WF0US) / 10
+	return g
+}
+
+// growthSide is an engine on a schema of its own with the workflows and
+// queue a growth row times.
+type growthSide struct {
+	pool   *pgxpool.Pool
+	eng    *durable.Engine
+	steps  *durable.Workflow[int, int]
+	qwf    *durable.Workflow[int, int]
+	q      *durable.Queue
+	starts sync.Map // run ID -> chan time.Time
+	seq    int
+	close  func()
+}
+
+func (b *bench) growthSide(ctx context.Context, schema string) (*growthSide, error) {
+	pool, done, err := b.freshSchema(ctx, schema)
+	if err != nil {
+		return nil, err
+	}
+	s := &growthSide{pool: pool}
+	s.eng, err = durable.New(pool, &durable.Config{Schema: schema, AppVersion: "bench", ExecutorID: "bench-growth", Logger: discard})
+	if err != nil {
+		done()
+		return nil, err
+	}
+	s.steps = durable.Register(s.eng, "steps", noopSteps, nil)
+	s.qwf = durable.Register(s.eng, "qstart", func(wctx durable.Context, k int) (int, error) {
+		if ch, ok := s.starts.Load(wctx.WorkflowID()); ok {
+			ch.(chan time.Time) <- time.Now()
+		}
+		return k, nil
+	}, nil)
+	s.q = durable.RegisterQueue(s.eng, growthQueue, nil)
+	if err := s.eng.Launch(ctx); err != nil {
+		done()
+		return nil, err
+	}
+	s.close = func() {
+		_ = s.eng.Shutdown(context.WithoutCancel(ctx))
+		done()
+	}
+	return s, nil
+}
+
+// op times the growth operation name once.
+func (s *growthSide) op(ctx context.Context, name string) (time.Duration, error) {
+	switch name {
+	case "wf0":
+		return timeOp(ctx, workflowOp(s.steps, 0))
+	case "wf10":
+		return timeOp(ctx, workflowOp(s.steps, 10))
+	case "qlat":
+		s.seq++
+		id := fmt.Sprintf("growth-q-%d", s.seq)
+		ch := make(chan time.Time, 1)
+		s.starts.Store(id, ch)
+		defer s.starts.Delete(id)
+		t := time.Now()
+		h, err := s.qwf.Enqueue(ctx, s.q, 0, &durable.EnqueueOpts{ID: id})
+		if err != nil {
+			return 0, err
+		}
+		started, err := waitStart(ctx, id, ch)
+		if err != nil {
+			return 0, err
+		}
+		_, err = h.Result(ctx)
+		return started.Sub(t), err
+	case "list":
+		return timeOp(ctx, func(ctx context.Context) error {
+			_, _, err := s.eng.ListWorkflows(ctx, &durable.ListParams{Limit: 50, OmitPayloads: true})
+			return err
+		})
+	case "list_failed":
+		return timeOp(ctx, func(ctx context.Context) error {
+			_, _, err := s.eng.ListWorkflows(ctx, &durable.ListParams{Limit: 50, OmitPayloads: true, Statuses: []durable.Status{durable.StatusError}})
+			return err
+		})
+	}
+	return 0, fmt.Errorf("no growth operation %q", name)
 }
 
 const (
@@ -87,32 +191,22 @@ func (b *bench) growth(ctx context.Context) (*Growth, error) {
 	if len(sizes) == 0 || sizes[0] != 0 {
 		sizes = append([]int{0}, sizes...) // the empty database is the reference
 	}
-	pool, done, err := b.freshSchema(ctx, growthSchema)
+	// Two schemas, measured in turns: the one filled with history and an
+	// empty reference, so that each ratio compares latencies taken at the
+	// same time (the machine's state drifts over the minutes of a fill).
+	grown, err := b.growthSide(ctx, growthSchema)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-	eng, err := durable.New(pool, &durable.Config{Schema: growthSchema, AppVersion: "bench", ExecutorID: "bench-growth", Logger: discard})
+	defer grown.close()
+	ref, err := b.growthSide(ctx, growthSchema+"_ref")
 	if err != nil {
 		return nil, err
 	}
-	steps := durable.Register(eng, "steps", noopSteps, nil)
-	var starts sync.Map // run ID -> chan time.Time
-	qwf := durable.Register(eng, "qstart", func(wctx durable.Context, k int) (int, error) {
-		if ch, ok := starts.Load(wctx.WorkflowID()); ok {
-			ch.(chan time.Time) <- time.Now()
-		}
-		return k, nil
-	}, nil)
-	q := durable.RegisterQueue(eng, growthQueue, nil)
-	if err := eng.Launch(ctx); err != nil {
-		return nil, err
-	}
-	defer func() { _ = eng.Shutdown(context.WithoutCancel(ctx)) }()
+	defer ref.close()
 
 	g := &Growth{N: max(o.N/5, 20)}
 	have := 0
-	seq := 0
 	for _, size := range sizes {
 		t0 := time.Now()
 		for have < size {
@@ -123,75 +217,52 @@ func (b *bench) growth(ctx context.Context) (*Growth, error) {
 			have += n
 			o.logf("growth: %d finished runs in history (%.0fs)", have, time.Since(t0).Seconds())
 		}
-		if _, err := b.conn.Exec(ctx, "VACUUM ANALYZE "+growthSchema+".workflows, "+growthSchema+".steps"); err != nil {
-			return nil, err
+		for _, s := range []string{growthSchema, growthSchema + "_ref"} {
+			if _, err := b.conn.Exec(ctx, "VACUUM ANALYZE "+s+".workflows, "+s+".steps"); err != nil {
+				return nil, err
+			}
 		}
 		row := GrowthRow{History: size, FillS: time.Since(t0).Seconds()}
 		b.quiesce(ctx)
-		lat := map[string][]time.Duration{}
+		lat, refLat := map[string][]time.Duration{}, map[string][]time.Duration{}
 		for i := 0; i < g.N; i++ {
-			for _, m := range []struct {
-				name string
-				op   func() (time.Duration, error)
-			}{
-				{"wf0", func() (time.Duration, error) { return timeOp(ctx, workflowOp(steps, 0)) }},
-				{"wf10", func() (time.Duration, error) { return timeOp(ctx, workflowOp(steps, 10)) }},
-				{"qlat", func() (time.Duration, error) {
-					seq++
-					id := fmt.Sprintf("growth-q-%d", seq)
-					ch := make(chan time.Time, 1)
-					starts.Store(id, ch)
-					defer starts.Delete(id)
-					t := time.Now()
-					h, err := qwf.Enqueue(ctx, q, 0, &durable.EnqueueOpts{ID: id})
+			// In turns, the side measured first alternating.
+			sides := []*growthSide{grown, ref}
+			if i%2 == 1 {
+				sides[0], sides[1] = ref, grown
+			}
+			for _, name := range growthOps {
+				for _, s := range sides {
+					d, err := s.op(ctx, name)
 					if err != nil {
-						return 0, err
+						return nil, fmt.Errorf("growth %d, %s: %w", size, name, err)
 					}
-					started, err := waitStart(ctx, id, ch)
-					if err != nil {
-						return 0, err
+					if s == grown {
+						lat[name] = append(lat[name], d)
+					} else {
+						refLat[name] = append(refLat[name], d)
 					}
-					_, err = h.Result(ctx)
-					return started.Sub(t), err
-				}},
-				{"list", func() (time.Duration, error) {
-					return timeOp(ctx, func(ctx context.Context) error {
-						_, _, err := eng.ListWorkflows(ctx, &durable.ListParams{Limit: 50, OmitPayloads: true})
-						return err
-					})
-				}},
-				{"list_failed", func() (time.Duration, error) {
-					return timeOp(ctx, func(ctx context.Context) error {
-						_, _, err := eng.ListWorkflows(ctx, &durable.ListParams{Limit: 50, OmitPayloads: true, Statuses: []durable.Status{durable.StatusError}})
-						return err
-					})
-				}},
-			} {
-				d, err := m.op()
-				if err != nil {
-					return nil, fmt.Errorf("growth %d, %s: %w", size, m.name, err)
 				}
-				lat[m.name] = append(lat[m.name], d)
 			}
 		}
-		p50 := func(name string) float64 {
-			l := lat[name]
-			slices.Sort(l)
-			return us(pct(l, 0.5))
-		}
-		row.WF0US, row.QLatUS, row.ListUS, row.ListFailedUS = p50("wf0"), p50("qlat"), p50("list"), p50("list_failed")
-		row.StepUS = (p50("wf10") - row.WF0US) / 10
+		row.growthLat = growthMedians(lat)
+		row.Ref = growthMedians(refLat)
 		if err := b.conn.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass) / 1e6, pg_total_relation_size($2::regclass) / 1e6`,
 			growthSchema+".workflows", growthSchema+".steps").Scan(&row.TableMB, &row.StepsMB); err != nil {
 			return nil, err
 		}
-		o.logf("growth: %d in history: 0-step %.0f µs, per step %.0f µs, enqueue-to-start %.0f µs, list %.0f µs, list failed %.0f µs; runs table %.0f MB",
-			size, row.WF0US, row.StepUS, row.QLatUS, row.ListUS, row.ListFailedUS, row.TableMB)
+		o.logf("growth: %d in history (empty reference in turns): 0-step %.0f/%.0f µs, per step %.0f/%.0f µs, enqueue-to-start %.0f/%.0f µs, "+
+			"list %.0f/%.0f µs, list failed %.0f/%.0f µs; runs table %.0f MB", size, row.WF0US, row.Ref.WF0US, row.StepUS, row.Ref.StepUS,
+			row.QLatUS, row.Ref.QLatUS, row.ListUS, row.Ref.ListUS, row.ListFailedUS, row.Ref.ListFailedUS, row.TableMB)
 		g.Rows = append(g.Rows, row)
 	}
-	if err := eng.Shutdown(ctx); err != nil {
+	if err := grown.eng.Shutdown(ctx); err != nil {
 		return nil, err
 	}
+	if err := ref.eng.Shutdown(ctx); err != nil {
+		return nil, err
+	}
+	pool := grown.pool
 	for _, n := range []int{1000, o.GrowthSteps} {
 		r, err := b.longResume(ctx, pool, n)
 		if err != nil {
