@@ -498,7 +498,7 @@ func TestBudgetContinuationAndFork(t *testing.T) {
 
 	f, err := a.ForkAt(ctx, "chain-1", 2, &durable.ForkOpts{ID: "chain-fork"})
 	require.NoError(t, err)
-	_, err = f.Result(ctx)
+	_, err = a.Result(ctx, f.ID()) // the whole chain the fork starts, not only its first run
 	require.NoError(t, err)
 	fb, err := agentkit.ReadBudget(ctx, v.pool, v.schema, "chain-fork")
 	require.NoError(t, err)
