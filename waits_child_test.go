@@ -51,10 +51,34 @@ func registerWaiters(e *durable.Engine) (recv, nap, watched *durable.Workflow[st
 	return recv, nap, watched
 }
 
+// deadlineLength is the Timeout the "deadlined" workflow is started with.
+const deadlineLength = 5 * time.Second
+
+// registerDeadlined registers "deadlined": a step, then one that waits
+// for its context to end (the run's deadline), then one that must never
+// run.
+func registerDeadlined(e *durable.Engine) *durable.Workflow[string, string] {
+	return durable.Register(e, "deadlined", func(wctx durable.Context, in string) (string, error) {
+		if _, err := durable.Step(wctx, "first", func(context.Context) (string, error) { return "ok", nil }, nil); err != nil {
+			return "", err
+		}
+		_, err := durable.Step(wctx, "wait", func(ctx context.Context) (string, error) {
+			<-ctx.Done()
+			return "", ctx.Err()
+		}, &durable.StepOpts{Retry: &durable.RetryPolicy{MaxAttempts: 1}})
+		if err != nil {
+			return "", err
+		}
+		_, err = durable.Step(wctx, "after", func(context.Context) (string, error) { return "late", nil }, nil)
+		return "late", err
+	}, nil)
+}
+
 // runWaitChild: mode "waits" starts DURABLE_START (a workflow name) with
 // ID DURABLE_RUN, or, for "watch", follows run DURABLE_RUN from outside.
 func runWaitChild(ctx context.Context, e *durable.Engine, _ *pgxpool.Pool) error {
 	recv, nap, watched := registerWaiters(e)
+	deadlined := registerDeadlined(e)
 	if err := e.Launch(ctx); err != nil {
 		return err
 	}
@@ -67,6 +91,10 @@ func runWaitChild(ctx context.Context, e *durable.Engine, _ *pgxpool.Pool) error
 		}
 	case "nap":
 		if _, err := nap.Start(ctx, "", &durable.StartOpts{ID: id}); err != nil {
+			return err
+		}
+	case "deadline":
+		if _, err := deadlined.Start(ctx, "", &durable.StartOpts{ID: id, Timeout: deadlineLength}); err != nil {
 			return err
 		}
 	case "watch":
@@ -220,4 +248,46 @@ func TestWaitersInOtherProcessesAreNotified(t *testing.T) {
 	t.Logf("both watchers saw the result %v after the send", time.Since(sent).Round(time.Millisecond))
 	_, err = h.Result(ctx)
 	require.NoError(t, err)
+}
+
+// TestRunDeadlineSurvivesKill: a run's Timeout is stored as a deadline
+// with it. Its executor is SIGKILLed while a step waits on its context,
+// 1.5 s before the deadline; a new process resumes the run, and the step
+// ends at the same deadline, not a fresh Timeout after the restart; the
+// run fails with a deadline error and the step after it never runs.
+func TestRunDeadlineSurvivesKill(t *testing.T) {
+	t.Parallel()
+	pool, schema := sysdbtest.Migrated(t)
+	q := waitsQ(schema)
+	ctx := ctxT(t)
+	c := startReady(t, "waits", schema, "deadline", "DURABLE_LEASE=30s", "DURABLE_START=deadline", "DURABLE_RUN=d1")
+	var deadline time.Time
+	require.Eventually(t, func() bool {
+		var n int
+		if pool.QueryRow(ctx, q("SELECT w.deadline, count(s.pos) FROM @workflows w LEFT JOIN @steps s ON s.workflow_id = w.id WHERE w.id = 'd1' GROUP BY w.deadline")).Scan(&deadline, &n) != nil {
+			return false
+		}
+		return n >= 1 // "first" recorded: "wait" is waiting
+	}, 30*time.Second, 5*time.Millisecond)
+	time.Sleep(time.Until(deadline.Add(-1500 * time.Millisecond)))
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGKILL))
+	require.True(t, proctest.KilledBySIGKILL(c.Wait(t)))
+
+	restart := time.Now()
+	startReady(t, "waits", schema, "deadline", "DURABLE_LEASE=30s") // the same executor ID: resumed at Launch
+	var status, errText string
+	require.Eventually(t, func() bool {
+		_ = pool.QueryRow(ctx, q("SELECT status, coalesce(error::text, '') FROM @workflows WHERE id = 'd1'")).Scan(&status, &errText)
+		return status != "pending"
+	}, 30*time.Second, 5*time.Millisecond)
+	done := time.Now()
+	t.Logf("restarted %.2fs before the deadline; the run ended %.2fs after the restart, %.0f ms after the deadline",
+		deadline.Sub(restart).Seconds(), done.Sub(restart).Seconds(), done.Sub(deadline).Seconds()*1000)
+	require.Equal(t, "error", status)
+	require.Contains(t, errText, "deadline")
+	require.False(t, done.Before(deadline.Add(-100*time.Millisecond)), "the run ended before its deadline")
+	require.Less(t, done.Sub(restart), deadlineLength*6/10, "the deadline stored with the run holds, not a fresh Timeout from the restart")
+	var after int
+	require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*) FROM @steps WHERE workflow_id = 'd1' AND name = 'after'")).Scan(&after))
+	require.Zero(t, after, "no step runs past the deadline")
 }

@@ -92,5 +92,21 @@ func init() {
 				Replace: "\t}\n\twake = r.e.clock.now().Add(d)\n\tif r.e.clock.until(wake) > 0 {"}},
 			Pkg: ".", Tests: "TestSleepSurvivesKill",
 		},
+		Mutant{
+			Name:      "step/timeout",
+			Mechanism: "StepOpts.Timeout bounds each attempt of a step through its context",
+			Edits: []Edit{{File: "step.go",
+				Find:    "\tif timeout > 0 {\n\t\treturn context.WithTimeout(ctx, timeout)",
+				Replace: "\tif false && timeout > 0 {\n\t\treturn context.WithTimeout(ctx, timeout)"}},
+			Pkg: ".", Tests: "TestStepTimeout",
+		},
+		Mutant{
+			Name:      "deadline/resumed",
+			Mechanism: "a resumed run keeps the deadline stored with it (StartOpts.Timeout holds across restarts)",
+			Edits: []Edit{{File: "resume.go",
+				Find:    "r := rn.newRun(c.ID, c.Name, c.Epoch, c.Deadline)",
+				Replace: "r := rn.newRun(c.ID, c.Name, c.Epoch, nil)"}},
+			Pkg: ".", Tests: "TestRunDeadlineSurvivesKill",
+		},
 	)
 }
