@@ -207,17 +207,7 @@ func checkRuns(ctx context.Context, e *Engine, tx pgx.Tx, rows []sysdb.RunRow, r
 		for i, row := range load {
 			ids[i] = row.ID
 		}
-		first := map[string]window{}
-		n := 0
-		err := e.q.LoadStepsMany(ctx, tx, windowParams(e, ids, 0), func(s sysdb.LoadStepsManyRow) {
-			n = max(n, s.Run+1)
-			w := first[ids[s.Run]]
-			w.add(s)
-			first[ids[s.Run]] = w
-		})
-		if err == nil && n == 0 {
-			err = errors.New("no run's steps read") // the first is always read
-		}
+		first, n, _, err := readWindows(ctx, e, tx, ids, 0)
 		if err != nil {
 			return fmt.Errorf("load recorded steps: %w", err)
 		}
@@ -240,8 +230,9 @@ func checkRuns(ctx context.Context, e *Engine, tx pgx.Tx, rows []sysdb.RunRow, r
 				w, err := readWindow(ctx, e, tx, row.ID, from)
 				if err != nil {
 					readErr = fmt.Errorf("load recorded steps of %q from position %d: %w", row.ID, from, err)
+					return window{}, readErr
 				}
-				return w, readErr
+				return w, nil
 			}, nil)
 			err := checkRun(ctx, e, row, hist, rep, o)
 			mu.Lock()

@@ -44,7 +44,7 @@ type window struct {
 	recs  map[int]*stepRecord
 	hi    int  // one past the last position read (0: none)
 	more  bool // steps are recorded beyond it
-	count int  // steps recorded from the window's start on
+	count int  // a first window's: steps the run has recorded (else the window's)
 }
 
 // wholeHistory is a history held in full (a replay of a history read for
@@ -131,12 +131,30 @@ func windowed(first window, read func(from int) (window, error), held func(int))
 	return h
 }
 
-// readWindow reads the window of run id's recorded steps from position
-// from on with db.
+// readWindows reads with db one window of recorded steps, from position
+// from on, of each of the first runs of ids whose windows fit the load
+// budget (at least the first run): n is how many runs it read, bytes the
+// outputs and errors it read.
+func readWindows(ctx context.Context, e *Engine, db sysdb.DBTX, ids []string, from int) (out map[string]window, n, bytes int, err error) {
+	out = make(map[string]window, len(ids))
+	err = e.q.LoadStepsMany(ctx, db, windowParams(e, ids, from), func(s sysdb.LoadStepsManyRow) {
+		n = max(n, s.Run+1)
+		w := out[ids[s.Run]]
+		w.add(s)
+		out[ids[s.Run]] = w
+		bytes += len(s.Output) + len(s.Error)
+	})
+	if err == nil && n == 0 && len(ids) > 0 {
+		err = fmt.Errorf("load steps: no run read of %d", len(ids)) // the first is always read
+	}
+	return out, n, bytes, err
+}
+
+// readWindow reads with db the window of run id's recorded steps from
+// position from on.
 func readWindow(ctx context.Context, e *Engine, db sysdb.DBTX, id string, from int) (window, error) {
-	var w window
-	err := e.q.LoadStepsMany(ctx, db, windowParams(e, []string{id}, from), func(s sysdb.LoadStepsManyRow) { w.add(s) })
-	return w, err
+	ws, _, _, err := readWindows(ctx, e, db, []string{id}, from)
+	return ws[id], err
 }
 
 // resumedHistory is the history of run r, resumed with its first window

@@ -63,14 +63,11 @@ func (rn *runner) startClaimed(ctx context.Context, got []claimed, q *Queue) err
 		err := rn.retryBG(ctx, "load steps of claimed runs", func(ctx context.Context) error {
 			var err error
 			steps, n, err = rn.loadSteps(ctx, ids)
-			if err == nil && n > 0 {
+			if err == nil {
 				failed, err = rn.loadAttempts(ctx, ids[:n]) // attempts.go
 			}
 			return err
 		})
-		if err == nil && n == 0 {
-			err = fmt.Errorf("no run taken of %d", len(ids)) // the first is always taken
-		}
 		if err != nil {
 			// Claimed but not started (a database error that is not a lost
 			// connection, or shutdown): the runs stay owned by us and pending;
@@ -110,15 +107,7 @@ func (rn *runner) resumeOne(c claimed, first window, failed priorAttempts, q *Qu
 // of ids, in order, whose windows fit the load budget (at least the first
 // run): n is how many runs it read.
 func (rn *runner) loadSteps(ctx context.Context, ids []string) (out map[string]window, n int, err error) {
-	out = make(map[string]window, len(ids))
-	bytes := 0
-	err = rn.e.q.LoadStepsMany(ctx, rn.e.pool, windowParams(rn.e, ids, 0), func(s sysdb.LoadStepsManyRow) {
-		n = max(n, s.Run+1)
-		w := out[ids[s.Run]]
-		w.add(s)
-		out[ids[s.Run]] = w
-		bytes += len(s.Output) + len(s.Error)
-	})
+	out, n, bytes, err := readWindows(ctx, rn.e, rn.e.pool, ids, 0)
 	if err != nil {
 		return nil, 0, err
 	}

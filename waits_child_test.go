@@ -182,8 +182,7 @@ func TestSleepSurvivesKill(t *testing.T) {
 	}, 30*time.Second, 5*time.Millisecond)
 	remainder := 2 * time.Second
 	time.Sleep(time.Until(wake.Add(-remainder))) // second 6 of the 8-second sleep
-	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGKILL))
-	require.True(t, proctest.KilledBySIGKILL(c.Wait(t)))
+	c.Kill(t)
 
 	restart := time.Now()
 	startReady(t, "waits", schema, "sleeper", "DURABLE_LEASE=30s")
@@ -270,8 +269,7 @@ func TestRunDeadlineSurvivesKill(t *testing.T) {
 		return n >= 1 // "first" recorded: "wait" is waiting
 	}, 30*time.Second, 5*time.Millisecond)
 	time.Sleep(time.Until(deadline.Add(-1500 * time.Millisecond)))
-	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGKILL))
-	require.True(t, proctest.KilledBySIGKILL(c.Wait(t)))
+	c.Kill(t)
 
 	restart := time.Now()
 	startReady(t, "waits", schema, "deadline", "DURABLE_LEASE=30s") // the same executor ID: resumed at Launch
