@@ -122,9 +122,7 @@ func (b *bench) growthSide(ctx context.Context, schema string) (*growthSide, err
 	}
 	s.steps = durable.Register(s.eng, "steps", noopSteps, nil)
 	s.qwf = durable.Register(s.eng, "qstart", func(wctx durable.Context, k int) (int, error) {
-		if ch, ok := s.starts.Load(wctx.WorkflowID()); ok {
-			ch.(chan time.Time) <- time.Now()
-		}
+		signalStart(&s.starts, wctx.WorkflowID())
 		return k, nil
 	}, nil)
 	s.q = durable.RegisterQueue(s.eng, growthQueue, nil)
@@ -402,9 +400,7 @@ func (b *bench) parkedRuns(ctx context.Context, pool *pgxpool.Pool, n int) (*Par
 	var woke sync.Map // run ID -> chan time.Time
 	wf := durable.Register(e, "parked", func(wctx durable.Context, k int) (int, error) {
 		_, _, err := durable.Recv[int](wctx, "go", time.Hour)
-		if ch, ok := woke.Load(wctx.WorkflowID()); ok {
-			ch.(chan time.Time) <- time.Now()
-		}
+		signalStart(&woke, wctx.WorkflowID())
 		return k, err
 	}, nil)
 	if err := e.Launch(ctx); err != nil {

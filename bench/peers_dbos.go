@@ -33,14 +33,8 @@ var dbosQLatStarts sync.Map
 // dbosQStart is the DBOS latency workflow: its first line takes the time
 // and hands it to whoever enqueued the run.
 func dbosQStart(ctx dbos.Context, k int) (int, error) {
-	now := time.Now()
 	if id, err := dbos.GetWorkflowID(ctx); err == nil {
-		if ch, ok := dbosQLatStarts.Load(id); ok {
-			select {
-			case ch.(chan time.Time) <- now:
-			default:
-			}
-		}
+		signalStart(&dbosQLatStarts, id)
 	}
 	return k, nil
 }

@@ -46,14 +46,20 @@ const (
 // qstartBody is the latency workflow. Its first line takes the time and
 // hands it to whoever enqueued the run.
 func (b *bench) qstartBody(wctx durable.Context, k int) (int, error) {
+	signalStart(&b.starts, wctx.WorkflowID())
+	return k, nil
+}
+
+// signalStart hands the time now to whoever waits in starts (run ID ->
+// chan time.Time, buffered) for run id's body to start.
+func signalStart(starts *sync.Map, id string) {
 	now := time.Now()
-	if ch, ok := b.starts.Load(wctx.WorkflowID()); ok {
+	if ch, ok := starts.Load(id); ok {
 		select {
 		case ch.(chan time.Time) <- now:
 		default:
 		}
 	}
-	return k, nil
 }
 
 // enqueueOne enqueues one latency run, from the engine that works the
