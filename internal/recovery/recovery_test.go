@@ -87,10 +87,12 @@ func newEngine(t *testing.T, slots int, cfg func(*Config)) *engine {
 			return nil
 		},
 		WakeQueue: func(name string) { e.woken <- name },
-		NextWake: func(ctx context.Context) (next *time.Duration, err error) {
-			err = pool.QueryRow(ctx, sysdb.Render(`SELECT min(wake_at) - now() FROM {{schema}}.workflows
-WHERE status = 'pending' AND executor_id IS NULL AND wake_at > now()`, schema)).Scan(&next)
-			return next, err
+		NextWake: func(ctx context.Context) (*time.Duration, error) { // the engine's statement
+			d, ok, err := sysdb.NewWaitQueries(schema, "").NextWake(ctx, pool)
+			if !ok {
+				return nil, err
+			}
+			return &d, err
 		},
 	}
 	if cfg != nil {
