@@ -86,6 +86,8 @@ func runChild(mode string) error {
 	switch mode {
 	case "waits":
 		return runWaitChild(ctx, e, pool)
+	case "saga":
+		return runSagaChild(ctx, e, pool, q)
 	case "queue":
 		return runQueueChild(ctx, e, pool, schema)
 	case "trace":

@@ -206,21 +206,24 @@ func (e *RecordedError) Is(target error) bool {
 		return target == ErrDeadLetter
 	case kindNotRegistered:
 		return target == ErrNotRegistered
+	case kindCompensationFailed:
+		return target == ErrCompensationFailed
 	}
 	return false
 }
 
 const (
-	kindError          = "error"
-	kindPermanent      = "permanent"
-	kindCancelled      = "cancelled"
-	kindDeadline       = "deadline"
-	kindPanic          = "panic"
-	kindNonDeterminism = "nondeterminism"
-	kindDecode         = "decode"
-	kindTooLarge       = "payload_too_large"
-	kindDeadLetter     = "dead_letter"
-	kindNotRegistered  = "not_registered"
+	kindError              = "error"
+	kindPermanent          = "permanent"
+	kindCancelled          = "cancelled"
+	kindDeadline           = "deadline"
+	kindPanic              = "panic"
+	kindNonDeterminism     = "nondeterminism"
+	kindDecode             = "decode"
+	kindTooLarge           = "payload_too_large"
+	kindDeadLetter         = "dead_letter"
+	kindNotRegistered      = "not_registered"
+	kindCompensationFailed = "compensation_failed"
 )
 
 // classify returns the recorded kind of err. The order matters: the most
@@ -228,6 +231,8 @@ const (
 func classify(err error) string {
 	var re *RecordedError
 	switch {
+	case errors.Is(err, ErrCompensationFailed):
+		return kindCompensationFailed
 	case errors.As(err, &re):
 		return re.Kind
 	case errors.Is(err, ErrNonDeterministic):

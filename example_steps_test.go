@@ -158,3 +158,43 @@ func ExampleGo() {
 	fmt.Println(h.Result(ctx))
 	// Output: 100 <nil>
 }
+
+// Each step registers its undo; when a later step fails, the undos run as
+// steps, the latest first, and the run's error says so.
+func ExampleCompensate() {
+	ctx := context.Background()
+	eng, _, done := exampleEngine("compensate")
+	defer done()
+
+	var undone []string
+	book := durable.Register(eng, "book", func(wctx durable.Context, trip string) (string, error) {
+		for _, part := range []string{"flight", "hotel"} {
+			if _, err := durable.Step(wctx, "reserve-"+part, func(ctx context.Context) (string, error) { return part + "-1", nil }, nil); err != nil {
+				return "", err
+			}
+			if err := durable.Compensate(wctx, "cancel-"+part, func(ctx context.Context) error {
+				undone = append(undone, part+" with key "+durable.IdempotencyKey(ctx))
+				return nil
+			}, nil); err != nil {
+				return "", err
+			}
+		}
+		return durable.Step(wctx, "pay", func(ctx context.Context) (string, error) {
+			return "", durable.Permanent(errors.New("card declined"))
+		}, nil)
+	}, nil)
+	if err := eng.Launch(ctx); err != nil {
+		panic(err)
+	}
+
+	h, err := book.Start(ctx, "rome", &durable.StartOpts{ID: "trip-rome"})
+	if err != nil {
+		panic(err)
+	}
+	_, err = h.Result(ctx)
+	fmt.Println(errors.Is(err, durable.ErrPermanent), errors.Is(err, durable.ErrCompensationFailed))
+	fmt.Println(undone)
+	// Output:
+	// true false
+	// [hotel with key trip-rome/3 flight with key trip-rome/4]
+}

@@ -76,6 +76,9 @@ func replayHistory(ctx context.Context, e *Engine, def *wfDef, id string, input 
 	done := make(chan result, 1)
 	go func() {
 		out, err := callWorkflow(def, &wfContext{Context: r.ctx, r: r}, input)
+		if err != nil && r.halted() == nil {
+			err = compensate(r, err) // their steps replay as well
+		}
 		done <- result{out, err}
 	}()
 	var res result

@@ -64,6 +64,9 @@ type run struct {
 	m      runMeters                   // its workflow's instruments; zero without metrics (metrics.go)
 	logger atomic.Pointer[slog.Logger] // made on first use (log.go)
 
+	undo         []compensation // registered by Compensate, under mu (compensate.go)
+	compensating atomic.Bool    // the compensations run: the deadline no longer applies
+
 	replaying *replayMode // non-nil: a replay-only execution, which runs no step and writes nothing (replay.go)
 }
 
@@ -159,7 +162,9 @@ func (r *run) cancelled() error {
 	return nil
 }
 
-func (r *run) pastDeadline() bool { return !r.deadline.IsZero() && !r.e.clock.now().Before(r.deadline) }
+func (r *run) pastDeadline() bool {
+	return !r.deadline.IsZero() && !r.compensating.Load() && !r.e.clock.now().Before(r.deadline)
+}
 
 func (r *run) deadlineError() error {
 	return fmt.Errorf("durable: workflow %q passed its deadline %s: %w", r.id, r.deadline.Format(time.RFC3339Nano), context.DeadlineExceeded)

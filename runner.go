@@ -199,7 +199,7 @@ func (rn *runner) newRun(id, name string, epoch int64, deadline *time.Time) *run
 }
 
 func (rn *runner) execute(r *run, def *wfDef, input []byte) {
-	defer r.cancel()
+	defer func() { r.cancel() }() // compensations past the deadline replace it
 	defer r.releaseStreams()
 	if r.queue != nil {
 		defer r.queue.release()
@@ -207,14 +207,22 @@ func (rn *runner) execute(r *run, def *wfDef, input []byte) {
 	wctx := &wfContext{Context: r.ctx, r: r}
 	var out []byte
 	var err error
-	if r.pastDeadline() {
-		r.halt(r.deadlineError()) // rn.e.g. queued past its deadline: never starts
+	if r.pastDeadline() && r.hist.replayed() == 0 {
+		r.halt(r.deadlineError()) // e.g. queued past its deadline: never starts
 	} else {
+		// A run resumed past its deadline replays what it recorded (and
+		// so registers its compensations again), then halts at its first
+		// new step.
 		out, err = callWorkflow(def, wctx, input)
 		_ = r.flushStreams(r.ctx) // a failure halts the run: it then does not finish here
 	}
 	if err != nil && r.halted() == nil && r.ctx.Err() != nil && r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		r.halt(r.deadlineError()) // the code gave up on its context's deadline
+	}
+	if h := r.halted(); h != nil {
+		err = compensate(r, h) // compensate.go: only past the deadline
+	} else if err != nil {
+		err = compensate(r, err)
 	}
 	// Deferred step checkpoints (pending.go) go with the finish. Taken
 	// first: a write of them in flight ends before, and halts the run if it
