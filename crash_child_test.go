@@ -88,6 +88,8 @@ func runChild(mode string) error {
 		return runWaitChild(ctx, e, pool)
 	case "saga":
 		return runSagaChild(ctx, e, pool, q)
+	case "retry":
+		return runRetryChild(ctx, e, pool, q)
 	case "queue":
 		return runQueueChild(ctx, e, pool, schema)
 	case "trace":

@@ -69,10 +69,13 @@ type WorkflowInfo struct {
 	UpdatedAt        time.Time
 	StartedAt        time.Time // when a queued run was last claimed by an executor; zero otherwise
 	RecoveryAttempts int
-	Deadline         time.Time       // zero: none
-	Error            error           // the recorded error of a failed, cancelled or dead run, else nil
-	Input            json.RawMessage // as stored; nil with ListParams.OmitPayloads
-	Output           json.RawMessage // as stored; nil until it succeeds or with ListParams.OmitPayloads
+	// Retries counts the times the run's code failed and its workflow's
+	// retry policy (WorkflowOpts.Retry) ran it again; attempt = Retries + 1.
+	Retries  int
+	Deadline time.Time       // zero: none
+	Error    error           // the recorded error of a failed, cancelled or dead run, else nil
+	Input    json.RawMessage // as stored; nil with ListParams.OmitPayloads
+	Output   json.RawMessage // as stored; nil until it succeeds or with ListParams.OmitPayloads
 	// WaitTopic is the message topic a pending or queued run is blocked on
 	// in Recv ("child:<id>" while it is parked awaiting a child), so an
 	// operator can see who waits for an answer; "" otherwise. A Recv that
@@ -130,7 +133,7 @@ func workflowInfo(row sysdb.RunRow) WorkflowInfo {
 	w := WorkflowInfo{ID: row.ID, Name: row.Name, Status: Status(row.Status), AppVersion: row.AppVersion,
 		Executor: deref(row.ExecutorID), Parent: deref(row.ParentID), Queue: deref(row.QueueName),
 		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, RecoveryAttempts: row.RecoveryAttempts,
-		Error: decodeError(row.Error), Input: row.Input, Output: row.Output, WaitTopic: deref(row.WaitTopic)}
+		Retries: row.Retries, Error: decodeError(row.Error), Input: row.Input, Output: row.Output, WaitTopic: deref(row.WaitTopic)}
 	if sc := parseTraceparent(row.TraceContext); sc.HasTraceID() {
 		w.TraceID = sc.TraceID().String()
 	}

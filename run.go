@@ -284,7 +284,8 @@ type wfDef struct {
 	name        string
 	call        func(wctx Context, input []byte) ([]byte, error)
 	maxRecovery int
-	deferSteps  bool // DeferStepCheckpoints (pending.go)
+	deferSteps  bool         // DeferStepCheckpoints (pending.go)
+	retry       *RetryPolicy // WorkflowOpts.Retry, defaults applied; nil: none (retry.go)
 }
 
 // encodePayload encodes v as JSON within limit bytes (Config.MaxPayloadBytes).

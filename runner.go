@@ -219,6 +219,15 @@ func (rn *runner) execute(r *run, def *wfDef, input []byte) {
 	if err != nil && r.halted() == nil && r.ctx.Err() != nil && r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		r.halt(r.deadlineError()) // the code gave up on its context's deadline
 	}
+	if err != nil && r.halted() == nil {
+		cause, retried := err, false
+		if retried, err = retryLater(r, def.retry, err); retried && r.halted() == nil {
+			// retry.go: scheduled to run again; nothing is compensated.
+			r.trace().stopped(cause)
+			rn.e.hub.Wake(r.id, nil)
+			return
+		}
+	}
 	if h := r.halted(); h != nil {
 		err = compensate(r, h) // compensate.go: only past the deadline
 	} else if err != nil {

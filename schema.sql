@@ -43,7 +43,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (16, 'cancelled_runs_hold_slots'),
     (17, 'step_attempts'),
     (18, 'views_v1'),
-    (19, 'flow_control');
+    (19, 'flow_control'),
+    (20, 'workflow_retries');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -125,7 +126,12 @@ CREATE TABLE {{schema}}.workflows (
     -- collapse into it. debounce_until is the latest time it may be pushed
     -- back to (its first enqueue plus the longest wait); NULL: no bound.
     debounce_key      text COLLATE "C",
-    debounce_until    timestamptz
+    debounce_until    timestamptz,
+
+    -- Workflow-level retries (WorkflowOpts.Retry): how many times the
+    -- run's code failed and was scheduled to run again from its last
+    -- checkpoint. NULL: never.
+    retries           integer
 );
 
 -- The indexes below on workflows are all partial but the primary key and

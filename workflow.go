@@ -49,6 +49,21 @@ type WorkflowOpts struct {
 	// DeferStepCheckpoints turns Config.DeferStepCheckpoints on for this
 	// workflow's runs only (it is on for all when the engine's is).
 	DeferStepCheckpoints bool
+
+	// Retry runs a run whose code failed again, from its last checkpoint:
+	// its recorded steps replay, a last step that recorded a failure runs
+	// again (with a new budget of step retries), after a backoff by the
+	// policy (attempt n waits Retry.Delay(n), jittered). The wait is
+	// durable (the run is parked, as by a long Sleep, and any executor
+	// resumes it), and the count of retries is stored with the run
+	// (WorkflowInfo.Retries), so MaxAttempts bounds the attempts across
+	// crashes. Failures that would fail again are not retried: a
+	// Permanent error (a step's, or the code's), a panic, an undecodable
+	// record, non-determinism, the run's deadline, a cancel. Once the
+	// attempts are spent the run fails with the last error, which says
+	// how many attempts were made; only then do its compensations run
+	// ([Compensate]). nil: a failure is final at once.
+	Retry *RetryPolicy
 }
 
 // Workflow is a registered workflow taking P and returning R. It is the
@@ -87,6 +102,13 @@ func TryRegister[P, R any](e *Engine, name string, fn func(wctx Context, in P) (
 	}
 	if opts != nil && opts.DeferStepCheckpoints {
 		def.deferSteps = true
+	}
+	if opts != nil && opts.Retry != nil {
+		if err := opts.Retry.validate("WorkflowOpts.Retry"); err != nil {
+			return nil, fmt.Errorf("workflow %q: %w", name, err)
+		}
+		p := opts.Retry.withDefaults()
+		def.retry = &p
 	}
 	def.call = func(wctx Context, input []byte) ([]byte, error) {
 		var in P

@@ -119,6 +119,9 @@ func cmdShow(ctx context.Context, c *cli, args []string) error {
 	if run.RecoveryAttempts > 0 {
 		kv.row("Recoveries", strconv.Itoa(run.RecoveryAttempts))
 	}
+	if run.Retries > 0 {
+		kv.row("Retries", strconv.Itoa(run.Retries))
+	}
 	if run.TraceID != "" {
 		kv.row("Trace", run.TraceID)
 	}

@@ -1,6 +1,7 @@
 package main
 
-// The mutants of workflow semantics beyond steps: compensations.
+// The mutants of workflow semantics beyond steps: compensations and
+// workflow retries.
 
 func init() {
 	register(
@@ -75,6 +76,78 @@ func init() {
 				Find:    "\t\tif err != nil && r.halted() == nil {\n\t\t\terr = compensate(r, err) // their steps replay as well\n\t\t}\n",
 				Replace: ""}},
 			Pkg: ".", Tests: "TestCompensationsReplay",
+		},
+		Mutant{
+			Name:      "retry/scheduled",
+			Mechanism: "a run whose code fails is scheduled to run again by its workflow's retry policy",
+			Edits: []Edit{{File: "retry.go",
+				Find:    "\tif p == nil || r.replaying != nil || !retryableRun(r, cause) {",
+				Replace: "\tif true || p == nil || r.replaying != nil || !retryableRun(r, cause) {"}},
+			Pkg: ".", Tests: "TestWorkflowRetry",
+		},
+		Mutant{
+			Name:      "retry/counted",
+			Mechanism: "a retry is counted with the run, so the policy's attempts bound its executions",
+			Edits: []Edit{{File: "internal/sysdb/control_queries.go",
+				Find:    "\t\tretries = coalesce(w.retries, 0) + 1,",
+				Replace: "\t\tretries = coalesce(w.retries, 0),"}},
+			Pkg: ".", Tests: "TestWorkflowRetry$",
+		},
+		Mutant{
+			Name:      "retry/failed-step-runs-again",
+			Mechanism: "a retry removes the run's last step when it recorded a failure, so that step runs again",
+			Edits: []Edit{{File: "internal/sysdb/control_queries.go",
+				Find:    "s AS (DELETE FROM {{schema}}.steps st WHERE st.workflow_id IN (SELECT id FROM u) AND st.status = 'error'",
+				Replace: "s AS (DELETE FROM {{schema}}.steps st WHERE false AND st.workflow_id IN (SELECT id FROM u) AND st.status = 'error'"}},
+			Pkg: ".", Tests: "TestWorkflowRetry$",
+		},
+		Mutant{
+			Name:      "retry/fence-epoch",
+			Mechanism: "a retry is fenced by the owner's epoch",
+			Edits: []Edit{{File: "internal/sysdb/control_queries.go",
+				Find:    "\tWHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending' AND coalesce(w.retries, 0) = $4",
+				Replace: "\tWHERE w.id = x.id AND w.status = 'pending' AND coalesce(w.retries, 0) = $4"}},
+			Pkg: "./internal/sysdb", Tests: "TestRetryLater",
+		},
+		Mutant{
+			Name:      "retry/fence-count",
+			Mechanism: "a retry is fenced by the count of retries its decision read",
+			Edits: []Edit{{File: "internal/sysdb/control_queries.go",
+				Find:    "\tWHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending' AND coalesce(w.retries, 0) = $4",
+				Replace: "\tWHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'"}},
+			Pkg: "./internal/sysdb", Tests: "TestRetryLater",
+		},
+		Mutant{
+			Name:      "retry/backoff",
+			Mechanism: "a retry waits the policy's backoff",
+			Edits: []Edit{{File: "retry.go",
+				Find:    "\tdelay := p.wait(n + 1)",
+				Replace: "\tdelay := 0 * p.wait(n+1)"}},
+			Pkg: ".", Tests: "TestWorkflowRetry$",
+		},
+		Mutant{
+			Name:      "retry/permanent-final",
+			Mechanism: "a Permanent failure is not retried by the workflow's policy",
+			Edits: []Edit{{File: "retry.go",
+				Find:    "\tcase errors.Is(cause, ErrPermanent), errors.Is(cause, ErrNonDeterministic),",
+				Replace: "\tcase errors.Is(cause, ErrNonDeterministic),"}},
+			Pkg: ".", Tests: "TestWorkflowRetrySpent",
+		},
+		Mutant{
+			Name:      "retry/resume-new-budget",
+			Mechanism: "a manual Resume gives the run a new budget of workflow retries",
+			Edits: []Edit{{File: "internal/sysdb/control_queries.go",
+				Find:    "recovery_attempts = 0, retries = NULL, error = NULL",
+				Replace: "recovery_attempts = 0, error = NULL"}},
+			Pkg: ".", Tests: "TestWorkflowRetrySpent",
+		},
+		Mutant{
+			Name:      "retry/wake-stored",
+			Mechanism: "the wait before a retry is stored with the run (parked), so a new process keeps it",
+			Edits: []Edit{{File: "internal/sysdb/control_queries.go",
+				Find:    "\tUPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = NULL, updated_at = now(),\n\t\tretries",
+				Replace: "\tUPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = now(), wait_topic = NULL, updated_at = now(),\n\t\tretries"}},
+			Pkg: ".", Tests: "TestWorkflowRetrySurvivesKill",
 		},
 	)
 }

@@ -3,12 +3,13 @@ package sysdb
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// ControlQueries are the statements of run control by an operator:
-// cancel, resume and fork.
+// ControlQueries are the statements of run control by an operator
+// (cancel, resume and fork) and by a workflow's retry policy.
 type ControlQueries struct {
 	cancel         string
 	resume         string
@@ -16,6 +17,8 @@ type ControlQueries struct {
 	forkRun        string
 	forkSteps      string
 	countSteps     string
+	retries        string
+	retryLater     string
 }
 
 // NewControlQueries renders the control statements for schema; channel is
@@ -45,11 +48,11 @@ SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, ` + n(`'d:' || id`) + 
 		// checkpoint: unowned and pending again (queued runs go back to
 		// their queue); not a cancelled queued run whose code is still
 		// stopping (it holds its slot: see stopping). Its recovery attempts
-		// and the failed attempts of its unrecorded steps start again from
-		// zero. $1 id.
+		// and workflow retries, and the failed attempts of its unrecorded
+		// steps start again from zero. $1 id.
 		resume: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET status = CASE WHEN queue_name IS NULL THEN 'pending' ELSE 'enqueued' END,
-		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, error = NULL, output = NULL,
+		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, retries = NULL, error = NULL, output = NULL,
 		wake_at = NULL, wait_topic = NULL, updated_at = now()
 	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error') AND NOT (` + stopping + `)
 	RETURNING id, queue_name),
@@ -77,6 +80,30 @@ SELECT $2, pos, name, status, output, error, attempts, started_at, finished_at
 FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'`),
 
 		countSteps: r(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`),
+
+		retries: r(`SELECT coalesce(retries, 0) FROM {{schema}}.workflows WHERE id = $1`),
+
+		// Schedules run $1, whose code failed, to run again from its last
+		// checkpoint at $3: parked as a sleep is (back to its queue when
+		// the queue releases parked slots), its retries counted, its last
+		// step removed when it recorded a failure (so that step runs
+		// again), and the failed attempts of its unrecorded steps
+		// forgotten (a new budget for each). Fenced by the epoch $2 and by
+		// the retries read before ($4), so that two decisions never count
+		// as one. The deletes act only on a run the update changed.
+		retryLater: r(`WITH u AS (
+	UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = NULL, updated_at = now(),
+		retries = coalesce(w.retries, 0) + 1,
+		status = CASE WHEN rq.name IS NULL THEN w.status ELSE 'enqueued' END,
+		not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE $3 END
+	FROM (SELECT $1::text AS id) x
+	LEFT JOIN {{schema}}.queues rq ON rq.release_parked AND rq.name = (SELECT queue_name FROM {{schema}}.workflows WHERE id = $1)
+	WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending' AND coalesce(w.retries, 0) = $4
+	RETURNING w.id),
+s AS (DELETE FROM {{schema}}.steps st WHERE st.workflow_id IN (SELECT id FROM u) AND st.status = 'error'
+	AND st.pos = (SELECT max(pos) FROM {{schema}}.steps WHERE workflow_id = $1)),
+a AS (DELETE FROM {{schema}}.step_attempts sa WHERE sa.workflow_id IN (SELECT id FROM u))
+SELECT count(*) FROM u`),
 	}
 }
 
@@ -168,4 +195,30 @@ func (q *ControlQueries) CountSteps(ctx context.Context, db DBTX, id string) (in
 	var n int
 	err := db.QueryRow(ctx, q.countSteps, id).Scan(&n)
 	return n, err
+}
+
+// Retries returns how many times run id was scheduled to run again by its
+// workflow's retry policy.
+func (q *ControlQueries) Retries(ctx context.Context, db DBTX, id string) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, q.retries, id).Scan(&n)
+	return n, err
+}
+
+// RetryLaterParams name a failed run, its owner's epoch, the retries read
+// before the decision, and when the run goes on.
+type RetryLaterParams struct {
+	ID      string
+	Epoch   int64
+	Retries int
+	WakeAt  time.Time
+}
+
+// RetryLater schedules run p.ID to run again from its last checkpoint at
+// p.WakeAt. false: the run is not pending at p.Epoch with p.Retries, and
+// nothing changed.
+func (q *ControlQueries) RetryLater(ctx context.Context, db DBTX, p RetryLaterParams) (bool, error) {
+	var n int
+	err := db.QueryRow(ctx, q.retryLater, p.ID, p.Epoch, p.WakeAt, p.Retries).Scan(&n)
+	return n == 1, err
 }

@@ -270,3 +270,73 @@ func TestFork(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, Render(`SELECT EXISTS (SELECT FROM {{schema}}.workflows WHERE id = 'fork-nope')`, schema)).Scan(&exists))
 	require.False(t, exists, "a fork of no run")
 }
+
+// TestRetryLater: RetryLater parks a failed run until the given time (back
+// to its queue when the queue releases parked slots), counts the retry,
+// removes its last step when that recorded a failure and the failed
+// attempts of its steps; it changes nothing for another epoch or another
+// count of retries.
+func TestRetryLater(t *testing.T) {
+	t.Parallel()
+	pool, schema := migrated(t)
+	ctx := context.Background()
+	q := NewControlQueries(schema, ChannelName(schema))
+	opsExec(t, pool, schema, `INSERT INTO {{schema}}.queues (name, release_parked) VALUES ('rq', true);
+		INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, queue_name, retries) VALUES
+		('r', 'w', 'pending', 'v', 'x', 3, NULL, NULL),
+		('queued', 'w', 'pending', 'v', 'x', 1, 'rq', 1),
+		('done-last', 'w', 'pending', 'v', 'x', 1, NULL, NULL);
+		INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error) VALUES
+		('r', 0, 'a', 'done', '1', NULL), ('r', 1, 'b', 'error', NULL, '"e"'),
+		('queued', 0, 'b', 'error', NULL, '"e"'),
+		('done-last', 0, 'b', 'error', NULL, '"e"'), ('done-last', 1, 'c', 'done', '1', NULL);
+		INSERT INTO {{schema}}.step_attempts (workflow_id, pos, name, attempts, error) VALUES ('r', 1, 'b', 1, '"e"')`)
+	steps := func(id string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, Render(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`, schema), id).Scan(&n))
+		return n
+	}
+	wake := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+
+	for _, p := range []RetryLaterParams{
+		{ID: "r", Epoch: 2, Retries: 0, WakeAt: wake}, // an older owner
+		{ID: "r", Epoch: 3, Retries: 1, WakeAt: wake}, // a decision on an older count
+	} {
+		ok, err := q.RetryLater(ctx, pool, p)
+		require.NoError(t, err)
+		require.False(t, ok, "%+v", p)
+		require.Equal(t, 2, steps("r"))
+		n, err := q.Retries(ctx, pool, "r")
+		require.NoError(t, err)
+		require.Zero(t, n)
+	}
+
+	ok, err := q.RetryLater(ctx, pool, RetryLaterParams{ID: "r", Epoch: 3, Retries: 0, WakeAt: wake})
+	require.NoError(t, err)
+	require.True(t, ok)
+	r := opsReadRun(t, pool, schema, "r")
+	require.Equal(t, "pending", r.Status)
+	require.Nil(t, r.ExecutorID)
+	require.True(t, wake.Equal(*r.WakeAt))
+	require.Equal(t, 1, steps("r"), "the failed last step is removed")
+	n, err := q.Retries(ctx, pool, "r")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	var attempts int
+	require.NoError(t, pool.QueryRow(ctx, Render(`SELECT count(*) FROM {{schema}}.step_attempts`, schema)).Scan(&attempts))
+	require.Zero(t, attempts)
+
+	ok, err = q.RetryLater(ctx, pool, RetryLaterParams{ID: "queued", Epoch: 1, Retries: 1, WakeAt: wake})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "enqueued", opsReadRun(t, pool, schema, "queued").Status)
+	var notBefore time.Time
+	require.NoError(t, pool.QueryRow(ctx, Render(`SELECT not_before FROM {{schema}}.workflows WHERE id = 'queued'`, schema)).Scan(&notBefore))
+	require.True(t, wake.Equal(notBefore))
+	require.Zero(t, steps("queued"))
+
+	ok, err = q.RetryLater(ctx, pool, RetryLaterParams{ID: "done-last", Epoch: 1, Retries: 0, WakeAt: wake})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 2, steps("done-last"), "a failure not last is kept: the code got past it")
+}

@@ -46,6 +46,7 @@ type RunRow struct {
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
 	RecoveryAttempts int
+	Retries          int // by the workflow's retry policy
 	Deadline         *time.Time
 	Error            []byte // the recorded error, as stored (JSON)
 	StartedAt        *time.Time
@@ -66,7 +67,7 @@ func (q *InspectQueries) List(ctx context.Context, db DBTX, f ListFilter) ([]Run
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunRow, error) {
 		var w RunRow
 		err := row.Scan(&w.ID, &w.Name, &w.Status, &w.AppVersion, &w.ExecutorID, &w.ParentID, &w.QueueName,
-			&w.CreatedAt, &w.UpdatedAt, &w.RecoveryAttempts, &w.Deadline, &w.Error, &w.StartedAt,
+			&w.CreatedAt, &w.UpdatedAt, &w.RecoveryAttempts, &w.Retries, &w.Deadline, &w.Error, &w.StartedAt,
 			&w.Input, &w.Output, &w.WaitTopic, &w.TraceContext)
 		return w, err
 	})
@@ -138,7 +139,7 @@ func listSQL(schema string, f ListFilter) (string, []any) {
 		b.WriteString("WITH r AS MATERIALIZED (\n")
 	}
 	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
-	recovery_attempts, deadline, error, started_at, ` + payloads + `,
+	recovery_attempts, coalesce(retries, 0), deadline, error, started_at, ` + payloads + `,
 	CASE WHEN status IN ('pending', 'enqueued') THEN wait_topic END, trace_context
 FROM {{schema}}.workflows`)
 	if len(where) > 0 {
