@@ -301,7 +301,11 @@ func (c *Client) onNotify(payload string) {
 
 // clientResult waits for run id's outcome and decodes it as R.
 func clientResult[R any](ctx context.Context, c *Client, id string) (R, error) {
-	o, err := c.watcher().outcome(ctx, id)
+	w := c.watcher()
+	o, err := w.outcome(ctx, id)
+	if err == nil {
+		id, o, err = chainEnd(ctx, w, id, o)
+	}
 	if err != nil {
 		var zero R
 		return zero, c.hint(err)

@@ -71,11 +71,14 @@ type WorkflowInfo struct {
 	RecoveryAttempts int
 	// Retries counts the times the run's code failed and its workflow's
 	// retry policy (WorkflowOpts.Retry) ran it again; attempt = Retries + 1.
-	Retries  int
-	Deadline time.Time       // zero: none
-	Error    error           // the recorded error of a failed, cancelled or dead run, else nil
-	Input    json.RawMessage // as stored; nil with ListParams.OmitPayloads
-	Output   json.RawMessage // as stored; nil until it succeeds or with ListParams.OmitPayloads
+	Retries int
+	// ContinuedAs is the run a successful run continued as
+	// ([Workflow.ContinueAsNew]), the next link of its chain; "" otherwise.
+	ContinuedAs string
+	Deadline    time.Time       // zero: none
+	Error       error           // the recorded error of a failed, cancelled or dead run, else nil
+	Input       json.RawMessage // as stored; nil with ListParams.OmitPayloads
+	Output      json.RawMessage // as stored; nil until it succeeds or with ListParams.OmitPayloads
 	// WaitTopic is the message topic a pending or queued run is blocked on
 	// in Recv ("child:<id>" while it is parked awaiting a child), so an
 	// operator can see who waits for an answer; "" otherwise. A Recv that
@@ -133,7 +136,7 @@ func workflowInfo(row sysdb.RunRow) WorkflowInfo {
 	w := WorkflowInfo{ID: row.ID, Name: row.Name, Status: Status(row.Status), AppVersion: row.AppVersion,
 		Executor: deref(row.ExecutorID), Parent: deref(row.ParentID), Queue: deref(row.QueueName),
 		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, RecoveryAttempts: row.RecoveryAttempts,
-		Retries: row.Retries, Error: decodeError(row.Error), Input: row.Input, Output: row.Output, WaitTopic: deref(row.WaitTopic)}
+		Retries: row.Retries, ContinuedAs: deref(row.ContinuedAs), Error: decodeError(row.Error), Input: row.Input, Output: row.Output, WaitTopic: deref(row.WaitTopic)}
 	if sc := parseTraceparent(row.TraceContext); sc.HasTraceID() {
 		w.TraceID = sc.TraceID().String()
 	}

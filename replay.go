@@ -76,6 +76,9 @@ func replayHistory(ctx context.Context, e *Engine, def *wfDef, id string, input 
 	done := make(chan result, 1)
 	go func() {
 		out, err := callWorkflow(def, &wfContext{Context: r.ctx, r: r}, input)
+		if continuedAs(r) != "" {
+			out, err = []byte("null"), nil // the run ends here, continued as new
+		}
 		if err != nil && r.halted() == nil {
 			err = compensate(r, err) // their steps replay as well
 		}

@@ -216,6 +216,10 @@ func (rn *runner) execute(r *run, def *wfDef, input []byte) {
 		out, err = callWorkflow(def, wctx, input)
 		_ = r.flushStreams(r.ctx) // a failure halts the run: it then does not finish here
 	}
+	next := continuedAs(r) // continue.go
+	if next != "" {
+		out, err = []byte("null"), nil // a success, whose result is the chain's
+	}
 	if err != nil && r.halted() == nil && r.ctx.Err() != nil && r.e.hardCtx.Err() == nil && r.pastDeadline() {
 		r.halt(r.deadlineError()) // the code gave up on its context's deadline
 	}
@@ -285,7 +289,7 @@ func (rn *runner) execute(r *run, def *wfDef, input []byte) {
 		err = &PayloadTooLargeError{What: fmt.Sprintf("output of workflow %q", r.name), Size: len(out), Limit: rn.e.cfg.MaxPayloadBytes}
 		out = nil
 	}
-	o := &outcome{status: StatusSuccess, output: out}
+	o := &outcome{status: StatusSuccess, output: out, next: next}
 	if err != nil {
 		o = &outcome{status: StatusError, err: encodeError(err)}
 	}
@@ -336,6 +340,7 @@ type outcome struct {
 	status Status
 	output []byte
 	err    []byte
+	next   string // the run it continued as (continue.go): its result is the chain's
 }
 
 // finishWrite is the finish of r with outcome o, carrying the checkpoints

@@ -44,7 +44,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (17, 'step_attempts'),
     (18, 'views_v1'),
     (19, 'flow_control'),
-    (20, 'workflow_retries');
+    (20, 'workflow_retries'),
+    (21, 'continue_as_new');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -131,7 +132,11 @@ CREATE TABLE {{schema}}.workflows (
     -- Workflow-level retries (WorkflowOpts.Retry): how many times the
     -- run's code failed and was scheduled to run again from its last
     -- checkpoint. NULL: never.
-    retries           integer
+    retries           integer,
+
+    -- Continue-as-new (Workflow.ContinueAsNew): the run this one continued
+    -- as, the next link of its chain. NULL: it did not continue.
+    continued_as      text COLLATE "C"
 );
 
 -- The indexes below on workflows are all partial but the primary key and

@@ -47,7 +47,7 @@ func (w watcher) outcome(ctx context.Context, id string) (*outcome, error) {
 		}
 		if info.status.Finished() {
 			w.hub.Unsubscribe(id, sub)
-			return &outcome{status: info.status, output: info.output, err: info.err}, nil
+			return info.outcome(), nil
 		}
 		if !info.notify && w.notify {
 			// Ask whoever runs it to notify on finish; no row means it

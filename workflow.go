@@ -410,17 +410,26 @@ func (h *Handle[R]) Result(ctx context.Context) (R, error) {
 			// read the database, as the run may have been resumed since.
 			h.localSeen.Store(true)
 			if o := h.local.Outcome(); o != nil {
-				return decodeOutcome[R](h.id, o)
+				id, o, err := chainEnd(ctx, engineWatcher(h.e), h.id, o)
+				if err != nil {
+					return zero, err
+				}
+				return decodeOutcome[R](id, o)
 			}
 		case <-ctx.Done():
 			return zero, ctx.Err()
 		}
 	}
-	o, err := engineWatcher(h.e).outcome(ctx, h.id)
+	w := engineWatcher(h.e)
+	o, err := w.outcome(ctx, h.id)
 	if err != nil {
 		return zero, err
 	}
-	return decodeOutcome[R](h.id, o)
+	id, o, err := chainEnd(ctx, w, h.id, o)
+	if err != nil {
+		return zero, err
+	}
+	return decodeOutcome[R](id, o)
 }
 
 func decodeOutcome[R any](id string, o *outcome) (R, error) {
@@ -446,6 +455,16 @@ type runInfo struct {
 	createdAt, updatedAt time.Time
 	queue                *string
 	deadline             *time.Time
+	continuedAs          *string
+}
+
+// outcome is the outcome of the finished run i.
+func (i *runInfo) outcome() *outcome {
+	o := &outcome{status: i.status, output: i.output, err: i.err}
+	if i.status == StatusSuccess && i.continuedAs != nil {
+		o.next = *i.continuedAs
+	}
+	return o
 }
 
 // readRun reads the stored run id through qs on q.
@@ -463,7 +482,7 @@ func readRun(ctx context.Context, qs *sysdb.Queries, q queryer, id string) (*run
 	return &runInfo{id: row.ID, name: row.Name, appVersion: row.AppVersion, status: Status(row.Status), executor: row.ExecutorID,
 		parent: row.ParentID, epoch: row.Epoch, recoveryAttempts: row.RecoveryAttempts, notify: row.Notify, input: row.Input,
 		output: row.Output, err: row.Error, createdAt: row.CreatedAt, updatedAt: row.UpdatedAt, queue: row.QueueName,
-		deadline: row.Deadline}, nil
+		deadline: row.Deadline, continuedAs: row.ContinuedAs}, nil
 }
 
 // Now returns the current time, recorded as a step so a replay sees the
@@ -512,23 +531,28 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 		defer func() { ws.end(err) }()
 		started := r.e.clock.now()
 		waitUntil := started.Add(r.e.cfg.ParkThreshold)
+		id := h.id // the run of h's chain waited for (continue.go)
 		for {
-			w := r.e.hub.Subscribe(h.id)
+			w := r.e.hub.Subscribe(id)
 			var info *runInfo
 			err := r.retryDB("read child", func(ctx context.Context) error {
 				var err error
-				info, err = readRun(ctx, r.e.q, r.e.pool, h.id)
+				info, err = readRun(ctx, r.e.q, r.e.pool, id)
 				return err
 			})
 			if err != nil {
-				r.e.hub.Unsubscribe(h.id, w)
+				r.e.hub.Unsubscribe(id, w)
 				if errors.Is(err, ErrWorkflowNotFound) {
 					return zero, err
 				}
 				return zero, r.halt(err)
 			}
 			if info.status.Finished() {
-				r.e.hub.Unsubscribe(h.id, w)
+				r.e.hub.Unsubscribe(id, w)
+				if next := info.outcome().next; next != "" {
+					id = next // it continued as new: the chain's last run answers
+					continue
+				}
 				out, _ := json.Marshal(awaited{Status: info.status, Output: info.output, Error: info.err})
 				if err := r.checkpoint(pos, name, stepDone, out, nil, 1, started); err != nil {
 					return zero, err
@@ -537,14 +561,14 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 				break
 			}
 			if !info.notify {
-				_, _ = r.e.q.WatchWorkflow(r.e.hardCtx, r.e.pool, h.id) // a remote finish notifies us
+				_, _ = r.e.q.WatchWorkflow(r.e.hardCtx, r.e.pool, id) // a remote finish notifies us
 			}
 			if r.e.clock.until(waitUntil) <= 0 {
-				r.e.hub.Unsubscribe(h.id, w)
-				return zero, r.parkOnChild(h.id)
+				r.e.hub.Unsubscribe(id, w)
+				return zero, r.parkOnChild(id)
 			}
 			err = r.waitFor(w.Done(), waitUntil)
-			r.e.hub.Unsubscribe(h.id, w)
+			r.e.hub.Unsubscribe(id, w)
 			if err != nil {
 				return zero, err
 			}

@@ -122,6 +122,9 @@ func cmdShow(ctx context.Context, c *cli, args []string) error {
 	if run.Retries > 0 {
 		kv.row("Retries", strconv.Itoa(run.Retries))
 	}
+	if run.ContinuedAs != "" {
+		kv.row("Continued as", run.ContinuedAs)
+	}
 	if run.TraceID != "" {
 		kv.row("Trace", run.TraceID)
 	}

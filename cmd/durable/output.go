@@ -161,6 +161,7 @@ type runJSON struct {
 	Deadline         *time.Time      `json:"deadline,omitempty"`
 	RecoveryAttempts int             `json:"recovery_attempts"`
 	Retries          int             `json:"retries,omitempty"`
+	ContinuedAs      string          `json:"continued_as,omitempty"`
 	TraceID          string          `json:"trace_id,omitempty"`
 	Error            *errorJSON      `json:"error,omitempty"`
 	Input            json.RawMessage `json:"input,omitempty"`
@@ -178,7 +179,7 @@ func timePtr(t time.Time) *time.Time {
 func toRunJSON(r durable.WorkflowInfo) runJSON {
 	return runJSON{ID: r.ID, Name: r.Name, Status: r.Status, AppVersion: r.AppVersion, Executor: r.Executor,
 		Parent: r.Parent, Queue: r.Queue, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
-		StartedAt: timePtr(r.StartedAt), Deadline: timePtr(r.Deadline), RecoveryAttempts: r.RecoveryAttempts, Retries: r.Retries,
+		StartedAt: timePtr(r.StartedAt), Deadline: timePtr(r.Deadline), RecoveryAttempts: r.RecoveryAttempts, Retries: r.Retries, ContinuedAs: r.ContinuedAs,
 		TraceID: r.TraceID, Error: toErrorJSON(r.Error), Input: r.Input, Output: r.Output}
 }
 

@@ -1,7 +1,7 @@
 package main
 
-// The mutants of workflow semantics beyond steps: compensations and
-// workflow retries.
+// The mutants of workflow semantics beyond steps: compensations,
+// workflow retries and continue-as-new.
 
 func init() {
 	register(
@@ -148,6 +148,64 @@ func init() {
 				Find:    "\tUPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = NULL, updated_at = now(),\n\t\tretries",
 				Replace: "\tUPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = now(), wait_topic = NULL, updated_at = now(),\n\t\tretries"}},
 			Pkg: ".", Tests: "TestWorkflowRetrySurvivesKill",
+		},
+		Mutant{
+			Name:      "continue/result-follows-chain",
+			Mechanism: "Result of a run that continued as new is the result of its chain's last run",
+			Edits: []Edit{{File: "continue.go",
+				Find:    "\tfor o.next != \"\" {",
+				Replace: "\tfor false && o.next != \"\" {"}},
+			Pkg: ".", Tests: "TestContinueAsNew$",
+		},
+		Mutant{
+			Name:      "continue/await-follows-chain",
+			Mechanism: "a parent's Await of a child that continued as new waits for the child's chain",
+			Edits: []Edit{{File: "workflow.go",
+				Find:    "\t\t\t\tif next := info.outcome().next; next != \"\" {",
+				Replace: "\t\t\t\tif next := info.outcome().next; false && next != \"\" {"}},
+			Pkg: ".", Tests: "TestContinueAsNewChild",
+		},
+		Mutant{
+			Name:      "continue/parent-kept",
+			Mechanism: "a child's continuation is its parent's child, so its finish wakes the parked parent",
+			Edits: []Edit{{File: "continue.go",
+				Find:    "_, err = w.insertAndRun(ctx, sp, next, input, parent, deadline, opts.sameInput(input))",
+				Replace: "_, err = w.insertAndRun(ctx, sp, next, input, \"\"+parent[:0], deadline, opts.sameInput(input))"}},
+			Pkg: ".", Tests: "TestContinueAsNewChild/1ms",
+		},
+		Mutant{
+			Name:      "continue/one-successor",
+			Mechanism: "the successor's ID is the same in every execution, so a crash never starts a second one",
+			Edits: []Edit{{File: "continue.go",
+				Find:    "next, input, err := w.prepare(in, opts, nextInChain(r.id))",
+				Replace: "next, input, err := w.prepare(in, opts, nextInChain(r.id)+time.Now().String())"}, {File: "continue.go",
+				Find:    "\t\"strings\"\n",
+				Replace: "\t\"strings\"\n\t\"time\"\n"}},
+			Pkg: ".", Tests: "TestContinueAsNewCrashes",
+		},
+		Mutant{
+			Name:      "continue/ends-run",
+			Mechanism: "a run that continued as new finishes successfully (its halt is not a failure)",
+			Edits: []Edit{{File: "runner.go",
+				Find:    "\tnext := continuedAs(r) // continue.go\n",
+				Replace: "\tnext := \"\"\n"}},
+			Pkg: ".", Tests: "TestContinueAsNew$",
+		},
+		Mutant{
+			Name:      "continue/replayed",
+			Mechanism: "a replay of a run that continued as new ends there, as the run did",
+			Edits: []Edit{{File: "replay.go",
+				Find:    "\t\tif continuedAs(r) != \"\" {",
+				Replace: "\t\tif false && continuedAs(r) != \"\" {"}},
+			Pkg: ".", Tests: "TestContinueAsNew$",
+		},
+		Mutant{
+			Name:      "continue/fence",
+			Mechanism: "the link to the successor is fenced by the owner's epoch",
+			Edits: []Edit{{File: "internal/sysdb/control_queries.go",
+				Find:    "WHERE id = $1 AND epoch = $2 AND status = 'pending'\nRETURNING coalesce(parent_id, '')",
+				Replace: "WHERE id = $1 AND status = 'pending'\nRETURNING coalesce(parent_id, '')"}},
+			Pkg: "./internal/sysdb", Tests: "TestContinueAs$",
 		},
 	)
 }

@@ -3,6 +3,7 @@ package sysdb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ type ControlQueries struct {
 	countSteps     string
 	retries        string
 	retryLater     string
+	continueAs     string
 }
 
 // NewControlQueries renders the control statements for schema; channel is
@@ -82,6 +84,13 @@ FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'
 		countSteps: r(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`),
 
 		retries: r(`SELECT coalesce(retries, 0) FROM {{schema}}.workflows WHERE id = $1`),
+
+		// Links run $1 to the run $3 it continues as, fenced by the epoch
+		// $2, and returns its parent (the continuation's too).
+		// Idempotent: a replay of the link writes the same value.
+		continueAs: r(`UPDATE {{schema}}.workflows SET continued_as = $3
+WHERE id = $1 AND epoch = $2 AND status = 'pending'
+RETURNING coalesce(parent_id, '')`),
 
 		// Schedules run $1, whose code failed, to run again from its last
 		// checkpoint at $3: parked as a sleep is (back to its queue when
@@ -221,4 +230,15 @@ func (q *ControlQueries) RetryLater(ctx context.Context, db DBTX, p RetryLaterPa
 	var n int
 	err := db.QueryRow(ctx, q.retryLater, p.ID, p.Epoch, p.WakeAt, p.Retries).Scan(&n)
 	return n == 1, err
+}
+
+// ContinueAs links run id, owned at epoch, to the run next it continues
+// as, and returns id's parent ("" for none). false: the run is not pending
+// at that epoch, and nothing changed.
+func (q *ControlQueries) ContinueAs(ctx context.Context, db DBTX, id string, epoch int64, next string) (parent string, ok bool, err error) {
+	err = db.QueryRow(ctx, q.continueAs, id, epoch, next).Scan(&parent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	return parent, err == nil, err
 }

@@ -340,3 +340,39 @@ func TestRetryLater(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 2, steps("done-last"), "a failure not last is kept: the code got past it")
 }
+
+// TestContinueAs: ContinueAs links a pending run owned at the epoch to
+// its successor and returns the run's parent; not for another epoch nor
+// a finished run.
+func TestContinueAs(t *testing.T) {
+	t.Parallel()
+	pool, schema := migrated(t)
+	ctx := context.Background()
+	q := NewControlQueries(schema, ChannelName(schema))
+	opsExec(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, parent_id) VALUES
+		('top', 'w', 'pending', 'v', 'x', 2, NULL),
+		('kid', 'w', 'pending', 'v', 'x', 1, 'top'),
+		('done', 'w', 'success', 'v', NULL, 1, NULL)`)
+	next := func(id string) *string {
+		var s *string
+		require.NoError(t, pool.QueryRow(ctx, Render(`SELECT continued_as FROM {{schema}}.workflows WHERE id = $1`, schema), id).Scan(&s))
+		return s
+	}
+	_, ok, err := q.ContinueAs(ctx, pool, "top", 1, "top#2")
+	require.NoError(t, err)
+	require.False(t, ok, "an older owner")
+	require.Nil(t, next("top"))
+	_, ok, err = q.ContinueAs(ctx, pool, "done", 1, "done#2")
+	require.NoError(t, err)
+	require.False(t, ok, "a finished run")
+
+	parent, ok, err := q.ContinueAs(ctx, pool, "top", 2, "top#2")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Empty(t, parent)
+	require.Equal(t, "top#2", *next("top"))
+	parent, ok, err = q.ContinueAs(ctx, pool, "kid", 1, "kid#2")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "top", parent)
+}

@@ -161,6 +161,7 @@ type WorkflowByIDRow struct {
 	CreatedAt, UpdatedAt         time.Time
 	QueueName                    *string
 	Deadline                     *time.Time
+	ContinuedAs                  *string // the next run of its chain
 }
 
 // WorkflowByID reads run id; found is false when there is none.
@@ -168,7 +169,7 @@ func (q *Queries) WorkflowByID(ctx context.Context, db DBTX, id string) (row *Wo
 	row = &WorkflowByIDRow{}
 	err = db.QueryRow(ctx, q.workflowByID, id).Scan(&row.ID, &row.Name, &row.Status, &row.AppVersion, &row.ExecutorID, &row.Epoch,
 		&row.RecoveryAttempts, &row.Notify, &row.ParentID, &row.Input, &row.Output, &row.Error, &row.CreatedAt, &row.UpdatedAt,
-		&row.QueueName, &row.Deadline)
+		&row.QueueName, &row.Deadline, &row.ContinuedAs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}

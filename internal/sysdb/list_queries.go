@@ -54,6 +54,7 @@ type RunRow struct {
 	Output           []byte  // nil unless ListFilter.Payloads
 	WaitTopic        *string // only for a pending or queued run
 	TraceContext     *string
+	ContinuedAs      *string // the next run of its chain
 }
 
 // List returns the runs f selects, newest first (by created_at, then ID),
@@ -68,7 +69,7 @@ func (q *InspectQueries) List(ctx context.Context, db DBTX, f ListFilter) ([]Run
 		var w RunRow
 		err := row.Scan(&w.ID, &w.Name, &w.Status, &w.AppVersion, &w.ExecutorID, &w.ParentID, &w.QueueName,
 			&w.CreatedAt, &w.UpdatedAt, &w.RecoveryAttempts, &w.Retries, &w.Deadline, &w.Error, &w.StartedAt,
-			&w.Input, &w.Output, &w.WaitTopic, &w.TraceContext)
+			&w.Input, &w.Output, &w.WaitTopic, &w.TraceContext, &w.ContinuedAs)
 		return w, err
 	})
 }
@@ -140,7 +141,8 @@ func listSQL(schema string, f ListFilter) (string, []any) {
 	}
 	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
 	recovery_attempts, coalesce(retries, 0), deadline, error, started_at, ` + payloads + `,
-	CASE WHEN status IN ('pending', 'enqueued') THEN wait_topic END, trace_context
+	CASE WHEN status IN ('pending', 'enqueued') THEN wait_topic END, trace_context,
+	CASE WHEN status = 'success' THEN continued_as END
 FROM {{schema}}.workflows`)
 	if len(where) > 0 {
 		b.WriteString("\nWHERE ")

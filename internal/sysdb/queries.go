@@ -168,7 +168,7 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id`),
 
 		workflowByID: r(`SELECT id, name, status, app_version, executor_id, epoch, recovery_attempts,
-	notify, parent_id, input, output, error, created_at, updated_at, queue_name, deadline
+	notify, parent_id, input, output, error, created_at, updated_at, queue_name, deadline, continued_as
 FROM {{schema}}.workflows WHERE id = $1`),
 
 		// A waiter in another process asks to be notified of the finish.

@@ -1,0 +1,185 @@
+package durable_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/durabletest"
+)
+
+// countdown counts in down to 0, one run per number: each run records a
+// step, then continues as a new run with in-1; the last returns the sum
+// of what the chain's steps saw, carried in the input.
+type countdown struct {
+	N   int `json:"n"`
+	Sum int `json:"sum"`
+}
+
+func registerCountdown(e *durable.Engine, stepRuns func(id string)) *durable.Workflow[countdown, int] {
+	var wf *durable.Workflow[countdown, int]
+	wf = durable.Register(e, "countdown", func(wctx durable.Context, in countdown) (int, error) {
+		v, err := durable.Step(wctx, "tick", func(ctx context.Context) (int, error) {
+			if stepRuns != nil {
+				stepRuns(durable.IdempotencyKey(ctx))
+			}
+			return in.N, nil
+		}, nil)
+		if err != nil {
+			return 0, err
+		}
+		if in.N == 0 {
+			return in.Sum + v, nil
+		}
+		return 0, wf.ContinueAsNew(wctx, countdown{N: in.N - 1, Sum: in.Sum + v}, nil)
+	}, nil)
+	return wf
+}
+
+// TestContinueAsNew: a run that continues as new finishes successfully
+// and names its successor; the chain's runs are "c", "c#2", "c#3", each
+// with a short history of its own; Result of any run of the chain is the
+// last run's result, through the engine's handle and a client's; the
+// first run's history replays.
+func TestContinueAsNew(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[countdown, int]
+	e := b.engine(t, nil, func(e *durable.Engine) { wf = registerCountdown(e, nil) })
+	ctx := ctxT(t)
+	h, err := wf.Start(ctx, countdown{N: 2}, &durable.StartOpts{ID: "c"})
+	require.NoError(t, err)
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, out, "2 + 1 + 0")
+
+	for _, c := range []struct{ id, next string }{{"c", "c#2"}, {"c#2", "c#3"}, {"c#3", ""}} {
+		info, err := e.Inspect(ctx, c.id)
+		require.NoError(t, err)
+		require.Equal(t, durable.StatusSuccess, info.Status, c.id)
+		require.Equal(t, c.next, info.ContinuedAs, c.id)
+		steps, err := e.ListSteps(ctx, c.id)
+		require.NoError(t, err)
+		want := []string{"tick", "continue:countdown"}
+		if c.next == "" {
+			want = want[:1]
+		}
+		var names []string
+		for _, s := range steps {
+			names = append(names, s.Name)
+		}
+		require.Equal(t, want, names, c.id)
+		h, err := wf.Handle(ctx, c.id)
+		require.NoError(t, err)
+		out, err := h.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 3, out, "Result of %s follows the chain", c.id)
+	}
+	// The first run's history replays with the same code to its end.
+	hist, err := durable.LoadHistory(ctx, e, "c")
+	require.NoError(t, err)
+	off := offlineEngine(t)
+	registerCountdown(off, func(string) { panic("not replayed") })
+	require.NoError(t, durable.ReplayHistory(ctx, off, hist))
+
+	client, err := durable.NewClient(b.pool, &durable.ClientConfig{Schema: b.schema})
+	require.NoError(t, err)
+	ch, err := durable.ClientWorkflow[countdown, int](client, "countdown").Handle(ctx, "c")
+	require.NoError(t, err)
+	out, err = ch.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, out)
+}
+
+// TestContinueAsNewChild: a parent awaiting a child that continues as new
+// gets the result of the child's chain, waiting in memory and parked.
+func TestContinueAsNewChild(t *testing.T) {
+	t.Parallel()
+	for _, park := range []time.Duration{time.Hour, time.Millisecond} {
+		t.Run(park.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var parent *durable.Workflow[int, int]
+			b.engine(t, func(c *durable.Config) { c.ParkThreshold = park }, func(e *durable.Engine) {
+				child := registerCountdown(e, nil)
+				parent = durable.Register(e, "parent", func(wctx durable.Context, n int) (int, error) {
+					h, err := child.StartChild(wctx, countdown{N: n}, nil)
+					if err != nil {
+						return 0, err
+					}
+					return h.Await(wctx)
+				}, nil)
+			})
+			ctx := ctxT(t)
+			h, err := parent.Start(ctx, 3, &durable.StartOpts{ID: "p"})
+			require.NoError(t, err)
+			out, err := h.Result(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 6, out, "3 + 2 + 1 + 0")
+		})
+	}
+}
+
+// TestContinueAsNewCrashes: the chain survives a crash at every boundary
+// of its first run, the continuation's start included: the same result,
+// and each run of the chain ticks once (no second successor is started).
+func TestContinueAsNewCrashes(t *testing.T) {
+	t.Parallel()
+	env := durabletest.New(t, nil)
+	var mu sync.Mutex
+	ticks := map[string]bool{}
+	effects := func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return map[string]int{"ticks": len(ticks)}
+	}
+	rep := durabletest.CrashMatrix(t, env, func(e *durable.Engine) *durable.Workflow[countdown, int] {
+		return registerCountdown(e, func(key string) {
+			mu.Lock()
+			ticks[key] = true
+			mu.Unlock()
+		})
+	}, countdown{N: 1}, &durabletest.CrashOpts{Effects: effects})
+	require.NoError(t, rep.Err())
+	var points []string
+	for _, bd := range rep.Boundaries {
+		points = append(points, bd.Step)
+	}
+	require.Contains(t, points, "continue:countdown")
+}
+
+// TestContinueAsNewBadInput: a run cannot continue as another workflow
+// nor as itself; the run fails with an invalid-argument error and nothing
+// starts.
+func TestContinueAsNewBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[string, string]
+	e := b.engine(t, nil, func(e *durable.Engine) {
+		other := durable.Register(e, "other", func(durable.Context, string) (string, error) { return "", nil }, nil)
+		wf = durable.Register(e, "bad", func(wctx durable.Context, mode string) (string, error) {
+			if mode == "other" {
+				return "", other.ContinueAsNew(wctx, "x", nil)
+			}
+			return "", wf.ContinueAsNew(wctx, "x", &durable.StartOpts{ID: wctx.WorkflowID()})
+		}, nil)
+	})
+	ctx := ctxT(t)
+	for mode, msg := range map[string]string{"other": `cannot continue as workflow "other"`, "self": "cannot continue as itself"} {
+		h, err := wf.Start(ctx, mode, &durable.StartOpts{ID: "bad-" + mode})
+		require.NoError(t, err)
+		_, err = h.Result(ctx)
+		require.ErrorContains(t, err, "invalid argument: ")
+		require.ErrorContains(t, err, msg)
+		info, err := e.Inspect(ctx, "bad-"+mode)
+		require.NoError(t, err)
+		require.Empty(t, info.ContinuedAs)
+	}
+	runs, _, err := e.ListWorkflows(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, runs, 2, "no run started")
+}
