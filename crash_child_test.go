@@ -90,6 +90,8 @@ func runChild(mode string) error {
 		return runSagaChild(ctx, e, pool, q)
 	case "retry":
 		return runRetryChild(ctx, e, pool, q)
+	case "update":
+		return runUpdateChild(ctx, e, pool, q)
 	case "queue":
 		return runQueueChild(ctx, e, pool, schema)
 	case "trace":

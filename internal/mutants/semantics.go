@@ -1,7 +1,7 @@
 package main
 
 // The mutants of workflow semantics beyond steps: compensations,
-// workflow retries and continue-as-new.
+// workflow retries, continue-as-new and updates.
 
 func init() {
 	register(
@@ -206,6 +206,30 @@ func init() {
 				Find:    "WHERE id = $1 AND epoch = $2 AND status = 'pending'\nRETURNING coalesce(parent_id, '')",
 				Replace: "WHERE id = $1 AND status = 'pending'\nRETURNING coalesce(parent_id, '')"}},
 			Pkg: "./internal/sysdb", Tests: "TestContinueAs$",
+		},
+		Mutant{
+			Name:      "update/once-by-id",
+			Mechanism: "an update retried with its ID is delivered once (its request is deduplicated on the ID)",
+			Edits: []Edit{{File: "update.go",
+				Find:    "&SendOpts{IdempotencyKey: updatePrefix + o.ID}",
+				Replace: "&SendOpts{IdempotencyKey: updatePrefix + uuid.NewString()}"}},
+			Pkg: ".", Tests: "TestUpdate$",
+		},
+		Mutant{
+			Name:      "update/validated",
+			Mechanism: "the workflow's validator rejects an update before its handler runs",
+			Edits: []Edit{{File: "update.go",
+				Find:    "\tif validate != nil {\n\t\tif err := validate(req); err != nil {",
+				Replace: "\tif false && validate != nil {\n\t\tif err := validate(req); err != nil {"}},
+			Pkg: ".", Tests: "TestUpdate$",
+		},
+		Mutant{
+			Name:      "update/handler-error-replied",
+			Mechanism: "a failing handler's error is the update's reply",
+			Edits: []Edit{{File: "update.go",
+				Find:    "\tresp, err := handle(wctx, req)\n\tif err != nil {\n\t\treturn true, replyUpdate(wctx, u.ID, nil, err, false)",
+				Replace: "\tresp, err := handle(wctx, req)\n\tif err != nil {\n\t\treturn true, nil"}},
+			Pkg: ".", Tests: "TestUpdate$",
 		},
 	)
 }
