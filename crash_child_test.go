@@ -92,6 +92,8 @@ func runChild(mode string) error {
 		return runRetryChild(ctx, e, pool, q)
 	case "update":
 		return runUpdateChild(ctx, e, pool, q)
+	case "select":
+		return runSelectChild(ctx, e, pool, q)
 	case "queue":
 		return runQueueChild(ctx, e, pool, schema)
 	case "trace":

@@ -74,6 +74,45 @@ func ExampleRecv() {
 	// Output: approved: true, a second message: false <nil>
 }
 
+// Select waits for the first of several waits: here an approval, a
+// rejection or a timeout. The choice is recorded, so a replay makes the
+// same one, and only the chosen case consumes its message.
+func ExampleSelect() {
+	ctx := context.Background()
+	eng, _, done := exampleEngine("select")
+	defer done()
+
+	order := durable.Register(eng, "order", func(wctx durable.Context, item string) (string, error) {
+		approve, reject := durable.OnMessage[string]("approve"), durable.OnMessage[string]("reject")
+		i, err := durable.Select(wctx, approve, reject, durable.After(time.Hour))
+		if err != nil {
+			return "", err
+		}
+		switch i {
+		case 0:
+			by, err := approve.Value()
+			return item + " approved by " + by, err
+		case 1:
+			why, err := reject.Value()
+			return item + " rejected: " + why, err
+		}
+		return item + ": no answer within the hour", nil
+	}, nil)
+	if err := eng.Launch(ctx); err != nil {
+		panic(err)
+	}
+
+	h, err := order.Start(ctx, "desk", &durable.StartOpts{ID: "order-7"})
+	if err != nil {
+		panic(err)
+	}
+	if err := durable.Send(ctx, eng, "order-7", "reject", "over budget", nil); err != nil {
+		panic(err)
+	}
+	fmt.Println(h.Result(ctx))
+	// Output: desk rejected: over budget <nil>
+}
+
 // SetEvent publishes a value of the run under a key; GetEvent reads the
 // latest one from any process, waiting for it to be set.
 func ExampleGetEvent() {

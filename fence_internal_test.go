@@ -30,7 +30,7 @@ func TestParkIsFenced(t *testing.T) {
 	runs := pgx.Identifier{schema, "workflows"}.Sanitize()
 	execAll(ctx, t, pool, "UPDATE "+runs+" SET epoch = epoch + 1, executor_id = 'new-owner' WHERE id = '"+h.ID()+"'")
 
-	if err := r.park(time.Now().Add(time.Hour), "topic"); !errors.Is(err, ErrFenced) {
+	if err := r.park(time.Now().Add(time.Hour), waitOn{topic: "topic"}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("park by the old owner: %v, want ErrFenced", err)
 	}
 	var owner string

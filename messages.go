@@ -140,7 +140,9 @@ func recv[T any](wctx Context, topic string, deadlineAt func(now time.Time) time
 		waiting := false // the wait topic is recorded
 		for {
 			w := r.e.hub.Subscribe("m:" + r.id)
-			out, got, err := r.receive(pos, name, topic, started)
+			out, got, err := r.receive(pos, name, func(ctx context.Context) ([]byte, error) {
+				return r.e.wq.Receive(ctx, r.e.pool, sysdb.ReceiveParams{WorkflowID: r.id, Epoch: r.epoch, Topic: topic, Pos: pos, Name: name, StartedAt: started})
+			})
 			if err != nil || got {
 				r.e.hub.Unsubscribe("m:"+r.id, w)
 				if err != nil {
@@ -167,7 +169,7 @@ func recv[T any](wctx Context, topic string, deadlineAt func(now time.Time) time
 			}
 			if r.e.parks(remaining) {
 				r.e.hub.Unsubscribe("m:"+r.id, w)
-				return msg, false, r.park(deadline, topic)
+				return msg, false, r.park(deadline, waitOn{topic: topic})
 			}
 			if !waiting {
 				r.markWaiting(topic)
@@ -192,12 +194,13 @@ func recv[T any](wctx Context, topic string, deadlineAt func(now time.Time) time
 	return msg, true, nil
 }
 
-// receive tries to consume one message and record it at pos.
-func (r *run) receive(pos int, name, topic string, started time.Time) ([]byte, bool, error) {
+// receive tries to consume one message and record it at pos, with take
+// (a Receive or a ReceiveAny).
+func (r *run) receive(pos int, name string, take func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
 	var out []byte
 	err := r.retryDB("receive", func(ctx context.Context) error {
 		var err error
-		out, err = r.e.wq.Receive(ctx, r.e.pool, sysdb.ReceiveParams{WorkflowID: r.id, Epoch: r.epoch, Topic: topic, Pos: pos, Name: name, StartedAt: started})
+		out, err = take(ctx)
 		return err
 	})
 	if err != nil {

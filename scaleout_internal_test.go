@@ -111,7 +111,7 @@ func TestHotPathKeyedByRunID(t *testing.T) {
 		}),
 		typedCase(t, "Unpark", func(db sysdb.DBTX) error { _, err := wq.Unpark(ctx, db, "r"); return err }),
 		typedCase(t, "HasMessage", func(db sysdb.DBTX) error {
-			_, err := wq.HasMessage(ctx, db, sysdb.HasMessageParams{WorkflowID: "r", Topic: "t"})
+			_, err := wq.HasMessage(ctx, db, sysdb.HasMessageParams{WorkflowID: "r", Topics: []string{"t"}})
 			return err
 		}),
 		typedCase(t, "Send", func(db sysdb.DBTX) error {

@@ -45,7 +45,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (18, 'views_v1'),
     (19, 'flow_control'),
     (20, 'workflow_retries'),
-    (21, 'continue_as_new');
+    (21, 'continue_as_new'),
+    (22, 'select_waits');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -136,7 +137,12 @@ CREATE TABLE {{schema}}.workflows (
 
     -- Continue-as-new (Workflow.ContinueAsNew): the run this one continued
     -- as, the next link of its chain. NULL: it did not continue.
-    continued_as      text COLLATE "C"
+    continued_as      text COLLATE "C",
+
+    -- Select (durable.Select): the waits of a run parked in a Select, any
+    -- of which wakes it ("msg:" topic, "child:" run ID, "event:" length of
+    -- the ID ":" ID key). NULL for every other run.
+    wait_any          text[]
 );
 
 -- The indexes below on workflows are all partial but the primary key and
@@ -166,6 +172,10 @@ CREATE INDEX workflows_finished_at_idx
 -- Parked runs by wake-up time.
 CREATE INDEX workflows_parked_due_idx
     ON {{schema}}.workflows (wake_at) WHERE status = 'pending' AND executor_id IS NULL AND wake_at IS NOT NULL;
+-- Runs parked in a Select by what they wait for: SetEvent finds the runs
+-- waiting for its event here. Only parked Selects have entries.
+CREATE INDEX workflows_wait_any_idx
+    ON {{schema}}.workflows USING gin (wait_any) WHERE wait_any IS NOT NULL;
 -- Pending runs with no owner and no wake-up time (started in the caller's
 -- transaction, forked or handed back), for the takeover sweep.
 CREATE INDEX workflows_unowned_idx

@@ -289,6 +289,14 @@ func (rt runTracer) await(id string) *tspan {
 	return rt.wait("durable.await", attrWaitChild.String(id))
 }
 
+// selectWait starts the span of a Select's wait among n cases.
+func (rt runTracer) selectWait(n int) *tspan {
+	if rt.r.tr == nil {
+		return nil
+	}
+	return rt.wait("durable.select", attribute.Int("durable.select.cases", n))
+}
+
 func (rt runTracer) wait(name string, attrs ...attribute.KeyValue) *tspan {
 	ctx, span := rt.r.e.tr.t.Start(rt.r.ctx, name, trace.WithAttributes(attrs...))
 	return &tspan{span: span, ctx: ctx}

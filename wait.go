@@ -38,7 +38,7 @@ func Sleep(wctx Context, d time.Duration) (err error) {
 			return nil
 		}
 		if r.e.parks(remaining) {
-			return r.park(wake, "")
+			return r.park(wake, waitOn{})
 		}
 		if err := r.sleep(remaining); err != nil {
 			return err
@@ -46,13 +46,22 @@ func Sleep(wctx Context, d time.Duration) (err error) {
 	}
 }
 
-// park hands the run back to the database until wake (or, with topic, a
-// message on it) and halts this execution.
-func (r *run) park(wake time.Time, topic string) error {
+// waitOn is what wakes a parked run early, besides its wake-up time.
+type waitOn struct {
+	topic string   // a message topic (a Recv) or "child:" ID (an Await)
+	any   []string // a Select's waits (sysdb.WaitKeys)
+	// ready reports whether what it waits for came already; nil: a
+	// message on topic.
+	ready func(ctx context.Context) (bool, error)
+}
+
+// park hands the run back to the database until wake (or what w names)
+// and halts this execution.
+func (r *run) park(wake time.Time, w waitOn) error {
 	var parked bool
 	err := r.retryDB("park", func(ctx context.Context) error {
 		var err error
-		parked, err = r.e.wq.Park(ctx, r.e.pool, sysdb.ParkParams{ID: r.id, Epoch: r.epoch, WakeAt: wake, Topic: topic})
+		parked, err = r.e.wq.Park(ctx, r.e.pool, sysdb.ParkParams{ID: r.id, Epoch: r.epoch, WakeAt: wake, Topic: w.topic, Any: w.any})
 		return err
 	})
 	if err != nil {
@@ -61,13 +70,19 @@ func (r *run) park(wake time.Time, topic string) error {
 	if !parked {
 		return r.diagnose(-1, "park", false)
 	}
-	if topic != "" {
-		// A message sent while we parked may have missed the park: look
+	ready := w.ready
+	if ready == nil && w.topic != "" {
+		ready = func(ctx context.Context) (bool, error) {
+			return r.e.wq.HasMessage(ctx, r.e.pool, sysdb.HasMessageParams{WorkflowID: r.id, Topics: []string{w.topic}})
+		}
+	}
+	if ready != nil {
+		// What it waits for may have come before the park committed: look
 		// once more now that the park is committed.
 		// Ride out an outage here: a lost wake-up would leave the run
 		// parked until its timeout with a message waiting.
-		_ = r.retryDB("look for a message after parking", func(ctx context.Context) error {
-			has, err := r.e.wq.HasMessage(ctx, r.e.pool, sysdb.HasMessageParams{WorkflowID: r.id, Topic: topic})
+		_ = r.retryDB("look for a wake-up after parking", func(ctx context.Context) error {
+			has, err := ready(ctx)
 			if err != nil || !has {
 				return err
 			}
@@ -77,7 +92,7 @@ func (r *run) park(wake time.Time, topic string) error {
 	}
 	r.e.recov.Wake() // it computes the next wake-up time
 	if r.debugEnabled() {
-		r.log().Debug("durable: run parked", "wake_at", wake, "topic", topic)
+		r.log().Debug("durable: run parked", "wake_at", wake, "topic", w.topic, "any", w.any)
 	}
 	return r.halt(fmt.Errorf("workflow %q parked until %s: %w", r.id, wake.Format(time.RFC3339Nano), errParked))
 }

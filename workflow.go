@@ -584,21 +584,20 @@ func (h *Handle[R]) Await(wctx Context) (_ R, err error) {
 }
 
 // parkOnChild parks the run until child finishes (its finish sets our
-// wake-up time to now).
+// wake-up time to now). The child may have finished before the park
+// committed: park looks again.
 func (r *run) parkOnChild(child string) error {
-	err := r.park(time.Now().Add(100*365*24*time.Hour), "child:"+child)
-	if !errors.Is(err, errParked) {
-		return err
+	return r.park(time.Now().Add(100*365*24*time.Hour), waitOn{topic: "child:" + child, ready: func(ctx context.Context) (bool, error) {
+		return runFinished(ctx, r.e, child)
+	}})
+}
+
+// runFinished reports whether run id finished. A run that does not exist
+// never will: false, with the error.
+func runFinished(ctx context.Context, e *Engine, id string) (bool, error) {
+	info, err := readRun(ctx, e.q, e.pool, id)
+	if err != nil {
+		return false, err
 	}
-	// The child may have finished before the park committed: look again,
-	// riding out an outage (a lost wake-up would park us for good).
-	_ = r.retryDB("wake parked parent", func(ctx context.Context) error {
-		info, err := readRun(ctx, r.e.q, r.e.pool, child)
-		if err != nil || !info.status.Finished() {
-			return err
-		}
-		_, err = r.e.q.WakeParent(ctx, r.e.pool, sysdb.WakeParentParams{ChildID: child, ParentID: r.id})
-		return err
-	})
-	return err
+	return info.status.Finished(), nil
 }

@@ -427,8 +427,8 @@ func init() {
 			Name:      "message/consume-once-filter",
 			Mechanism: "Recv takes only unconsumed messages",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
-				Find:    "WHERE m.workflow_id = $1 AND m.workflow_id = w.id AND m.topic = $3 AND m.consumed_at IS NULL",
-				Replace: "WHERE m.workflow_id = $1 AND m.workflow_id = w.id AND m.topic = $3"}},
+				Find:    "WHERE m.workflow_id = $1 AND m.workflow_id = w.id AND ` + topicCond + ` AND m.consumed_at IS NULL",
+				Replace: "WHERE m.workflow_id = $1 AND m.workflow_id = w.id AND ` + topicCond + `"}},
 			Pkg: ".", Tests: "^TestWaits$/^MessagesAndEvents$",
 		},
 		Mutant{

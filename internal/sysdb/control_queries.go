@@ -41,7 +41,7 @@ func NewControlQueries(schema, channel string) *ControlQueries {
 	UNION
 	SELECT c.id COLLATE "default" FROM {{schema}}.workflows c JOIN tree t ON c.parent_id = t.id WHERE $2::bool),
 u AS (
-	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, wait_topic = NULL, updated_at = now()
+	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, wait_topic = NULL, wait_any = NULL, updated_at = now()
 	FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')
 	RETURNING w.id, w.epoch)
 SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, ` + n(`'d:' || id`) + `::text FROM u`),
@@ -55,7 +55,7 @@ SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, ` + n(`'d:' || id`) + 
 		resume: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET status = CASE WHEN queue_name IS NULL THEN 'pending' ELSE 'enqueued' END,
 		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, retries = NULL, error = NULL, output = NULL,
-		wake_at = NULL, wait_topic = NULL, updated_at = now()
+		wake_at = NULL, wait_topic = NULL, wait_any = NULL, updated_at = now()
 	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error') AND NOT (` + stopping + `)
 	RETURNING id, queue_name),
 a AS (DELETE FROM {{schema}}.step_attempts WHERE workflow_id IN (SELECT id FROM u))
@@ -102,7 +102,7 @@ RETURNING coalesce(parent_id, '')`),
 		// as one. The deletes act only on a run the update changed.
 		retryLater: r(`WITH u AS (
 	UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = NULL, updated_at = now(),
-		retries = coalesce(w.retries, 0) + 1,
+		retries = coalesce(w.retries, 0) + 1, wait_any = NULL,
 		status = CASE WHEN rq.name IS NULL THEN w.status ELSE 'enqueued' END,
 		not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE $3 END
 	FROM (SELECT $1::text AS id) x

@@ -147,7 +147,8 @@ SELECT notify, parent_id FROM upd`),
 		// Wakes a parent parked in Await on child $1.
 		wakeParent: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET wake_at = now()
-	WHERE id = $2 AND status = 'pending' AND executor_id IS NULL AND wait_topic = 'child:' || $1::text
+	WHERE id = $2 AND status = 'pending' AND executor_id IS NULL
+		AND (wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any))
 	RETURNING id)
 SELECT ` + n(`'n:' || id`) + `::text FROM u`),
 
@@ -329,7 +330,7 @@ upd AS (
 parked AS (
 	SELECT upd.parent_id AS id FROM upd CROSS JOIN LATERAL (SELECT 1 FROM {{schema}}.workflows p
 		WHERE p.id = upd.parent_id AND p.status = 'pending' AND p.executor_id IS NULL
-			AND p.wait_topic = 'child:' || upd.id FOR NO KEY UPDATE) p),
+			AND (p.wait_topic = 'child:' || upd.id OR 'child:' || upd.id = ANY(p.wait_any)) FOR NO KEY UPDATE) p),
 parents AS (
 	UPDATE {{schema}}.workflows p SET wake_at = now()
 	FROM parked WHERE p.id = parked.id

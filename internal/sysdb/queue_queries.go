@@ -132,7 +132,7 @@ FROM {{schema}}.queues q WHERE name = $1 FOR NO KEY UPDATE OF q`),
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
 	rate_start = CASE WHEN $6::bool THEN now() END,
 	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
-	wake_at = NULL, wait_topic = NULL
+	wake_at = NULL, wait_topic = NULL, wait_any = NULL
 WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
 		AND name = ANY($4::text[]) AND (epoch = 0 OR app_version = $3)
@@ -145,7 +145,7 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(), updated_at = now(),
 	rate_start = CASE WHEN $4::bool THEN now() END,
 	app_version = $3, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
-	wake_at = NULL, wait_topic = NULL
+	wake_at = NULL, wait_topic = NULL, wait_any = NULL
 WHERE w.id = ANY($1::text[]) AND w.status = 'enqueued'
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
 	clock_timestamp() - w.created_at`),

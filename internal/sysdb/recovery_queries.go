@@ -39,7 +39,7 @@ func NewRecoveryQueries(schema, channel string) *RecoveryQueries {
 		// Recv it waited on in memory is cleared (a replay sets it again).
 		// $1 executor_id, $2 app_version, $3 names, $4 limit, $5/$6 after.
 		claimOwn: r(`UPDATE {{schema}}.workflows w
-SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, wait_topic = NULL, updated_at = now()
+SET epoch = w.epoch + 1, recovery_attempts = w.recovery_attempts + 1, wait_topic = NULL, wait_any = NULL, updated_at = now()
 WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 	WHERE status = 'pending' AND executor_id = $1 AND app_version = $2 AND name = ANY($3::text[])
 		AND queue_name IS NULL AND (created_at, id) > ($5::timestamptz, $6::text)
@@ -74,7 +74,7 @@ SELECT c.n, (CASE WHEN c.n > 0 THEN ` + n("'n:'") + ` END)::text FROM (SELECT co
 		claimOrphans: r(`UPDATE {{schema}}.workflows w
 SET executor_id = $1, epoch = w.epoch + 1,
 	recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
-	wake_at = NULL, wait_topic = NULL, updated_at = now()
+	wake_at = NULL, wait_topic = NULL, wait_any = NULL, updated_at = now()
 WHERE w.id = ANY(ARRAY(SELECT c.id FROM (
 	SELECT id, created_at FROM (SELECT o.id, o.created_at FROM {{schema}}.workflows o
 		WHERE o.status = 'pending' AND o.executor_id IS NULL AND o.wake_at IS NULL AND o.queue_name IS NULL

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -18,6 +21,7 @@ type WaitQueries struct {
 	nextWake       string
 	send           string
 	receive        string
+	receiveAny     string
 	setEvent       string
 	getEvent       string
 	setWaitTopic   string
@@ -32,10 +36,11 @@ func NewWaitQueries(schema, channel string) *WaitQueries {
 	return &WaitQueries{
 		// Park hands the run back as rows: no owner, a wake-up time. The
 		// epoch check keeps a fenced executor from parking a run it lost.
-		// $1 id, $2 epoch, $3 wake_at, $4 wait_topic.
+		// $1 id, $2 epoch, $3 wake_at, $4 wait_topic, $5 wait_any (a
+		// Select's waits: see WaitKeys).
 		// A run of a queue that releases parked slots goes back to its
 		// queue, delayed until its wake-up time.
-		park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = $4, updated_at = now(),
+		park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = $4, wait_any = $5, updated_at = now(),
 	status = CASE WHEN rq.name IS NULL THEN w.status ELSE 'enqueued' END,
 	not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE $3 END
 FROM (SELECT $1::text AS id) x
@@ -49,7 +54,7 @@ WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'`),
 		// run's claim counts no recovery attempt. Fenced like Park.
 		// $1 id, $2 epoch.
 		handBack: r(`WITH u AS (
-	UPDATE {{schema}}.workflows SET executor_id = NULL, wake_at = now(), wait_topic = NULL, updated_at = now(),
+	UPDATE {{schema}}.workflows SET executor_id = NULL, wake_at = now(), wait_topic = NULL, wait_any = NULL, updated_at = now(),
 		status = CASE WHEN queue_name IS NULL THEN status ELSE 'enqueued' END,
 		not_before = CASE WHEN queue_name IS NULL THEN not_before ELSE now() END
 	WHERE id = $1 AND epoch = $2 AND status = 'pending'
@@ -63,8 +68,8 @@ SELECT ` + n(`CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_na
 	RETURNING id, status, queue_name)
 SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + ` FROM u`),
 
-		// $1 workflow_id, $2 topic.
-		hasMessage: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.messages WHERE workflow_id = $1 AND topic = $2 AND consumed_at IS NULL)`),
+		// $1 workflow_id, $2 topics.
+		hasMessage: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.messages WHERE workflow_id = $1 AND topic = ANY($2::text[]) AND consumed_at IS NULL)`),
 
 		// The first entry of the parked runs' index past now. Not min():
 		// with statistics taken before the runs parked, the planner read
@@ -77,14 +82,15 @@ ORDER BY wake_at LIMIT 1`),
 		// Send inserts the message and touches the receiver's row in one
 		// statement. The update always matches the row, so it also sees a
 		// park that commits concurrently, and wakes a run parked on the
-		// topic. $1 workflow_id, $2 topic, $3 payload, $4 idem_key.
+		// topic, or in a Select with a case on it. $1 workflow_id, $2 topic,
+		// $3 payload, $4 idem_key.
 		// Returns (receiver pending or queued, inserted).
 		send: r(`WITH w AS (
 	UPDATE {{schema}}.workflows
-	SET wake_at = CASE WHEN executor_id IS NULL AND wait_topic = $2 AND status = 'pending' THEN now() ELSE wake_at END,
-		not_before = CASE WHEN executor_id IS NULL AND wait_topic = $2 AND status = 'enqueued' THEN now() ELSE not_before END
+	SET wake_at = CASE WHEN executor_id IS NULL AND coalesce(wait_topic = $2 OR 'msg:' || $2 = ANY(wait_any), false) AND status = 'pending' THEN now() ELSE wake_at END,
+		not_before = CASE WHEN executor_id IS NULL AND coalesce(wait_topic = $2 OR 'msg:' || $2 = ANY(wait_any), false) AND status = 'enqueued' THEN now() ELSE not_before END
 	WHERE id = $1 AND status IN ('pending', 'enqueued')
-	RETURNING id, (executor_id IS NULL AND wait_topic = $2) AS parked, status, queue_name),
+	RETURNING id, (executor_id IS NULL AND coalesce(wait_topic = $2 OR 'msg:' || $2 = ANY(wait_any), false)) AS parked, status, queue_name),
 ins AS (
 	INSERT INTO {{schema}}.messages (workflow_id, topic, payload, idem_key)
 	SELECT id, $2, $3, $4 FROM w
@@ -98,24 +104,16 @@ SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM ins),
 		// records it as the step's output in one statement: the message is
 		// marked consumed only if the fenced checkpoint was written.
 		// $1 workflow_id, $2 epoch, $3 topic, $4 pos, $5 step name, $6 started_at.
-		receive: r(`WITH w AS (
-	SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $2 AND status = 'pending' FOR SHARE),
-msg AS (
-	SELECT m.id, m.payload FROM {{schema}}.messages m, w
-	WHERE m.workflow_id = $1 AND m.workflow_id = w.id AND m.topic = $3 AND m.consumed_at IS NULL
-	ORDER BY m.id LIMIT 1 FOR UPDATE OF m SKIP LOCKED),
-ins AS (
-	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts, started_at)
-	SELECT $1, $4, $5, 'done', json_build_object('ok', true, 'msg', msg.payload), 1, $6 FROM msg
-	ON CONFLICT (workflow_id, pos) DO NOTHING
-	RETURNING output),
-upd AS (
-	UPDATE {{schema}}.messages SET consumed_at = now()
-	WHERE workflow_id = $1 AND id IN (SELECT id FROM msg) AND EXISTS (SELECT 1 FROM ins)
-	RETURNING id)
-SELECT output::text FROM ins, upd`),
+		receive: r(receive(`json_build_object('ok', true, 'msg', msg.payload)`, `m.topic = $3`)),
+		// ReceiveAny is Receive for a Select: the oldest message of the
+		// first topic of $3 with one, recorded with its case ($7[i] for
+		// topic $3[i]).
+		receiveAny: r(receive(`json_build_object('case', ($7::int[])[array_position($3::text[], msg.topic)], 'value', msg.payload)`,
+			`m.topic = ANY($3::text[])`, `array_position($3::text[], m.topic), `)),
 
-		// SetEvent records the step and publishes the value together.
+		// SetEvent records the step and publishes the value together, and
+		// wakes the runs parked in a Select with a case on the event (a
+		// GIN lookup of workflows_wait_any_idx).
 		// $1 workflow_id, $2 epoch, $3 pos, $4 step name, $5 key, $6 value, $7 started_at.
 		setEvent: r(`WITH ins AS (
 	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts, started_at)
@@ -128,8 +126,17 @@ ev AS (
 	INSERT INTO {{schema}}.events (workflow_id, key, value)
 	SELECT workflow_id, $5, $6 FROM ins
 	ON CONFLICT (workflow_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
-	RETURNING workflow_id)
-SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev`),
+	RETURNING workflow_id),
+woke AS (
+	UPDATE {{schema}}.workflows
+	SET wake_at = CASE WHEN status = 'pending' THEN now() ELSE wake_at END,
+		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END
+	WHERE wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $5::text]
+		AND executor_id IS NULL AND status IN ('pending', 'enqueued') AND EXISTS (SELECT 1 FROM ev)
+	RETURNING id, status, queue_name)
+SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev
+UNION ALL
+SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM woke`),
 
 		// $1 workflow_id, $2 key. Returns the workflow's status too.
 		getEvent: r(`SELECT w.status, e.value::text, e.workflow_id IS NOT NULL
@@ -150,12 +157,56 @@ WHERE id = $1 AND epoch = $2 AND wait_topic = $3 AND executor_id IS NOT NULL`),
 	}
 }
 
+// receive renders the statement that consumes the oldest unconsumed
+// message matching topicCond (first by order, a prefix of the ORDER BY) and
+// records it as the step's output (built by output) in one statement: the
+// message is marked consumed only if the fenced checkpoint was written.
+// $1 workflow_id, $2 epoch, $3 topic(s), $4 pos, $5 step name, $6 started_at.
+func receive(output, topicCond string, order ...string) string {
+	return `WITH w AS (
+	SELECT id FROM {{schema}}.workflows WHERE id = $1 AND epoch = $2 AND status = 'pending' FOR SHARE),
+msg AS (
+	SELECT m.id, m.topic, m.payload FROM {{schema}}.messages m, w
+	WHERE m.workflow_id = $1 AND m.workflow_id = w.id AND ` + topicCond + ` AND m.consumed_at IS NULL
+	ORDER BY ` + strings.Join(order, "") + `m.id LIMIT 1 FOR UPDATE OF m SKIP LOCKED),
+ins AS (
+	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts, started_at)
+	SELECT $1, $4, $5, 'done', ` + output + `, 1, $6 FROM msg
+	ON CONFLICT (workflow_id, pos) DO NOTHING
+	RETURNING output),
+upd AS (
+	UPDATE {{schema}}.messages SET consumed_at = now()
+	WHERE workflow_id = $1 AND id IN (SELECT id FROM msg) AND EXISTS (SELECT 1 FROM ins)
+	RETURNING id)
+SELECT output::text FROM ins, upd`
+}
+
+// WaitKeys are what a run parked in a Select waits for, as its wait_any
+// entries: a message on a topic ("msg:" topic), the finish of a run
+// ("child:" id) or an event of a run ("event:" length of the id in
+// characters ":" id key, unambiguous whatever the two hold). Send,
+// a run's finish and SetEvent wake the runs whose entries name them.
+func WaitKeys(topics, runs []string, events [][2]string) []string {
+	var keys []string
+	for _, t := range topics {
+		keys = append(keys, "msg:"+t)
+	}
+	for _, id := range runs {
+		keys = append(keys, "child:"+id)
+	}
+	for _, e := range events {
+		keys = append(keys, "event:"+strconv.Itoa(utf8.RuneCountInString(e[0]))+":"+e[0]+e[1])
+	}
+	return keys
+}
+
 // ParkParams hand run ID back to the database until WakeAt.
 type ParkParams struct {
 	ID     string
 	Epoch  int64 // the parking executor's
 	WakeAt time.Time
-	Topic  string // the message topic that wakes it early; "": none
+	Topic  string   // the message topic that wakes it early; "": none
+	Any    []string // a Select's waits (WaitKeys), any of which wakes it early; nil: none
 }
 
 // Park hands the run back as rows, unowned until p.WakeAt (a run of a
@@ -166,7 +217,7 @@ func (q *WaitQueries) Park(ctx context.Context, db DBTX, p ParkParams) (bool, er
 	if p.Topic != "" {
 		topic = p.Topic
 	}
-	tag, err := db.Exec(ctx, q.park, p.ID, p.Epoch, p.WakeAt, topic)
+	tag, err := db.Exec(ctx, q.park, p.ID, p.Epoch, p.WakeAt, topic, p.Any)
 	if err != nil {
 		return false, err
 	}
@@ -200,17 +251,17 @@ func (q *WaitQueries) Unpark(ctx context.Context, db DBTX, id string) (bool, err
 	return tag.RowsAffected() > 0, nil
 }
 
-// HasMessageParams name a run and a topic.
+// HasMessageParams name a run and topics.
 type HasMessageParams struct {
 	WorkflowID string
-	Topic      string
+	Topics     []string
 }
 
-// HasMessage reports whether an unconsumed message on p.Topic waits for
-// run p.WorkflowID.
+// HasMessage reports whether an unconsumed message on any of p.Topics
+// waits for run p.WorkflowID.
 func (q *WaitQueries) HasMessage(ctx context.Context, db DBTX, p HasMessageParams) (bool, error) {
 	var has bool
-	err := db.QueryRow(ctx, q.hasMessage, p.WorkflowID, p.Topic).Scan(&has)
+	err := db.QueryRow(ctx, q.hasMessage, p.WorkflowID, p.Topics).Scan(&has)
 	return has, err
 }
 
@@ -272,8 +323,34 @@ type ReceiveParams struct {
 // nothing was consumed (no message, the run is not pending at p.Epoch, or
 // the step is already recorded).
 func (q *WaitQueries) Receive(ctx context.Context, db DBTX, p ReceiveParams) ([]byte, error) {
+	return scanOutput(db.QueryRow(ctx, q.receive, p.WorkflowID, p.Epoch, p.Topic, p.Pos, p.Name, p.StartedAt))
+}
+
+// ReceiveAnyParams are one Select's try to take a message on any of
+// its topics: Topics[i] is the topic of case Cases[i].
+type ReceiveAnyParams struct {
+	WorkflowID string
+	Epoch      int64
+	Topics     []string // in order of preference
+	Cases      []int
+	Pos        int    // the step's position
+	Name       string // the step's name
+	StartedAt  time.Time
+}
+
+// ReceiveAny is Receive over several topics: it consumes the oldest
+// message of the first of p.Topics that has one and records the step's
+// output {"case": its case, "value": the message}. nil: nothing was
+// consumed, as for Receive.
+func (q *WaitQueries) ReceiveAny(ctx context.Context, db DBTX, p ReceiveAnyParams) ([]byte, error) {
+	return scanOutput(db.QueryRow(ctx, q.receiveAny, p.WorkflowID, p.Epoch, p.Topics, p.Pos, p.Name, p.StartedAt, p.Cases))
+}
+
+// scanOutput reads the recorded output a Receive returns; nil when it
+// consumed nothing.
+func scanOutput(row pgx.Row) ([]byte, error) {
 	var out *string
-	err := db.QueryRow(ctx, q.receive, p.WorkflowID, p.Epoch, p.Topic, p.Pos, p.Name, p.StartedAt).Scan(&out)
+	err := row.Scan(&out)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil

@@ -224,7 +224,7 @@ func TestWaitHasMessage(t *testing.T) {
 	d.run("a", "")
 	has := func(topic string) bool {
 		t.Helper()
-		ok, err := d.wq.HasMessage(d.ctx, d.pool, HasMessageParams{WorkflowID: "a", Topic: topic})
+		ok, err := d.wq.HasMessage(d.ctx, d.pool, HasMessageParams{WorkflowID: "a", Topics: []string{topic}})
 		require.NoError(t, err)
 		return ok
 	}
@@ -461,4 +461,94 @@ func TestWaitTopic(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 	require.Equal(t, "p", *topic("parked"))
+}
+
+// TestWaitSelect: a run parked with a Select's waits is woken by a message
+// on any of its topics, by its event being set (found through
+// workflows_wait_any_idx) and by a waited run's finish, and by nothing
+// else; ReceiveAny takes the first listed topic's message and records its
+// case.
+func TestWaitSelect(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	require.Equal(t, []string{"msg:a", "child:c1", "event:3:é:xk"}, WaitKeys([]string{"a"}, []string{"c1"}, [][2]string{{"é:x", "k"}}),
+		"an event's key counts the characters of its run ID")
+	wake := time.Now().Add(time.Hour)
+	park := func(id string, keys []string) {
+		t.Helper()
+		d.run(id, "")
+		ok, err := d.wq.Park(d.ctx, d.pool, ParkParams{ID: id, Epoch: 2, WakeAt: wake, Any: keys})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	woken := func(id string) bool {
+		t.Helper()
+		return d.row(id).WakeAt.Before(wake.Add(-time.Minute))
+	}
+	keys := WaitKeys([]string{"a", "b"}, []string{"kid"}, [][2]string{{"pub", "ready"}})
+	for _, id := range []string{"by-msg", "by-other-msg", "by-event", "by-other-event"} {
+		park(id, keys)
+	}
+	var stored []string
+	d.scan(`SELECT wait_any FROM {{schema}}.workflows WHERE id = 'by-msg'`, nil, &stored)
+	require.Equal(t, keys, stored)
+
+	_, err := d.wq.Send(d.ctx, d.pool, SendParams{WorkflowID: "by-msg", Topic: "b", Payload: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	require.True(t, woken("by-msg"), "a message on the second topic wakes it")
+	_, err = d.wq.Send(d.ctx, d.pool, SendParams{WorkflowID: "by-other-msg", Topic: "kid", Payload: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	require.False(t, woken("by-other-msg"), "a topic named like another wait does not")
+
+	// Many unrelated runs: the event's wake-up reads only the runs that
+	// wait for it.
+	d.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, epoch, wake_at)
+SELECT 'filler-' || g, 'w', 'pending', 'v', 1, now() + interval '1 hour' FROM generate_series(1, 3000) g`)
+	d.exec(`ANALYZE {{schema}}.workflows`)
+	d.run("pub", "")
+	set := func(key string) {
+		t.Helper()
+		var pos int
+		d.scan(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = 'pub'`, nil, &pos)
+		ok, err := d.wq.SetEvent(d.ctx, d.pool, SetEventParams{WorkflowID: "pub", Epoch: 2, Pos: pos, Name: "event", Key: key, Value: json.RawMessage(`1`), StartedAt: time.Now()})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	set("other")
+	require.False(t, woken("by-event"), "another key of the run wakes nothing")
+	set("ready")
+	require.True(t, woken("by-event"))
+	require.True(t, woken("by-other-event"), "every run waiting for the event")
+	var others int
+	d.scan(`SELECT count(*) FROM {{schema}}.workflows WHERE id LIKE 'filler-%' AND wake_at < now() + interval '30 minutes'`, nil, &others)
+	require.Zero(t, others, "and no other run")
+	for _, mode := range planModes {
+		n, plan := pgtest.ExplainRows(d.ctx, t, d.pool, mode, Render(d.wq.setEvent, d.schema),
+			[]any{"pub", int64(2), 99, "event", "ready", json.RawMessage(`2`), time.Now()})
+		require.Less(t, n, 50, "%s: the wake-up reads the runs waiting, not every run:\n%s", mode, plan)
+	}
+
+	// A finish wakes the parent waiting for it among other waits.
+	park("parent", WaitKeys(nil, []string{"kid"}, nil))
+	d.run("kid", "parent_id = 'parent'")
+	q := New(d.schema, true)
+	_, err = q.WakeParent(d.ctx, d.pool, WakeParentParams{ChildID: "kid", ParentID: "parent"})
+	require.NoError(t, err)
+	require.True(t, woken("parent"))
+
+	// ReceiveAny prefers the first listed topic; the case is recorded.
+	d.run("r", "")
+	d.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload) VALUES ('r', 'late', '"l"'), ('r', 'early', '"e"')`)
+	take := func(epoch int64, pos int) []byte {
+		t.Helper()
+		out, err := d.wq.ReceiveAny(d.ctx, d.pool, ReceiveAnyParams{WorkflowID: "r", Epoch: epoch, Topics: []string{"early", "late"},
+			Cases: []int{3, 5}, Pos: pos, Name: "durable.select", StartedAt: time.Now()})
+		require.NoError(t, err)
+		return out
+	}
+	require.Nil(t, take(1, 0), "a stale epoch takes nothing")
+	require.JSONEq(t, `{"case": 3, "value": "e"}`, string(take(2, 0)))
+	require.Nil(t, take(2, 0), "a recorded step takes nothing")
+	require.JSONEq(t, `{"case": 5, "value": "l"}`, string(take(2, 1)))
+	require.Nil(t, take(2, 2))
 }

@@ -1,0 +1,218 @@
+package durable_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable"
+)
+
+// TestSelect covers Select over messages, results, events and timers,
+// waited for in memory and parked.
+func TestSelect(t *testing.T) {
+	t.Parallel()
+
+	// InMemory: the first ready case wins and only it consumes: a message
+	// on the other topic stays for a later Recv; a case not chosen has no
+	// value; a timer ends a Select where nothing comes.
+	t.Run("InMemory", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var wf *durable.Workflow[string, string]
+		e := b.engine(t, nil, func(e *durable.Engine) {
+			wf = durable.Register(e, "picker", func(wctx durable.Context, _ string) (string, error) {
+				approve, reject := durable.OnMessage[approval]("approve"), durable.OnMessage[string]("reject")
+				if err := durable.SetEvent(wctx, "status", "waiting"); err != nil {
+					return "", err
+				}
+				i, err := durable.Select(wctx, approve, reject, durable.After(time.Hour))
+				if err != nil {
+					return "", err
+				}
+				if _, err := approve.Value(); !errors.Is(err, durable.ErrInvalidArgument) {
+					return "", fmt.Errorf("the case not chosen has a value: %v", err)
+				}
+				why, err := reject.Value()
+				if err != nil {
+					return "", err
+				}
+				// Nothing comes now: the timer wins.
+				j, err := durable.Select(wctx, durable.OnMessage[string]("never"), durable.After(20*time.Millisecond))
+				if err != nil {
+					return "", err
+				}
+				a, ok, err := durable.Recv[approval](wctx, "approve", time.Minute)
+				if err != nil || !ok {
+					return "", fmt.Errorf("the other topic's message is gone: %v %v", ok, err)
+				}
+				return fmt.Sprintf("case %d (%s), then case %d, then %v by %s", i, why, j, a.Approved, a.By), nil
+			}, nil)
+		})
+		ctx := ctxT(t)
+		h, err := wf.Start(ctx, "", nil)
+		require.NoError(t, err)
+		_, ok, err := durable.GetEvent[string](ctx, e, h.ID(), "status", 10*time.Second)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, durable.Send(ctx, e, h.ID(), "reject", "too dear", nil))
+		require.Eventually(t, func() bool {
+			var n int
+			_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.steps WHERE workflow_id = $1 AND name = 'durable.select'`, b.schema), h.ID()).Scan(&n)
+			return n == 1
+		}, 10*time.Second, 2*time.Millisecond)
+		require.NoError(t, durable.Send(ctx, e, h.ID(), "approve", approval{true, "ann"}, nil))
+		out, err := h.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "case 1 (too dear), then case 1, then true by ann", out)
+		var rec string
+		require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT output::text FROM %q.steps WHERE workflow_id = $1 AND name = 'durable.select' ORDER BY pos LIMIT 1`, b.schema), h.ID()).Scan(&rec))
+		require.JSONEq(t, `{"case": 1, "value": "too dear"}`, rec, "the choice and the message are recorded together")
+	})
+
+	// Parked: each kind of case wakes a parked Select on its own, far
+	// before the hour-long timer, and the run records what came: a
+	// message, a child's result, another run's event; the timer wakes the
+	// last one.
+	t.Run("Parked", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var picker *durable.Workflow[string, string]
+		var child, publisher *durable.Workflow[string, string]
+		var entries atomic.Int32
+		e := b.engine(t, func(c *durable.Config) { c.ParkThreshold = 20 * time.Millisecond }, func(e *durable.Engine) {
+			child = durable.Register(e, "worker", func(wctx durable.Context, in string) (string, error) {
+				d, ok, err := durable.Recv[string](wctx, "go", time.Hour)
+				if err != nil || !ok {
+					return "", fmt.Errorf("recv: %v %v", ok, err)
+				}
+				return "worked " + d, nil
+			}, nil)
+			publisher = durable.Register(e, "publisher", func(wctx durable.Context, in string) (string, error) {
+				d, ok, err := durable.Recv[string](wctx, "go", time.Hour)
+				if err != nil || !ok {
+					return "", fmt.Errorf("recv: %v %v", ok, err)
+				}
+				return "", durable.SetEvent(wctx, "ready", "published "+d)
+			}, nil)
+			picker = durable.Register(e, "picker", func(wctx durable.Context, wait string) (string, error) {
+				entries.Add(1)
+				h, err := child.StartChild(wctx, "c", nil)
+				if err != nil {
+					return "", err
+				}
+				msg := durable.OnMessage[string]("msg")
+				res := durable.OnResult(h)
+				ev := durable.OnEvent[string](wctx.WorkflowID()+"-pub", "ready")
+				timeout := time.Hour
+				if wait == "timer" {
+					timeout = 300 * time.Millisecond
+				}
+				i, err := durable.Select(wctx, msg, res, ev, durable.After(timeout))
+				if err != nil {
+					return "", err
+				}
+				var v string
+				switch i {
+				case 0:
+					v, err = msg.Value()
+				case 1:
+					v, err = res.Result()
+				case 2:
+					v, err = ev.Value()
+				case 3:
+					v = "timer"
+				}
+				return fmt.Sprintf("%d %s", i, v), err
+			}, nil)
+		})
+		ctx := ctxT(t)
+		for _, tc := range []struct{ wait, want string }{
+			{"event", "2 published now"}, {"msg", "0 hello"}, {"result", "1 worked now"}, {"timer", "3 timer"},
+		} {
+			entries.Store(0)
+			id := "pick-" + tc.wait
+			pub, err := publisher.Start(ctx, "", &durable.StartOpts{ID: id + "-pub"})
+			require.NoError(t, err)
+			h, err := picker.Start(ctx, tc.wait, &durable.StartOpts{ID: id})
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				var n int
+				_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND executor_id IS NULL AND cardinality(wait_any) = 3 AND wait_topic = 'msg'`, b.schema), id).Scan(&n)
+				return n == 1
+			}, 10*time.Second, 2*time.Millisecond, "the Select parks on its three waits")
+			start := time.Now()
+			switch tc.wait {
+			case "msg":
+				require.NoError(t, durable.Send(ctx, e, id, "msg", "hello", nil))
+			case "result":
+				require.NoError(t, durable.Send(ctx, e, id+"/0", "go", "now", nil))
+			case "event":
+				require.NoError(t, durable.Send(ctx, e, pub.ID(), "go", "now", nil))
+			}
+			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			out, err := h.Result(rctx)
+			cancel()
+			if err != nil {
+				var st, any string
+				_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT status || ' ' || coalesce(executor_id, '-') || ' ' || coalesce(wake_at::text, '-'), coalesce(wait_any::text, '-') FROM %q.workflows WHERE id = $1`, b.schema), id).Scan(&st, &any)
+				var steps string
+				_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT string_agg(pos || ' ' || name || ' ' || status || ' ' || coalesce(output::text, ''), '; ' ORDER BY pos) FROM %q.steps WHERE workflow_id = $1`, b.schema), id).Scan(&steps)
+				t.Fatalf("%s: %v (%s %s) steps: %s\n%s", tc.wait, err, st, any, steps, b.logs.String())
+			}
+			require.Equal(t, tc.want, out)
+			require.Less(t, time.Since(start), 10*time.Minute, "woken by what came, not the hour-long timer")
+			require.EqualValues(t, 2, entries.Load(), "ran before parking and once woken")
+			var left int
+			require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND wait_any IS NOT NULL`, b.schema), id).Scan(&left))
+			require.Zero(t, left, "the waits are cleared once woken")
+			_ = e.Cancel(ctx, id+"/0", nil)
+			_ = e.Cancel(ctx, pub.ID(), nil)
+		}
+	})
+
+	// BadInput: typed errors, nothing recorded.
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var wf *durable.Workflow[int, string]
+		e := b.engine(t, nil, func(e *durable.Engine) {
+			wf = durable.Register(e, "bad", func(wctx durable.Context, n int) (string, error) {
+				a := durable.OnMessage[int]("a")
+				cases := [][]durable.SelectCase{
+					nil,
+					{nil},
+					{a, durable.OnMessage[int]("a")},
+					{durable.OnMessage[int]("")},
+					{durable.After(-time.Second)},
+					{durable.OnEvent[int]("", "k")},
+					{durable.OnEvent[int]("x", "")},
+				}
+				var errs []string
+				for _, c := range cases {
+					_, err := durable.Select(wctx, c...)
+					if !errors.Is(err, durable.ErrInvalidArgument) {
+						return "", fmt.Errorf("Select(%v): %v", c, err)
+					}
+					errs = append(errs, err.Error())
+				}
+				return fmt.Sprint(len(errs)), nil
+			}, nil)
+		})
+		_ = e
+		ctx := ctxT(t)
+		h, err := wf.Start(ctx, 0, nil)
+		require.NoError(t, err)
+		out, err := h.Result(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "7", out)
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.steps WHERE workflow_id = $1`, b.schema), h.ID()).Scan(&n))
+		require.Zero(t, n, "a refused Select records nothing")
+	})
+}
