@@ -36,8 +36,10 @@ type compensation struct {
 //
 // Compensations run when the code returns an error (a failed step, its own
 // error, a panic) or the run passes its StartOpts.Timeout (the undo steps
-// then run without that deadline). They do not run for a cancelled run
-// ([Engine.Cancel] ends a run at once), nor when the run stops without
+// then run without that deadline), and when a Cancel asks for them
+// (CancelOpts.Compensate; the run then ends as cancelled). They do not
+// run for a plain cancel ([Engine.Cancel] ends a run at once), nor when
+// the run stops without
 // finishing (shutdown, lost ownership, non-determinism: a later execution
 // decides).
 func Compensate(wctx Context, name string, undo func(ctx context.Context) error, opts *StepOpts) error {
@@ -66,7 +68,8 @@ var ErrCompensationFailed = errors.New("durable: compensation failed")
 // the same message and kind.
 type CompensationError struct {
 	WorkflowID string
-	// Err is the failure that started the compensations.
+	// Err is the failure that started the compensations (a cancel's,
+	// matching ErrCancelled, for CancelOpts.Compensate).
 	Err error
 	// Undone counts the compensations that completed.
 	Undone int
@@ -77,7 +80,11 @@ type CompensationError struct {
 
 func (e *CompensationError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "durable: workflow %q failed and ran its compensations (%d undone", e.WorkflowID, e.Undone)
+	what := "failed"
+	if errors.Is(e.Err, ErrCancelled) {
+		what = "was cancelled"
+	}
+	fmt.Fprintf(&b, "durable: workflow %q %s and ran its compensations (%d undone", e.WorkflowID, what, e.Undone)
 	if len(e.Failed) > 0 {
 		fmt.Fprintf(&b, ", %d failed:", len(e.Failed))
 		for i, f := range e.Failed {
@@ -98,13 +105,17 @@ func (e *CompensationError) Is(target error) bool {
 }
 
 // compensable reports whether the failure cause of r's code lets its
-// compensations run: the code's own error, or the run's deadline. A halt
-// for any other reason (shutdown, lost ownership, cancel, non-determinism,
+// compensations run: the code's own error, the run's deadline, or a
+// Cancel that asked for them. A halt for any other reason (shutdown, lost
+// ownership, a plain cancel, non-determinism,
 // an undecodable record) ends this execution without finishing the run,
 // or fails it in a way a later execution of fixed code must decide on.
 func compensable(r *run, cause error) bool {
-	if cause == nil || r.e.hardCtx.Err() != nil || errors.Is(cause, ErrShutdown) || errors.Is(cause, ErrCancelled) {
+	if cause == nil || r.e.hardCtx.Err() != nil || errors.Is(cause, ErrShutdown) {
 		return false
+	}
+	if errors.Is(cause, ErrCancelled) {
+		return cancelRequested(r)
 	}
 	h := r.halted()
 	return h == nil || (h == cause && errors.Is(h, context.DeadlineExceeded))
@@ -162,4 +173,26 @@ func detachDeadline(r *run) {
 	old := r.cancel
 	r.ctx = ctx
 	r.cancel = func() { stop(); cancel(nil); old() }
+}
+
+// cancelRequested reports whether r was cancelled by a Cancel that asked
+// for its compensations (CancelOpts.Compensate): the run, still pending
+// at its epoch, is marked so. Such a run ends as cancelled here, after its
+// compensations (if it registered any). Read once, when the cancel
+// reached the run: a failed read counts as no (a plain cancel, which
+// leaves the run to the next execution: it is claimed again and asked).
+func cancelRequested(r *run) bool {
+	if r.cancelComp.Load() {
+		return true
+	}
+	var asked bool
+	err := r.retryDB("read cancel request", func(ctx context.Context) error {
+		var err error
+		asked, err = r.e.cq.CancelRequested(ctx, r.e.pool, r.id, r.epoch)
+		return err
+	})
+	if err == nil && asked {
+		r.cancelComp.Store(true)
+	}
+	return asked
 }

@@ -22,8 +22,9 @@ const sagaDeadline = 3 * time.Second
 // runSagaChild: mode "saga" registers "saga" (reserve, charge, confirm,
 // with an undo after each of the first two; every undo call is logged in
 // @undo_calls) and starts it with ID DURABLE_RUN when DURABLE_START is set:
-// "fail" (confirm fails for good) or "deadline" (confirm waits for the
-// run's deadline). DURABLE_HANG names an undo that waits until the process
+// "fail" (confirm fails for good), "deadline" (confirm waits for the
+// run's deadline) or "cancel" (it waits for a message before confirm,
+// until cancelled). DURABLE_HANG names an undo that waits until the process
 // is killed.
 func runSagaChild(ctx context.Context, e *durable.Engine, pool *pgxpool.Pool, q func(string) string) error {
 	hang := os.Getenv("DURABLE_HANG")
@@ -51,6 +52,11 @@ func runSagaChild(ctx context.Context, e *durable.Engine, pool *pgxpool.Pool, q 
 		}
 		if err := durable.Compensate(wctx, "refund", undo("refund"), nil); err != nil {
 			return "", err
+		}
+		if mode == "cancel" {
+			if _, _, err := durable.Recv[string](wctx, "go", time.Hour); err != nil { // until cancelled
+				return "", err
+			}
 		}
 		_, err := durable.Step(wctx, "confirm", func(ctx context.Context) (string, error) {
 			if mode == "deadline" {
@@ -89,6 +95,7 @@ func TestCompensationsSurviveKill(t *testing.T) {
 	for _, tc := range []struct{ name, start, hang string }{
 		{"half-way", "fail", "release"},
 		{"deadline-passed-while-down", "deadline", ""},
+		{"cancelled-half-way", "cancel", "release"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -102,6 +109,15 @@ func TestCompensationsSurviveKill(t *testing.T) {
 				var n int
 				require.NoError(t, pool.QueryRow(ctx, q(sql)).Scan(&n))
 				return n
+			}
+			if tc.start == "cancel" {
+				require.Eventually(t, func() bool {
+					return count("SELECT count(*) FROM @steps WHERE workflow_id = 's1' AND name LIKE 'durable.recv-deadline:%'") == 1
+				}, 30*time.Second, 5*time.Millisecond)
+				// Another process cancels it, asking for its compensations.
+				ctl, err := durable.New(pool, &durable.Config{Schema: schema, AppVersion: "crash"})
+				require.NoError(t, err)
+				require.NoError(t, ctl.Cancel(ctx, "s1", &durable.CancelOpts{Compensate: true}))
 			}
 			if tc.hang != "" {
 				require.Eventually(t, func() bool {
@@ -127,7 +143,12 @@ func TestCompensationsSurviveKill(t *testing.T) {
 				_ = pool.QueryRow(ctx, q("SELECT status, coalesce(error::text, '') FROM @workflows WHERE id = 's1'")).Scan(&status, &errText)
 				return status != "pending"
 			}, 30*time.Second, 5*time.Millisecond)
-			require.Equal(t, "error", status)
+			if tc.start == "cancel" {
+				require.Equal(t, "cancelled", status)
+				require.Contains(t, errText, "was cancelled and ran its compensations")
+			} else {
+				require.Equal(t, "error", status)
+			}
 			require.Contains(t, errText, "2 undone")
 			rows, err := pool.Query(ctx, q("SELECT name || ':' || idem_key FROM @undo_calls ORDER BY name, pid"))
 			require.NoError(t, err)
@@ -138,7 +159,11 @@ func TestCompensationsSurviveKill(t *testing.T) {
 				calls = append(calls, s)
 			}
 			require.NoError(t, rows.Err())
-			if tc.hang != "" {
+			if tc.start == "cancel" {
+				require.Len(t, calls, 3)
+				require.Equal(t, []string{"refund", "release", "release"}, []string{calls[0][:6], calls[1][:7], calls[2][:7]})
+				require.Equal(t, calls[1], calls[2], "the release cut by the kill is made again with the same key")
+			} else if tc.hang != "" {
 				require.Equal(t, []string{"refund:s1/3", "release:s1/4", "release:s1/4"}, calls,
 					"the recorded refund is not made again; the release cut by the kill is, with the same key")
 			} else {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -236,4 +237,102 @@ func TestCompensationsReplay(t *testing.T) {
 	require.ErrorIs(t, err, durable.ErrNonDeterministic)
 	require.ErrorContains(t, err, "undo:refund-v2")
 	require.Empty(t, again.get())
+}
+
+// TestCompensationsOnCancel: a Cancel with Compensate ends a run waiting
+// in memory, and a parked one (woken for it), only after its
+// compensations ran, latest first, once each; the run is cancelled and
+// its error matches ErrCancelled. A plain Cancel runs none, and a queued
+// run that never executed is cancelled at once.
+func TestCompensationsOnCancel(t *testing.T) {
+	t.Parallel()
+	for _, park := range []time.Duration{time.Hour, time.Millisecond} {
+		t.Run("park-threshold-"+park.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var log undoLog
+			var wf *durable.Workflow[string, string]
+			e := b.engine(t, func(c *durable.Config) { c.ParkThreshold = park }, func(e *durable.Engine) {
+				wf = durable.Register(e, "booking", func(wctx durable.Context, _ string) (string, error) {
+					for _, name := range []string{"hold", "charge"} {
+						if _, err := durable.Step(wctx, name, func(context.Context) (int, error) { return 1, nil }, nil); err != nil {
+							return "", err
+						}
+						if err := durable.Compensate(wctx, "undo-"+name, func(ctx context.Context) error {
+							log.add(ctx, "undo-"+name)
+							return nil
+						}, nil); err != nil {
+							return "", err
+						}
+					}
+					d, _, err := durable.Recv[string](wctx, "confirm", 10*time.Minute)
+					return d, err
+				}, nil)
+			})
+			ctx := ctxT(t)
+			waiting := func(id string) {
+				require.Eventually(t, func() bool {
+					var n int
+					_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.steps WHERE workflow_id = $1 AND name LIKE 'durable.recv-deadline:%%'`, b.schema), id).Scan(&n)
+					return n == 1
+				}, 10*time.Second, 2*time.Millisecond)
+			}
+			status := func(id string) durable.Status {
+				info, err := e.Inspect(ctx, id)
+				require.NoError(t, err)
+				return info.Status
+			}
+
+			h, err := wf.Start(ctx, "", &durable.StartOpts{ID: "b1"})
+			require.NoError(t, err)
+			waiting("b1")
+			require.NoError(t, e.Cancel(ctx, "b1", &durable.CancelOpts{Compensate: true}))
+			_, err = h.Result(ctx)
+			require.ErrorIs(t, err, durable.ErrCancelled)
+			require.ErrorContains(t, err, "2 undone")
+			require.Equal(t, durable.StatusCancelled, status("b1"))
+			require.Equal(t, []string{"undo-charge@b1/" + undoPos(t, b, "b1", "undo:undo-charge"), "undo-hold@b1/" + undoPos(t, b, "b1", "undo:undo-hold")}, log.get())
+
+			// A plain cancel: none.
+			h, err = wf.Start(ctx, "", &durable.StartOpts{ID: "b2"})
+			require.NoError(t, err)
+			waiting("b2")
+			require.NoError(t, e.Cancel(ctx, "b2", nil))
+			_, err = h.Result(ctx)
+			require.ErrorIs(t, err, durable.ErrCancelled)
+			require.Len(t, log.get(), 2, "a plain cancel compensates nothing")
+
+			// Cancelled again once ended: a no-op.
+			require.NoError(t, e.Cancel(ctx, "b1", &durable.CancelOpts{Compensate: true}))
+			require.Len(t, log.get(), 2)
+		})
+	}
+
+	t.Run("NeverExecuted", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		e := b.engine(t, nil, func(e *durable.Engine) {
+			durable.Register(e, "queued", func(wctx durable.Context, _ int) (int, error) { return 1, nil }, nil)
+		})
+		ctx := ctxT(t)
+		client, err := durable.NewClient(b.pool, &durable.ClientConfig{Schema: b.schema})
+		require.NoError(t, err)
+		defer client.Close()
+		require.NoError(t, client.DeclareQueue(ctx, "nobody-works-this", nil))
+		_, err = client.Enqueue(ctx, "queued", "nobody-works-this", 1, &durable.EnqueueOpts{ID: "q1"})
+		require.NoError(t, err)
+		require.NoError(t, e.Cancel(ctx, "q1", &durable.CancelOpts{Compensate: true}))
+		info, err := e.Inspect(ctx, "q1")
+		require.NoError(t, err)
+		require.Equal(t, durable.StatusCancelled, info.Status, "nothing to undo: cancelled at once")
+	})
+}
+
+// undoPos is the position of run id's step name, as its idempotency key
+// ends.
+func undoPos(t *testing.T, b *bundle, id, name string) string {
+	t.Helper()
+	var pos int
+	require.NoError(t, b.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT pos FROM %q.steps WHERE workflow_id = $1 AND name = $2`, b.schema), id, name).Scan(&pos))
+	return fmt.Sprint(pos)
 }

@@ -16,6 +16,17 @@ import (
 type CancelOpts struct {
 	// Children also cancels the run's child workflows, recursively.
 	Children bool
+	// Compensate runs the compensations a run registered ([Compensate])
+	// before it ends as cancelled: the run stays pending until an
+	// execution has replayed it up to where it was, stopped it there and
+	// run them, durably (a crash half-way resumes them). Its result is
+	// then the *CompensationError, matching ErrCancelled (or
+	// ErrCompensationFailed when an undo failed for good). A parked run is
+	// woken for it; a run that never executed (queued, or started in a
+	// transaction and not yet claimed) has nothing to undo and is
+	// cancelled at once. Without it, Cancel ends the run at once and no
+	// compensation runs.
+	Compensate bool
 }
 
 // Cancel cancels the run id (queued, running, sleeping or waiting). A run
@@ -28,9 +39,9 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts *CancelOpts) error 
 	if err := checkName("workflow ID", id); err != nil {
 		return err
 	}
-	children := opts != nil && opts.Children
+	children, comp := opts != nil && opts.Children, opts != nil && opts.Compensate
 	errb := encodeError(fmt.Errorf("durable: workflow %q was cancelled: %w", id, ErrCancelled))
-	cancelled, err := e.cq.Cancel(ctx, e.pool, sysdb.CancelParams{ID: id, Children: children, Error: errb})
+	cancelled, err := e.cq.Cancel(ctx, e.pool, sysdb.CancelParams{ID: id, Children: children, Error: errb, Compensate: comp})
 	if err != nil {
 		return fmt.Errorf("durable: cancel %q: %w", id, err)
 	}

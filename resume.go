@@ -91,6 +91,13 @@ func (rn *runner) resumeOne(c claimed, first window, failed priorAttempts, q *Qu
 		rn.e.log.Info("durable: resuming run", "workflow_id", c.ID, "workflow", c.Name, "recovery_attempt", c.Attempts, "recorded_steps", first.count)
 	}
 	r := rn.newRun(c.ID, c.Name, c.Epoch, c.Deadline)
+	if c.CancelRequested {
+		// Cancelled with compensations: it replays what it recorded (so
+		// registers its compensations again), halts at its first new
+		// step and compensates (compensate.go).
+		r.cancelComp.Store(true)
+		r.cancelCause(ErrCancelled)
+	}
 	r.hist = rn.resumedHistory(r, first)
 	r.failed = failed
 	r.queue = q

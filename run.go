@@ -66,6 +66,9 @@ type run struct {
 
 	undo         []compensation // registered by Compensate, under mu (compensate.go)
 	compensating atomic.Bool    // the compensations run: the deadline no longer applies
+	// cancelComp: a Cancel asked the run to compensate and end as
+	// cancelled (set by the claim, or by cancelRequested).
+	cancelComp atomic.Bool
 
 	replaying *replayMode // non-nil: a replay-only execution, which runs no step and writes nothing (replay.go)
 }

@@ -255,6 +255,11 @@ func (rn *runner) execute(r *run, def *wfDef, input []byte) {
 		// recorded the outcome, so a finish would find the run ended.
 		h = r.cancelled()
 	}
+	if h != nil && errors.Is(h, ErrCancelled) && cancelRequested(r) {
+		// A Cancel that asked for compensations left the run pending: it
+		// ends here, cancelled (it registered none, or they ran).
+		out, err, h = nil, h, nil
+	}
 	if h != nil {
 		if rn.notOursToFinish(h) {
 			// Not ours to finish: the run goes on elsewhere or later, or
@@ -292,8 +297,14 @@ func (rn *runner) execute(r *run, def *wfDef, input []byte) {
 	o := &outcome{status: StatusSuccess, output: out, next: next}
 	if err != nil {
 		o = &outcome{status: StatusError, err: encodeError(err)}
+		if r.cancelComp.Load() && errors.Is(err, ErrCancelled) {
+			o.status = StatusCancelled
+		}
 	}
 	rn.finish(r, o, steps)
+	if o.status == StatusCancelled && r.queue != nil {
+		rn.releaseSlot(r) // a cancelled run's slot is held until its code stopped: it has
+	}
 }
 
 // finish records the final outcome of r, with the checkpoints of its

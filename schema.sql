@@ -46,7 +46,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (19, 'flow_control'),
     (20, 'workflow_retries'),
     (21, 'continue_as_new'),
-    (22, 'select_waits');
+    (22, 'select_waits'),
+    (23, 'cancel_compensate');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -142,7 +143,12 @@ CREATE TABLE {{schema}}.workflows (
     -- Select (durable.Select): the waits of a run parked in a Select, any
     -- of which wakes it ("msg:" topic, "child:" run ID, "event:" length of
     -- the ID ":" ID key). NULL for every other run.
-    wait_any          text[]
+    wait_any          text[],
+
+    -- Cancel with compensations (CancelOpts.Compensate): the run was asked
+    -- to run its compensations and end as cancelled; it stays pending
+    -- until an execution has done so. NULL: not asked.
+    cancel_requested  boolean
 );
 
 -- The indexes below on workflows are all partial but the primary key and

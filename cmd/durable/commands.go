@@ -230,7 +230,7 @@ func (c *cli) eachStepWindow(ctx context.Context, id string, f func([]durable.St
 }
 
 func cmdCancel(ctx context.Context, c *cli, args []string) error {
-	if err := c.eng.Cancel(ctx, args[0], &durable.CancelOpts{Children: c.f.children}); err != nil {
+	if err := c.eng.Cancel(ctx, args[0], &durable.CancelOpts{Children: c.f.children, Compensate: c.f.compensate}); err != nil {
 		return err
 	}
 	return c.after(ctx, args[0], "cancelled")

@@ -99,6 +99,7 @@ type flags struct {
 	limit           int
 	cursor          string
 	children        bool
+	compensate      bool
 	retryFailedStep bool
 	fromStep        int
 	newID           string
@@ -136,6 +137,7 @@ var commands = []*command{
 	{name: "cancel", args: "ID", summary: "cancel a run (queued, running, sleeping or waiting)", nargs: [2]int{1, 1},
 		flags: func(fs *flag.FlagSet, c *cli) {
 			fs.BoolVar(&c.f.children, "children", false, "also cancel its child runs, recursively")
+			fs.BoolVar(&c.f.compensate, "compensate", false, "run the compensations it registered before it ends")
 		}, run: cmdCancel},
 	{name: "resume", args: "ID", summary: "resume a cancelled, failed or dead run from its last checkpoint", nargs: [2]int{1, 1},
 		flags: func(fs *flag.FlagSet, c *cli) {

@@ -10,8 +10,8 @@ func init() {
 			Name:      "cancel/unfinished-only",
 			Mechanism: "Cancel changes only pending or queued runs: a finished run keeps its outcome",
 			Edits: []Edit{{File: control,
-				Find:    "FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')",
-				Replace: "FROM tree WHERE w.id = tree.id"}},
+				Find:    "FROM target WHERE w.id = target.id AND w.status IN ('pending', 'enqueued')",
+				Replace: "FROM target WHERE w.id = target.id"}},
 			Pkg: "internal/sysdb", Tests: "TestCancel$",
 		},
 		Mutant{

@@ -18,6 +18,9 @@ type ClaimedRow struct {
 	Queue    *string
 	Trace    *string        // W3C trace context stored at start
 	Queued   *time.Duration // time since the run was created (enqueued)
+	// CancelRequested: a Cancel asked the run to run its compensations
+	// and end as cancelled (CancelParams.Compensate).
+	CancelRequested bool
 	// Recovered: this claim counted a recovery attempt (the run's executor
 	// died). Set by ClaimOwn and ClaimOrphans only.
 	Recovered bool
@@ -25,7 +28,7 @@ type ClaimedRow struct {
 
 // dest returns the scan destinations of c's columns.
 func (c *ClaimedRow) dest() []any {
-	return []any{&c.ID, &c.Name, &c.Input, &c.Epoch, &c.Attempts, &c.Deadline, &c.Queue, &c.Trace, &c.Queued}
+	return []any{&c.ID, &c.Name, &c.Input, &c.Epoch, &c.Attempts, &c.Deadline, &c.Queue, &c.Trace, &c.Queued, &c.CancelRequested}
 }
 
 // collectClaimed reads the runs of a claim statement.

@@ -21,6 +21,7 @@ type ControlQueries struct {
 	retries        string
 	retryLater     string
 	continueAs     string
+	cancelAsked    string
 }
 
 // NewControlQueries renders the control statements for schema; channel is
@@ -35,16 +36,30 @@ func NewControlQueries(schema, channel string) *ControlQueries {
 		// (C in an install made since migration 015, the database's
 		// default in an older one); the default one then yields to the
 		// column's in the comparisons, which keeps them on its indexes.
-		// $1 id, $2 with children, $3 error.
+		// With $4 (compensate), a run that has executed (epoch > 0) is
+		// not ended here: it is marked cancel_requested and made due (a
+		// parked or queued one at once), so that an execution replays it,
+		// runs its compensations and ends it as cancelled; its waiters are
+		// told only then.
+		// $1 id, $2 with children, $3 error, $4 compensate.
 		cancel: r(`WITH RECURSIVE tree(id) AS (
 	SELECT $1::text COLLATE "default"
 	UNION
 	SELECT c.id COLLATE "default" FROM {{schema}}.workflows c JOIN tree t ON c.parent_id = t.id WHERE $2::bool),
+target AS (
+	SELECT x.id, $4::bool AND x.epoch > 0 AS comp FROM tree JOIN {{schema}}.workflows x ON x.id = tree.id),
 u AS (
-	UPDATE {{schema}}.workflows w SET status = 'cancelled', error = $3, wake_at = NULL, wait_topic = NULL, wait_any = NULL, updated_at = now()
-	FROM tree WHERE w.id = tree.id AND w.status IN ('pending', 'enqueued')
-	RETURNING w.id, w.epoch)
-SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, ` + n(`'d:' || id`) + `::text FROM u`),
+	UPDATE {{schema}}.workflows w SET status = CASE WHEN target.comp THEN w.status ELSE 'cancelled' END,
+		error = CASE WHEN target.comp THEN w.error ELSE $3 END,
+		cancel_requested = CASE WHEN target.comp THEN true END,
+		wake_at = CASE WHEN NOT target.comp THEN NULL
+			WHEN w.executor_id IS NULL AND w.status = 'pending' AND w.wake_at IS NOT NULL THEN now() ELSE w.wake_at END,
+		not_before = CASE WHEN target.comp AND w.status = 'enqueued' THEN now() ELSE w.not_before END,
+		wait_topic = CASE WHEN target.comp THEN w.wait_topic END, wait_any = CASE WHEN target.comp THEN w.wait_any END, updated_at = now()
+	FROM target WHERE w.id = target.id AND w.status IN ('pending', 'enqueued')
+	RETURNING w.id, w.epoch, w.status, w.executor_id, w.queue_name)
+SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, (CASE WHEN status = 'cancelled' THEN ` + n(`'d:' || id`) + `
+	WHEN status = 'enqueued' THEN ` + n(`'q:' || queue_name`) + ` WHEN executor_id IS NULL THEN ` + n(`'n:' || id`) + ` END)::text FROM u`),
 
 		// Resumes a cancelled, dead-lettered or failed run from its last
 		// checkpoint: unowned and pending again (queued runs go back to
@@ -54,7 +69,7 @@ SELECT id, ` + n(`'c:' || epoch || ':' || id`) + `::text, ` + n(`'d:' || id`) + 
 		// steps start again from zero. $1 id.
 		resume: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET status = CASE WHEN queue_name IS NULL THEN 'pending' ELSE 'enqueued' END,
-		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, retries = NULL, error = NULL, output = NULL,
+		executor_id = NULL, epoch = epoch + 1, recovery_attempts = 0, retries = NULL, error = NULL, output = NULL, cancel_requested = NULL,
 		wake_at = NULL, wait_topic = NULL, wait_any = NULL, updated_at = now()
 	WHERE id = $1 AND status IN ('cancelled', 'dead', 'error') AND NOT (` + stopping + `)
 	RETURNING id, queue_name),
@@ -88,6 +103,11 @@ FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'
 		// Links run $1 to the run $3 it continues as, fenced by the epoch
 		// $2, and returns its parent (the continuation's too).
 		// Idempotent: a replay of the link writes the same value.
+		// Whether a Cancel asked run $1, still pending at epoch $2, to
+		// compensate and end as cancelled.
+		cancelAsked: r(`SELECT EXISTS (SELECT 1 FROM {{schema}}.workflows
+WHERE id = $1 AND epoch = $2 AND status = 'pending' AND cancel_requested)`),
+
 		continueAs: r(`UPDATE {{schema}}.workflows SET continued_as = $3
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
 RETURNING coalesce(parent_id, '')`),
@@ -121,12 +141,15 @@ type CancelParams struct {
 	ID       string
 	Children bool            // also the run's descendants, recursively
 	Error    json.RawMessage // the error recorded as their outcome
+	// Compensate leaves the runs that executed pending, marked
+	// cancel_requested and due, for an execution to compensate and end.
+	Compensate bool
 }
 
 // Cancel cancels the runs p names that are still pending or queued, and
 // returns their IDs. A finished run is left as it is.
 func (q *ControlQueries) Cancel(ctx context.Context, db DBTX, p CancelParams) ([]string, error) {
-	rows, err := db.Query(ctx, q.cancel, p.ID, p.Children, p.Error)
+	rows, err := db.Query(ctx, q.cancel, p.ID, p.Children, p.Error, p.Compensate)
 	if err != nil {
 		return nil, err
 	}
@@ -241,4 +264,12 @@ func (q *ControlQueries) ContinueAs(ctx context.Context, db DBTX, id string, epo
 		return "", false, nil
 	}
 	return parent, err == nil, err
+}
+
+// CancelRequested reports whether a Cancel with Compensate asked run id,
+// pending at epoch, to run its compensations and end as cancelled.
+func (q *ControlQueries) CancelRequested(ctx context.Context, db DBTX, id string, epoch int64) (bool, error) {
+	var asked bool
+	err := db.QueryRow(ctx, q.cancelAsked, id, epoch).Scan(&asked)
+	return asked, err
 }

@@ -138,7 +138,7 @@ WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 		AND name = ANY($4::text[]) AND (epoch = 0 OR app_version = $3)
 	ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at`),
+	clock_timestamp() - w.created_at, w.cancel_requested IS TRUE`),
 
 		// $1 ids, $2 executor, $3 app_version, $4 rate limited.
 		claimIDs: r(`UPDATE {{schema}}.workflows w
@@ -148,7 +148,7 @@ SET status = 'pending', executor_id = $2, epoch = w.epoch + 1, started_at = now(
 	wake_at = NULL, wait_topic = NULL, wait_any = NULL
 WHERE w.id = ANY($1::text[]) AND w.status = 'enqueued'
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at`),
+	clock_timestamp() - w.created_at, w.cancel_requested IS TRUE`),
 
 		// Queued runs whose executor died (or, at boot, this executor's own
 		// previous incarnation) go back to their queue, keeping their place

@@ -45,7 +45,7 @@ WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
 		AND queue_name IS NULL AND (created_at, id) > ($5::timestamptz, $6::text)
 	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at, w.created_at`),
+	clock_timestamp() - w.created_at, w.cancel_requested IS TRUE, w.created_at`),
 
 		// The rest of boot recovery: the pending runs of this executor ID
 		// that it did not claim ($4) go back unowned, for any executor to
@@ -94,7 +94,7 @@ WHERE w.id = ANY(ARRAY(SELECT c.id FROM (
 		ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) orphaned
 	) c ORDER BY c.created_at LIMIT $4))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at,
+	clock_timestamp() - w.created_at, w.cancel_requested IS TRUE,
 	-- Whether this claim counted a recovery attempt: the subquery reads
 	-- the row as it was before this statement (a statement does not see
 	-- its own writes), i.e. the CASE of the SET above.
@@ -151,7 +151,7 @@ WHERE status = 'pending' AND executor_id = $1 AND wake_at IS NULL AND app_versio
 		claimStray: r(`UPDATE {{schema}}.workflows SET epoch = epoch + 1, updated_at = now()
 WHERE id = $1 AND epoch = $2 AND executor_id = $3 AND status = 'pending' AND wake_at IS NULL
 RETURNING id, name, input, epoch, recovery_attempts, deadline, queue_name, trace_context,
-	clock_timestamp() - created_at`),
+	clock_timestamp() - created_at, cancel_requested IS TRUE`),
 
 		// Hand a stray queued run of this executor back to its queue.
 		// $1 id, $2 epoch seen, $3 executor_id.

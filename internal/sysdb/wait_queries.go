@@ -40,9 +40,14 @@ func NewWaitQueries(schema, channel string) *WaitQueries {
 		// Select's waits: see WaitKeys).
 		// A run of a queue that releases parked slots goes back to its
 		// queue, delayed until its wake-up time.
-		park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wake_at = $3, wait_topic = $4, wait_any = $5, updated_at = now(),
+		// A run a Cancel asked to compensate (cancel_requested, set while
+		// it ran on to this park, committed before or concurrently: read
+		// from the row the update writes) is due at once instead: its
+		// next execution compensates.
+		park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wait_topic = $4, wait_any = $5, updated_at = now(),
+	wake_at = CASE WHEN w.cancel_requested THEN now() ELSE $3 END,
 	status = CASE WHEN rq.name IS NULL THEN w.status ELSE 'enqueued' END,
-	not_before = CASE WHEN rq.name IS NULL THEN w.not_before ELSE $3 END
+	not_before = CASE WHEN rq.name IS NULL THEN w.not_before WHEN w.cancel_requested THEN now() ELSE $3 END
 FROM (SELECT $1::text AS id) x
 LEFT JOIN {{schema}}.queues rq ON rq.release_parked AND rq.name = (SELECT queue_name FROM {{schema}}.workflows WHERE id = $1)
 WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'`),

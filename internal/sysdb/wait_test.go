@@ -552,3 +552,30 @@ SELECT 'filler-' || g, 'w', 'pending', 'v', 1, now() + interval '1 hour' FROM ge
 	require.JSONEq(t, `{"case": 5, "value": "l"}`, string(take(2, 1)))
 	require.Nil(t, take(2, 2))
 }
+
+// TestWaitParkCancelRequested: a run a Cancel asked to compensate while
+// it ran parks due at once (through its queue when it releases parked
+// slots), so that its next execution compensates.
+func TestWaitParkCancelRequested(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	wake := time.Now().Add(time.Hour)
+	d.run("asked", "cancel_requested = true")
+	d.run("plain", "")
+	for _, id := range []string{"asked", "plain"} {
+		ok, err := d.wq.Park(d.ctx, d.pool, ParkParams{ID: id, Epoch: 2, WakeAt: wake, Topic: "t"})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	require.True(t, d.recent(d.row("asked").WakeAt), "due now")
+	require.True(t, wake.Sub(*d.row("plain").WakeAt).Abs() < time.Second, "due at its wake-up time")
+
+	d.exec(`INSERT INTO {{schema}}.queues (name, release_parked) VALUES ('rq', true)`)
+	d.run("queued", "cancel_requested = true, queue_name = 'rq'")
+	ok, err := d.wq.Park(d.ctx, d.pool, ParkParams{ID: "queued", Epoch: 2, WakeAt: wake})
+	require.NoError(t, err)
+	require.True(t, ok)
+	r := d.row("queued")
+	require.Equal(t, "enqueued", r.Status)
+	require.True(t, d.recent(r.NotBefore), "back in its queue, due now")
+}
