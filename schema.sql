@@ -45,7 +45,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (18, 'views_v1'),
     (19, 'flow_control'),
     (20, 'workflow_retries'),
-    (21, 'continue_as_new');
+    (21, 'continue_as_new'),
+    (23, 'tags');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -136,7 +137,11 @@ CREATE TABLE {{schema}}.workflows (
 
     -- Continue-as-new (Workflow.ContinueAsNew): the run this one continued
     -- as, the next link of its chain. NULL: it did not continue.
-    continued_as      text COLLATE "C"
+    continued_as      text COLLATE "C",
+
+    -- Tags (StartOpts.Tags, SetTag): the run's string keys and values, as
+    -- one JSON object. NULL: none.
+    tags              jsonb
 );
 
 -- The indexes below on workflows are all partial but the primary key and
@@ -166,6 +171,12 @@ CREATE INDEX workflows_finished_at_idx
 -- Parked runs by wake-up time.
 CREATE INDEX workflows_parked_due_idx
     ON {{schema}}.workflows (wake_at) WHERE status = 'pending' AND executor_id IS NULL AND wake_at IS NOT NULL;
+-- Runs by tags (ListParams.Tags: tags @> '{"k": "v"}'). Only tagged runs
+-- have entries, and no other index has the column: an untagged run's
+-- writes never touch it, and an update that leaves the tags alone stays
+-- HOT.
+CREATE INDEX workflows_tags_idx
+    ON {{schema}}.workflows USING gin (tags jsonb_path_ops) WHERE tags IS NOT NULL;
 -- Pending runs with no owner and no wake-up time (started in the caller's
 -- transaction, forked or handed back), for the takeover sweep.
 CREATE INDEX workflows_unowned_idx
@@ -415,7 +426,8 @@ SELECT w.id AS workflow_id,
     nullif(split_part(w.trace_context, '-', 2), '') AS trace_id,
     w.input,
     w.output,
-    w.error
+    w.error,
+    w.tags
 FROM {{schema}}.workflows w;
 
 -- One row per step with a recorded outcome or intent, and per step whose
