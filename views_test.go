@@ -174,7 +174,7 @@ func TestViewsV1(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 
 	// Runs and steps.
-	ok, err := order.Start(ctx, 21, &durable.StartOpts{ID: "order-ok"})
+	ok, err := order.Start(ctx, 21, &durable.StartOpts{ID: "order-ok", Tags: map[string]string{"customer": "acme"}})
 	require.NoError(t, err)
 	_, err = ok.Result(ctx)
 	require.NoError(t, err)
@@ -212,8 +212,13 @@ func TestViewsV1(t *testing.T) {
 		if info.Error != nil {
 			require.Contains(t, string(r.Error), "negative order", id)
 		}
-		require.Nil(t, r.Tags, id)
+		var tags map[string]string
+		if r.Tags != nil {
+			require.NoError(t, json.Unmarshal(r.Tags, &tags), id)
+		}
+		require.Equal(t, info.Tags, tags, id)
 	}
+	require.JSONEq(t, `{"customer": "acme"}`, string(viewRows[viewRun](t, b.pool, b.schema, "runs_v1", "WHERE workflow_id = 'order-ok'")[0].Tags))
 	for _, id := range []string{"order-ok", "order-bad"} {
 		recorded, err := e.ListSteps(ctx, id)
 		require.NoError(t, err)
