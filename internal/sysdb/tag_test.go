@@ -213,11 +213,14 @@ func TestListByTagsReadsTheTagsIndex(t *testing.T) {
 }
 
 // TestTagsKeepUpdatesHOT: the tags column is in workflows_tags_idx alone,
-// so an update that changes no indexed column (the wait topic of a Recv,
-// the notify flag of a remote waiter) stays a HOT update, writing no index
-// entry, for a tagged run as for an untagged one.
+// a partial index of tagged runs, so an update that changes no indexed
+// column (the wait topic of a Recv, the notify flag of a remote waiter)
+// stays a HOT update, writing no index entry, for a tagged run as for an
+// untagged one.
 func TestTagsKeepUpdatesHOT(t *testing.T) {
 	c := newCore(t)
+	require.Contains(t, c.text(`SELECT pg_get_indexdef(to_regclass($1))`, c.schema+".workflows_tags_idx"),
+		"USING gin (tags jsonb_path_ops) WHERE (tags IS NOT NULL)", "untagged runs have no entry")
 	rows, err := c.pool.Query(c.ctx, `SELECT i.relname FROM pg_index x
 		JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
 		JOIN pg_namespace n ON n.oid = t.relnamespace
