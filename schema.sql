@@ -46,7 +46,7 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (19, 'flow_control'),
     (20, 'workflow_retries'),
     (21, 'continue_as_new'),
-    (23, 'tags');
+    (24, 'tags');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease

@@ -331,7 +331,7 @@ func TestViewsReadOnlyRole(t *testing.T) {
 // TestViewsAndTheCollationChange: the maintenance that moves an install
 // made before migration 015 to the C collation (docs/operations.md) works
 // with the views: drop them, apply 015's ALTER TABLE statements, create
-// them again from migrations 018 and 023 (runs_v1's tags column).
+// them again from migrations 018 and 024 (runs_v1's tags column).
 func TestViewsAndTheCollationChange(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -346,14 +346,14 @@ func TestViewsAndTheCollationChange(t *testing.T) {
 	require.NotNil(t, alters)
 	m018, err := os.ReadFile("migrations/018_views_v1.sql")
 	require.NoError(t, err)
-	m023, err := os.ReadFile("migrations/023_tags.sql")
+	m024, err := os.ReadFile("migrations/024_tags.sql")
 	require.NoError(t, err)
 	s := pgx.Identifier{schema}.Sanitize()
 	_, err = pool.Exec(ctx, sysdb.Render(string(alters[1]), schema))
 	require.Error(t, err, "Postgres changes no column a view uses")
 
 	script := "BEGIN;\nDROP VIEW " + s + ".runs_v1, " + s + ".steps_v1, " + s + ".queues_v1, " + s + ".schedules_v1;\n" +
-		sysdb.Render(string(alters[1]), schema) + "\n" + sysdb.Render(string(m018), schema) + "\n" + sysdb.Render(string(m023), schema) +
+		sysdb.Render(string(alters[1]), schema) + "\n" + sysdb.Render(string(m018), schema) + "\n" + sysdb.Render(string(m024), schema) +
 		"\nCOMMIT;"
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)

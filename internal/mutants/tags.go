@@ -154,7 +154,7 @@ func init() {
 		Mutant{
 			Name:      "tags/index-partial",
 			Mechanism: "workflows_tags_idx holds tagged runs only: an untagged run writes no entry",
-			Edits: []Edit{{File: "migrations/023_tags.sql",
+			Edits: []Edit{{File: "migrations/024_tags.sql",
 				Find:    "USING gin (tags jsonb_path_ops) WHERE tags IS NOT NULL;",
 				Replace: "USING gin (tags jsonb_path_ops);"}},
 			Pkg: "internal/sysdb", Tests: "TestTagsKeepUpdatesHOT",
