@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -260,12 +261,17 @@ func prepareEnqueueMany[P any](s submitter, op, name, queue string, items []Enqu
 		if err != nil {
 			return nil, &BatchItemError{Op: op, Index: i, Err: err}
 		}
+		tags, err := encodeTags("EnqueueOpts.Tags", o.Tags)
+		if err != nil {
+			return nil, &BatchItemError{Op: op, Index: i, Err: err}
+		}
 		if err := ids.add(i, id, input); err != nil {
 			return nil, err
 		}
 		o.ID = id
 		r := &b.runs[i]
-		*r = sysdb.QueuedRun{ID: id, Input: input, Priority: int32(o.Priority), PartitionKey: o.PartitionKey, DedupID: o.DedupID}
+		*r = sysdb.QueuedRun{ID: id, Input: input, Priority: int32(o.Priority), PartitionKey: o.PartitionKey, DedupID: o.DedupID,
+			Tags: tags}
 		if !o.NotBefore.IsZero() {
 			nb := o.NotBefore
 			r.NotBefore = &nb
@@ -282,15 +288,19 @@ func prepareEnqueueMany[P any](s submitter, op, name, queue string, items []Enqu
 	return b, nil
 }
 
+// batchedOpts are the fields of EnqueueOpts a batch writes.
+var batchedOpts = map[string]bool{"ID": true, "DedupID": true, "OnDuplicate": true, "Priority": true, "PartitionKey": true,
+	"NotBefore": true, "Timeout": true, "AcceptDifferentInput": true, "Tags": true}
+
 // batchable refuses the options a batch does not write (Debounce): an
 // option added to EnqueueOpts is refused until batches handle it, never
 // dropped.
 func (o *EnqueueOpts) batchable() error {
-	known := EnqueueOpts{ID: o.ID, DedupID: o.DedupID, OnDuplicate: o.OnDuplicate, Priority: o.Priority,
-		PartitionKey: o.PartitionKey, NotBefore: o.NotBefore, Timeout: o.Timeout, AcceptDifferentInput: o.AcceptDifferentInput}
-	if *o != known {
-		return fmt.Errorf("%w: a batch takes the EnqueueOpts ID, DedupID, OnDuplicate, Priority, PartitionKey, NotBefore, "+
-			"Timeout and AcceptDifferentInput only: enqueue a run with other options (Debounce) alone", ErrInvalidArgument)
+	v := reflect.ValueOf(*o)
+	for i := range v.NumField() {
+		if f := v.Type().Field(i).Name; !batchedOpts[f] && !v.Field(i).IsZero() {
+			return fmt.Errorf("%w: a batch does not take EnqueueOpts.%s: enqueue a run with it alone", ErrInvalidArgument, f)
+		}
 	}
 	return nil
 }
@@ -360,7 +370,7 @@ func (b *enqueueBatch) settle(ctx context.Context, db sysdb.DBTX, i int, notify 
 	// (that item's ID existed): the run is enqueued alone.
 	res, err := s.qq.Enqueue(ctx, db, sysdb.EnqueueParams{ID: r.ID, Workflow: b.name, AppVersion: s.appVersion, Input: r.Input,
 		Queue: b.queue, Priority: int(r.Priority), PartitionKey: r.PartitionKey, DedupID: r.DedupID, NotBefore: r.NotBefore,
-		Deadline: r.Deadline, Notify: notify, TraceContext: trace})
+		Deadline: r.Deadline, Notify: notify, TraceContext: trace, Tags: r.Tags})
 	switch {
 	case err != nil:
 		return "", false, fmt.Errorf("durable: enqueue workflow %q on queue %q: %w", b.name, b.queue, err)
@@ -420,10 +430,14 @@ func prepareStartMany[P any](s submitter, op, name string, items []StartItem[P])
 		if err != nil {
 			return nil, &BatchItemError{Op: op, Index: i, Err: err}
 		}
+		tags, err := it.Opts.tags()
+		if err != nil {
+			return nil, &BatchItemError{Op: op, Index: i, Err: err}
+		}
 		if err := ids.add(i, id, input); err != nil {
 			return nil, err
 		}
-		b.runs[i] = sysdb.StartedRun{ID: id, Input: input, Deadline: deadline}
+		b.runs[i] = sysdb.StartedRun{ID: id, Input: input, Deadline: deadline, Tags: tags}
 	}
 	return b, nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/durable-go/durable/internal/hooks"
+	"github.com/durable-go/durable/internal/sysdb"
 )
 
 // ContinueAsNew ends the calling run and starts a fresh run of w, the
@@ -24,7 +25,9 @@ import (
 // The new run's ID defaults to the chain's first ID with "#" and its
 // number: "poll-7" continues as "poll-7#2", then "poll-7#3"; opts.ID sets
 // another, and opts.Timeout a deadline of its own (the old run's deadline
-// does not carry over). A child's continuation is its parent's child, and
+// does not carry over). It keeps the old run's tags, those its code set
+// ([SetTag]) included, unless opts.Tags is not nil: then it has those
+// instead. A child's continuation is its parent's child, and
 // the parent's [Handle.Await] waits for the chain's end. The start is
 // recorded as a step: replayed, it returns the same successor, so a crash
 // never starts two. Compensations
@@ -59,6 +62,10 @@ func (w *Workflow[P, R]) ContinueAsNew(wctx Context, in P, opts *StartOpts) erro
 	if err != nil {
 		return err
 	}
+	tags, err := opts.tags()
+	if err != nil {
+		return err
+	}
 	linked := false
 	err = r.retryDB("continue as new", func(ctx context.Context) error {
 		// The link first, fenced: a run that lost its owner starts
@@ -66,12 +73,16 @@ func (w *Workflow[P, R]) ContinueAsNew(wctx Context, in P, opts *StartOpts) erro
 		// was. Its start is as a child's: the ID and input are the same
 		// in every execution, so one repeated after a crash finds the
 		// same run.
-		parent, ok, err := r.e.cq.ContinueAs(ctx, r.e.pool, r.id, r.epoch, next)
+		link, ok, err := r.e.cq.ContinueAs(ctx, r.e.pool, r.id, r.epoch, next)
 		if linked = ok; err != nil || !ok {
 			return err
 		}
+		o := &sysdb.OwnedRun{ID: next, Name: w.def.name, Input: input, ParentID: link.Parent, Deadline: deadline, Tags: tags}
+		if opts == nil || opts.Tags == nil {
+			o.Tags = link.Tags // the run's tags, SetTag's included
+		}
 		sp := r.trace().startChild(w.def.name, next, pos)
-		_, err = w.insertAndRun(ctx, sp, next, input, parent, deadline, opts.sameInput(input))
+		_, err = w.insertAndRun(ctx, sp, o, opts.sameInput(input))
 		sp.end(err)
 		return err
 	})

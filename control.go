@@ -140,6 +140,10 @@ type ForkOpts struct {
 	// with other settings, such as an agent defined again with another
 	// prompt or model (agentkit's Agent.ForkAt).
 	Workflow string
+	// Tags are the new run's tags, as StartOpts.Tags; an empty, non-nil
+	// map gives it none. Defaults to nil: the source run's tags as they
+	// are now (those its code set after the fork's position included).
+	Tags map[string]string
 }
 
 // Fork starts a new run of w with the input of run id, reusing the outputs
@@ -204,6 +208,10 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 	} else if len(version) > maxNameLen {
 		return "", fmt.Errorf("%w: ForkOpts.AppVersion is longer than %d bytes", ErrInvalidArgument, maxNameLen)
 	}
+	tags, err := encodeTags("ForkOpts.Tags", o.Tags)
+	if err != nil {
+		return "", err
+	}
 	sp := e.tr.fork(ctx, name, newID, id, fromStep)
 	defer func() { sp.end(err) }()
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
@@ -215,7 +223,7 @@ func (e *Engine) fork(ctx context.Context, id, name string, fromStep int, opts *
 			return fmt.Errorf("%w: fork of %q from step %d: the run has %d recorded steps (0..%d)", ErrInvalidArgument, id, fromStep, n, n)
 		}
 		err = e.cq.ForkRun(ctx, tx, sysdb.ForkRunParams{SourceID: id, ID: newID, AppVersion: version, TraceContext: sp.traceparent(),
-			Workflow: o.Workflow})
+			Workflow: o.Workflow, ReplaceTags: o.Tags != nil, Tags: tags})
 		if err != nil {
 			return err
 		}

@@ -316,6 +316,7 @@ type Engine struct {
 	lq          *sysdb.LeaseQueries
 	rcq         *sysdb.RecoveryQueries
 	aq          *sysdb.AttemptQueries
+	tgq         *sysdb.TagQueries
 	log         *slog.Logger
 	tr          tracer  // the engine's spans
 	met         *meters // the engine's metrics; nil: off (metrics.go)
@@ -384,6 +385,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		lq:          sysdb.NewLeaseQueries(c.Schema),
 		rcq:         sysdb.NewRecoveryQueries(c.Schema, q.NotifyTo),
 		aq:          sysdb.NewAttemptQueries(c.Schema),
+		tgq:         sysdb.NewTagQueries(c.Schema),
 		log:         c.Logger.With("durable.executor", c.ExecutorID),
 		incarnation: randomHex(8),
 		defs:        map[string]*wfDef{},

@@ -79,8 +79,9 @@ func (d *Debounce) check(o *EnqueueOpts) error {
 
 // debounce puts through db a debounced run of workflow name on queue, or
 // collapses it into the queued run holding its key; it returns the run's
-// ID. o has been checked.
-func (s submitter) debounce(ctx context.Context, db sysdb.DBTX, name, queue string, in any, o *EnqueueOpts, notify bool) (_ string, err error) {
+// ID. o has been checked; tags are its Tags, encoded.
+func (s submitter) debounce(ctx context.Context, db sysdb.DBTX, name, queue string, in any, o *EnqueueOpts, tags json.RawMessage,
+	notify bool) (_ string, err error) {
 	id, input, err := prepareRun(name, in, "", s.limit)
 	if err != nil {
 		return "", err
@@ -88,7 +89,7 @@ func (s submitter) debounce(ctx context.Context, db sysdb.DBTX, name, queue stri
 	d := o.Debounce
 	now := s.clock.now()
 	p := sysdb.DebounceParams{ID: id, Workflow: name, AppVersion: s.appVersion, Input: input, Queue: queue,
-		Priority: o.Priority, PartitionKey: o.PartitionKey, Key: d.Key, Start: now.Add(d.Window), Notify: notify}
+		Priority: o.Priority, PartitionKey: o.PartitionKey, Key: d.Key, Start: now.Add(d.Window), Notify: notify, Tags: tags}
 	if d.MaxWait > 0 {
 		bound := now.Add(d.MaxWait)
 		p.StartBound = &bound

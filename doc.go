@@ -147,7 +147,8 @@
 //     [*NonDeterminismError]);
 //   - use [Now] and [NewID] instead of time.Now and random IDs, and [Sleep]
 //     instead of time.Sleep;
-//   - receive messages with [Recv] and publish progress with [SetEvent];
+//   - receive messages with [Recv], publish progress with [SetEvent] and
+//     tag the run with [SetTag];
 //   - branch changed code on [Patched] so in-flight runs keep their path;
 //   - start child workflows with [Workflow.StartChild], which records the
 //     start, rather than Start, and wait for them with [Handle.Await];
@@ -166,6 +167,8 @@
 // that finished before a cutoff, in short batches that skip rows anyone
 // else holds, so it runs next to live work; Config.Retention makes one
 // executor at a time do it every Config.RetentionInterval.
+// Runs carry tags (StartOpts.Tags, [SetTag]) that [Engine.ListWorkflows]
+// filters on (ListParams.Tags).
 // [Engine.ListWorkflows], [Engine.Inspect], [Engine.ListSteps],
 // [Engine.ListQueues], [Engine.ListSchedules], [Engine.Cancel],
 // [Engine.Resume], [Engine.Fork], [Send] and [Engine.TriggerSchedule] work

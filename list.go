@@ -44,6 +44,10 @@ type ListParams struct {
 	From time.Time
 	// To keeps runs created before this time. Defaults to no bound.
 	To time.Time
+	// Tags keeps the runs that have all these tags, each key with its
+	// value (see [SetTag]). It reads an index of the tagged runs. At most
+	// [MaxTags]. Defaults to all.
+	Tags map[string]string
 	// Cursor continues a listing where the previous page ended: pass the
 	// cursor ListWorkflows returned, with the same filters. Defaults to the
 	// first page.
@@ -90,6 +94,9 @@ type WorkflowInfo struct {
 	// it joins the trace of the span that started it), as 32 hex digits;
 	// "" when the starting engine had no Config.TracerProvider.
 	TraceID string
+	// Tags are the run's tags: those it was started with and those its
+	// code set with [SetTag]; nil when it has none.
+	Tags map[string]string
 }
 
 // ListWorkflows returns runs matching p, newest first (by creation time,
@@ -136,7 +143,8 @@ func workflowInfo(row sysdb.RunRow) WorkflowInfo {
 	w := WorkflowInfo{ID: row.ID, Name: row.Name, Status: Status(row.Status), AppVersion: row.AppVersion,
 		Executor: deref(row.ExecutorID), Parent: deref(row.ParentID), Queue: deref(row.QueueName),
 		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, RecoveryAttempts: row.RecoveryAttempts,
-		Retries: row.Retries, ContinuedAs: deref(row.ContinuedAs), Error: decodeError(row.Error), Input: row.Input, Output: row.Output, WaitTopic: deref(row.WaitTopic)}
+		Retries: row.Retries, ContinuedAs: deref(row.ContinuedAs), Error: decodeError(row.Error), Input: row.Input, Output: row.Output,
+		WaitTopic: deref(row.WaitTopic), Tags: row.Tags}
 	if sc := parseTraceparent(row.TraceContext); sc.HasTraceID() {
 		w.TraceID = sc.TraceID().String()
 	}
@@ -196,6 +204,10 @@ func (p ListParams) filter() (sysdb.ListFilter, error) {
 		}
 	}
 	f.IDs = p.IDs
+	if err := checkTags("ListParams.Tags", p.Tags); err != nil {
+		return f, err
+	}
+	f.Tags = p.Tags
 	if !p.From.IsZero() && !p.To.IsZero() && !p.From.Before(p.To) {
 		return f, bad("To", "(%s) must be after From (%s)", p.To.Format(time.RFC3339Nano), p.From.Format(time.RFC3339Nano))
 	}

@@ -96,6 +96,11 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 			_, err := q.WakeParent(ctx, db, sysdb.WakeParentParams{ChildID: "r7", ParentID: "p7"})
 			return err
 		}),
+		typedCase(t, "SetTag", func(db sysdb.DBTX) error {
+			_, err := sysdb.NewTagQueries(schema).SetTag(ctx, db, sysdb.SetTagParams{WorkflowID: "r7", Epoch: 2, Pos: 1, Name: "durable.tag:k",
+				Key: "k", Value: "v", StartedAt: now, MaxTags: MaxTags})
+			return err
+		}),
 		{"Park", park, parkArgs},
 		{"HandBack", handBack, handBackArgs},
 		{"Append", appendSQL, appendArgs},

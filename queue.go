@@ -329,9 +329,11 @@ type EnqueueOpts struct {
 	// Debounce.Window after this enqueue with this input (or the merged
 	// one); else the enqueue makes such a run. The returned handle is that
 	// run's. ID, DedupID and NotBefore must not be set with it; the run
-	// keeps the Priority and PartitionKey of its first enqueue, and takes
-	// the Timeout of the latest. Defaults to nil.
+	// keeps the Priority, PartitionKey and Tags of its first enqueue, and
+	// takes the Timeout of the latest. Defaults to nil.
 	Debounce *Debounce
+	// Tags are the run's first tags, as StartOpts.Tags. Defaults to none.
+	Tags map[string]string
 }
 
 // Enqueue puts a run of w on queue q and returns its handle. It starts when

@@ -47,7 +47,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (20, 'workflow_retries'),
     (21, 'continue_as_new'),
     (22, 'select_waits'),
-    (23, 'cancel_compensate');
+    (23, 'cancel_compensate'),
+    (24, 'tags');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -148,7 +149,11 @@ CREATE TABLE {{schema}}.workflows (
     -- Cancel with compensations (CancelOpts.Compensate): the run was asked
     -- to run its compensations and end as cancelled; it stays pending
     -- until an execution has done so. NULL: not asked.
-    cancel_requested  boolean
+    cancel_requested  boolean,
+
+    -- Tags (StartOpts.Tags, SetTag): the run's string keys and values, as
+    -- one JSON object. NULL: none.
+    tags              jsonb
 );
 
 -- The indexes below on workflows are all partial but the primary key and
@@ -182,6 +187,12 @@ CREATE INDEX workflows_parked_due_idx
 -- waiting for its event here. Only parked Selects have entries.
 CREATE INDEX workflows_wait_any_idx
     ON {{schema}}.workflows USING gin (wait_any) WHERE wait_any IS NOT NULL;
+-- Runs by tags (ListParams.Tags: tags @> '{"k": "v"}'). Only tagged runs
+-- have entries, and no other index has the column: an untagged run's
+-- writes never touch it, and an update that leaves the tags alone stays
+-- HOT.
+CREATE INDEX workflows_tags_idx
+    ON {{schema}}.workflows USING gin (tags jsonb_path_ops) WHERE tags IS NOT NULL;
 -- Pending runs with no owner and no wake-up time (started in the caller's
 -- transaction, forked or handed back), for the takeover sweep.
 CREATE INDEX workflows_unowned_idx
@@ -431,7 +442,8 @@ SELECT w.id AS workflow_id,
     nullif(split_part(w.trace_context, '-', 2), '') AS trace_id,
     w.input,
     w.output,
-    w.error
+    w.error,
+    w.tags
 FROM {{schema}}.workflows w;
 
 -- One row per step with a recorded outcome or intent, and per step whose

@@ -70,10 +70,14 @@ func (s submitter) start(ctx context.Context, db sysdb.DBTX, name string, in any
 	if err != nil {
 		return "", err
 	}
+	tags, err := opts.tags()
+	if err != nil {
+		return "", err
+	}
 	sp := s.tr.start(ctx, "durable.start", name, id)
 	defer func() { sp.end(err) }()
 	inserted, err := s.q.InsertWorkflow(ctx, db, sysdb.InsertWorkflowParams{ID: id, Name: name, AppVersion: s.appVersion,
-		Input: input, NotifyPayload: "n:" + id, Deadline: deadline, TraceContext: sp.traceparent()})
+		Input: input, NotifyPayload: "n:" + id, Deadline: deadline, TraceContext: sp.traceparent(), Tags: tags})
 	if err != nil {
 		return "", fmt.Errorf("durable: start workflow %q id %q: %w", name, id, err)
 	}
@@ -127,8 +131,12 @@ func (s submitter) enqueue(ctx context.Context, db sysdb.DBTX, name, queue strin
 	if err := o.check(); err != nil {
 		return "", err
 	}
+	tags, err := encodeTags("EnqueueOpts.Tags", o.Tags)
+	if err != nil {
+		return "", err
+	}
 	if o.Debounce != nil {
-		return s.debounce(ctx, db, name, queue, in, &o, notify)
+		return s.debounce(ctx, db, name, queue, in, &o, tags, notify)
 	}
 	id, input, err := prepareRun(name, in, o.ID, s.limit)
 	if err != nil {
@@ -146,7 +154,7 @@ func (s submitter) enqueue(ctx context.Context, db sysdb.DBTX, name, queue strin
 	defer func() { sp.end(err) }()
 	res, err := s.qq.Enqueue(ctx, db, sysdb.EnqueueParams{ID: id, Workflow: name, AppVersion: s.appVersion,
 		Input: input, Queue: queue, Priority: o.Priority, PartitionKey: o.PartitionKey, DedupID: o.DedupID,
-		NotBefore: notBefore, Deadline: deadline, Notify: notify, TraceContext: sp.traceparent()})
+		NotBefore: notBefore, Deadline: deadline, Notify: notify, TraceContext: sp.traceparent(), Tags: tags})
 	if err != nil {
 		return "", fmt.Errorf("durable: enqueue workflow %q on queue %q: %w", name, queue, err)
 	}

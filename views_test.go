@@ -44,6 +44,7 @@ type viewRun struct {
 	Input            json.RawMessage `db:"input"`
 	Output           json.RawMessage `db:"output"`
 	Error            json.RawMessage `db:"error"`
+	Tags             json.RawMessage `db:"tags"`
 }
 
 // viewStep is a row of steps_v1.
@@ -173,7 +174,7 @@ func TestViewsV1(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 
 	// Runs and steps.
-	ok, err := order.Start(ctx, 21, &durable.StartOpts{ID: "order-ok"})
+	ok, err := order.Start(ctx, 21, &durable.StartOpts{ID: "order-ok", Tags: map[string]string{"customer": "acme"}})
 	require.NoError(t, err)
 	_, err = ok.Result(ctx)
 	require.NoError(t, err)
@@ -211,7 +212,13 @@ func TestViewsV1(t *testing.T) {
 		if info.Error != nil {
 			require.Contains(t, string(r.Error), "negative order", id)
 		}
+		var tags map[string]string
+		if r.Tags != nil {
+			require.NoError(t, json.Unmarshal(r.Tags, &tags), id)
+		}
+		require.Equal(t, info.Tags, tags, id)
 	}
+	require.JSONEq(t, `{"customer": "acme"}`, string(viewRows[viewRun](t, b.pool, b.schema, "runs_v1", "WHERE workflow_id = 'order-ok'")[0].Tags))
 	for _, id := range []string{"order-ok", "order-bad"} {
 		recorded, err := e.ListSteps(ctx, id)
 		require.NoError(t, err)
@@ -324,7 +331,7 @@ func TestViewsReadOnlyRole(t *testing.T) {
 // TestViewsAndTheCollationChange: the maintenance that moves an install
 // made before migration 015 to the C collation (docs/operations.md) works
 // with the views: drop them, apply 015's ALTER TABLE statements, create
-// them again from migration 018.
+// them again from migrations 018 and 024 (runs_v1's tags column).
 func TestViewsAndTheCollationChange(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -339,12 +346,15 @@ func TestViewsAndTheCollationChange(t *testing.T) {
 	require.NotNil(t, alters)
 	m018, err := os.ReadFile("migrations/018_views_v1.sql")
 	require.NoError(t, err)
+	m024, err := os.ReadFile("migrations/024_tags.sql")
+	require.NoError(t, err)
 	s := pgx.Identifier{schema}.Sanitize()
 	_, err = pool.Exec(ctx, sysdb.Render(string(alters[1]), schema))
 	require.Error(t, err, "Postgres changes no column a view uses")
 
 	script := "BEGIN;\nDROP VIEW " + s + ".runs_v1, " + s + ".steps_v1, " + s + ".queues_v1, " + s + ".schedules_v1;\n" +
-		sysdb.Render(string(alters[1]), schema) + "\n" + sysdb.Render(string(m018), schema) + "\nCOMMIT;"
+		sysdb.Render(string(alters[1]), schema) + "\n" + sysdb.Render(string(m018), schema) + "\n" + sysdb.Render(string(m024), schema) +
+		"\nCOMMIT;"
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	_, err = conn.Conn().PgConn().Exec(ctx, script).ReadAll()
@@ -355,8 +365,10 @@ func TestViewsAndTheCollationChange(t *testing.T) {
 		WHERE a.attrelid = $1::regclass AND a.attname = 'id'`, schema+".workflows").Scan(&collation))
 	require.Equal(t, "C", collation)
 	var id string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT workflow_id FROM "+s+".runs_v1").Scan(&id))
+	var tags *string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT workflow_id, tags::text FROM "+s+".runs_v1").Scan(&id, &tags))
 	require.Equal(t, "r1", id)
+	require.Nil(t, tags)
 }
 
 // TestViewsReadFewRuns: the views keep the indexes of the tables behind

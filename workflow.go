@@ -169,6 +169,23 @@ type StartOpts struct {
 	// cancelled, no new step starts, and the run ends with an error that
 	// matches context.DeadlineExceeded. Defaults to none.
 	Timeout time.Duration
+	// Tags are the run's first tags, string keys and values that
+	// [Engine.ListWorkflows] finds it by (ListParams.Tags); its code may
+	// set more with [SetTag]. At most [MaxTags]; keys and values are
+	// non-empty, at most 255 bytes of UTF-8 without NUL, else the start
+	// fails with [ErrInvalidArgument] and writes nothing. A start that
+	// finds its ID taken returns the existing run with the tags it has:
+	// they are not compared, as the input is. Defaults to none (a
+	// continuation, [Workflow.ContinueAsNew], keeps the run's).
+	Tags map[string]string
+}
+
+// tags checks and encodes o's Tags (nil: none).
+func (o *StartOpts) tags() (json.RawMessage, error) {
+	if o == nil {
+		return nil, nil
+	}
+	return encodeTags("StartOpts.Tags", o.Tags)
 }
 
 func (o *StartOpts) deadline(now time.Time) (*time.Time, error) {
@@ -200,9 +217,14 @@ func (w *Workflow[P, R]) Start(ctx context.Context, in P, opts *StartOpts) (_ *H
 	if err != nil {
 		return nil, err
 	}
+	tags, err := opts.tags()
+	if err != nil {
+		return nil, err
+	}
 	sp := e.tr.start(ctx, "durable.start", w.def.name, id)
 	defer func() { sp.end(err) }()
-	return w.insertAndRun(ctx, sp, id, input, "", deadline, opts.sameInput(input))
+	return w.insertAndRun(ctx, sp, &sysdb.OwnedRun{ID: id, Name: w.def.name, Input: input, Deadline: deadline, Tags: tags},
+		opts.sameInput(input))
 }
 
 // sameInput is the input an existing run of the ID must have been started
@@ -234,15 +256,16 @@ func encodeArg(v any, limit int, what, name string) ([]byte, error) {
 	return b, err
 }
 
-// insertAndRun inserts a run owned by this executor and, when the insert
-// created it, executes it here. An existing run of the ID must have input
-// want (nil: any).
-func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, id string, input []byte, parent string, deadline *time.Time, want []byte) (*Handle[R], error) {
+// insertAndRun inserts the run o of w, owned by this executor, in the
+// trace of sp and, when the insert created it, executes it here. An
+// existing run of the ID must have input want (nil: any).
+func (w *Workflow[P, R]) insertAndRun(ctx context.Context, sp *tspan, o *sysdb.OwnedRun, want []byte) (*Handle[R], error) {
 	e := w.e
 	defer e.recov.EnterLaunch()()
+	id, input, parent, deadline := o.ID, o.Input, o.ParentID, o.Deadline
 	local := e.hub.SubscribeLocal(id)
-	inserted, err := e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: w.def.name, Input: input, ParentID: parent, Deadline: deadline,
-		TraceContext: sp.traceparent()})
+	o.TraceContext = sp.traceparent()
+	inserted, err := e.commit.WriteStart(ctx, o)
 	if err != nil {
 		e.lease.NoteTrouble()
 		e.hub.Unsubscribe(id, local)
@@ -343,13 +366,18 @@ func (w *Workflow[P, R]) StartChild(wctx Context, in P, opts *StartOpts) (*Handl
 	if deadline == nil && !r.deadline.IsZero() {
 		deadline = &r.deadline // a child inherits its parent's deadline
 	}
+	tags, err := opts.tags()
+	if err != nil {
+		return nil, err
+	}
 	// The child's start span is a child of the parent's run span: the
 	// child's executions are in the parent's trace.
 	sp := r.trace().startChild(w.def.name, id, pos)
 	var h *Handle[R]
 	err = r.retryDB("start child", func(ctx context.Context) error {
 		var err error
-		h, err = w.insertAndRun(ctx, sp, id, input, r.id, deadline, opts.sameInput(input))
+		h, err = w.insertAndRun(ctx, sp, &sysdb.OwnedRun{ID: id, Name: w.def.name, Input: input, ParentID: r.id, Deadline: deadline,
+			Tags: tags}, opts.sameInput(input))
 		return err
 	})
 	sp.end(err)

@@ -523,3 +523,64 @@ func TestQueuesPage(t *testing.T) {
 	require.Regexp(t, `<td>acme</td><td>2</td><td>0</td><td>0</td>\s*<td>-</td><td>1</td>`, body)
 	require.Regexp(t, `<td>vip</td><td>0</td><td>0</td><td>0</td>\s*<td>3</td><td>2</td>`, body)
 }
+
+// TestRunTags: the runs page shows each run's tags, linked to the listing
+// of the runs with that tag, and filters by tags (key=value, repeatable,
+// kept across pages); the run page shows them too. Tags are escaped.
+func TestRunTags(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, &dashboard.Options{Token: token, PageSize: 1})
+	ctx := ctxT(t)
+	for _, r := range []struct {
+		id   string
+		tags map[string]string
+	}{
+		{"tag-1", map[string]string{"customer": "acme", "tier": "gold"}},
+		{"tag-2", map[string]string{"customer": "acme", "note": hostile}},
+		{"tag-3", map[string]string{"customer": "globex"}},
+		{"tag-4", nil},
+	} {
+		h, err := rg.many.Start(ctx, 0, &durable.StartOpts{ID: r.id, Tags: r.tags})
+		require.NoError(t, err)
+		_, err = h.Result(ctx)
+		require.NoError(t, err)
+	}
+	list := func(query string) string {
+		t.Helper()
+		w := rg.do("GET", "/?"+query, nil, withBearer)
+		require.Equal(t, http.StatusOK, w.Code, query)
+		body := w.Body.String()
+		require.NotContains(t, body, "<script>alert", query)
+		return body
+	}
+	body := list("tag=" + url.QueryEscape("customer=acme"))
+	has(t, body, true, `href="/run?id=tag-2"`)
+	has(t, body, false, `href="/run?id=tag-1"`) // the next page
+	has(t, body, true, `<a class="tag" href="/?tag=customer=acme">customer=acme</a>`)
+	has(t, body, true, `note=&lt;script&gt;alert(1)&lt;/script&gt;`)
+	has(t, body, true, `<input name="tag" value="customer=acme">`)
+	next := regexp.MustCompile(`id="next-page" href="([^"]+)"`).FindStringSubmatch(body)
+	require.NotNil(t, next, "a link to the next page")
+	require.Contains(t, strings.ToLower(next[1]), "&amp;tag=customer%3dacme&amp;cursor=")
+	page2, err := url.Parse(strings.ReplaceAll(next[1], "&amp;", "&"))
+	require.NoError(t, err)
+	body = list(page2.RawQuery)
+	has(t, body, true, `href="/run?id=tag-1"`)
+	has(t, body, true, `>tier=gold</a>`)
+	has(t, body, false, "next-page")
+
+	body = list("tag=" + url.QueryEscape("customer=acme") + "&tag=" + url.QueryEscape("tier=gold") + "&tag=")
+	has(t, body, true, `href="/run?id=tag-1"`)
+	has(t, body, false, "next-page")
+	has(t, list("tag="+url.QueryEscape("customer=nobody")), true, "No runs match.")
+	for _, bad := range []string{"customer", "a=1&tag=a=2", "=x"} {
+		w := rg.do("GET", "/?tag="+bad, nil, withBearer)
+		require.Equal(t, http.StatusBadRequest, w.Code, bad)
+	}
+
+	w := rg.do("GET", "/run?id=tag-1", nil, withBearer)
+	require.Equal(t, http.StatusOK, w.Code)
+	has(t, w.Body.String(), true, `id="run-tags"><a class="tag" href="/?tag=customer=acme">customer=acme</a> <a class="tag" href="/?tag=tier=gold">tier=gold</a>`)
+	w = rg.do("GET", "/run?id=tag-4", nil, withBearer)
+	has(t, w.Body.String(), false, `id="run-tags"`)
+}

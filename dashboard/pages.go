@@ -165,6 +165,7 @@ type runsView struct {
 	Queue    string
 	ID       string
 	Wait     string
+	Tags     []string // the tag filters, as key=value
 	Statuses []string
 }
 
@@ -176,6 +177,21 @@ func (d *dash) runsPage(w http.ResponseWriter, r *http.Request) {
 		Cursor: q.Get("cursor"), Limit: d.opts.PageSize, OmitPayloads: true}
 	if v.Status != "" {
 		p.Statuses = []durable.Status{durable.Status(v.Status)}
+	}
+	for _, tag := range q["tag"] {
+		if tag == "" {
+			continue // the form's empty field
+		}
+		key, value, ok := strings.Cut(tag, "=")
+		if !ok || p.Tags[key] != "" {
+			d.failErr(w, r, fmt.Errorf("%w: tag %q: want key=value, each key once", durable.ErrInvalidArgument, tag))
+			return
+		}
+		if p.Tags == nil {
+			p.Tags = map[string]string{}
+		}
+		p.Tags[key] = value
+		v.Tags = append(v.Tags, tag)
 	}
 	runs, next, err := d.eng.ListWorkflows(r.Context(), p)
 	if err != nil {

@@ -43,7 +43,7 @@ func cmdMigrate(ctx context.Context, c *cli, _ []string) error {
 }
 
 func cmdList(ctx context.Context, c *cli, _ []string) error {
-	p := &durable.ListParams{Name: c.f.name, Queue: c.f.queue, IDPrefix: c.f.idPrefix, Parent: c.f.parent,
+	p := &durable.ListParams{Name: c.f.name, Queue: c.f.queue, IDPrefix: c.f.idPrefix, Parent: c.f.parent, Tags: c.f.tags,
 		Limit: c.f.limit, Cursor: c.f.cursor, OmitPayloads: !c.asJSON}
 	if c.f.limit < 1 || c.f.limit > durable.ListLimitMax {
 		return usagef("--limit %d is outside 1..%d", c.f.limit, durable.ListLimitMax)
@@ -74,9 +74,10 @@ func cmdList(ctx context.Context, c *cli, _ []string) error {
 		}
 		return c.json(out)
 	}
-	t := c.table("ID", "NAME", "STATUS", "QUEUE", "CREATED", "UPDATED", "ERROR")
+	t := c.table("ID", "NAME", "STATUS", "QUEUE", "TAGS", "CREATED", "UPDATED", "ERROR")
 	for _, r := range runs {
-		t.row(r.ID, r.Name, string(r.Status), dash(r.Queue), fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt), errText(r.Error, 60))
+		t.row(r.ID, r.Name, string(r.Status), dash(r.Queue), dash(clip(fmtTags(r.Tags), 60)), fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt),
+			errText(r.Error, 60))
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -127,6 +128,9 @@ func cmdShow(ctx context.Context, c *cli, args []string) error {
 	}
 	if run.TraceID != "" {
 		kv.row("Trace", run.TraceID)
+	}
+	if run.Tags != nil {
+		kv.row("Tags", fmtTags(run.Tags))
 	}
 	kv.row("Input", clip(string(run.Input), 200))
 	if run.Output != nil {

@@ -95,6 +95,7 @@ type flags struct {
 	name, queue     string
 	idPrefix        string
 	parent          string
+	tags            map[string]string
 	since           string
 	limit           int
 	cursor          string
@@ -129,6 +130,7 @@ var commands = []*command{
 			fs.StringVar(&c.f.queue, "queue", "", "keep runs of this queue")
 			fs.StringVar(&c.f.idPrefix, "id-prefix", "", "keep runs whose ID starts with this")
 			fs.StringVar(&c.f.parent, "parent", "", "keep the child runs of this run ID")
+			fs.Func("tag", "keep runs with this tag, as key=value (repeat: runs with all of them)", c.f.addTag)
 			fs.StringVar(&c.f.since, "since", "", "keep runs created since this duration ago (24h) or time (RFC 3339)")
 			fs.IntVar(&c.f.limit, "limit", 50, fmt.Sprintf("at most this many runs (1..%d)", durable.ListLimitMax))
 			fs.StringVar(&c.f.cursor, "cursor", "", "continue a listing from the cursor a previous page printed")
@@ -192,6 +194,22 @@ var commands = []*command{
 			fs.BoolVar(&c.f.secureCookies, "secure-cookies", false, "mark the login cookies Secure, behind a proxy that terminates TLS")
 		}, run: cmdUI},
 	checkCommand, historyCommand, // check.go
+}
+
+// addTag adds a --tag key=value to the tags a listing keeps.
+func (f *flags) addTag(s string) error {
+	key, value, ok := strings.Cut(s, "=")
+	switch {
+	case !ok || key == "" || value == "":
+		return fmt.Errorf("want key=value, got %q", s)
+	case f.tags[key] != "":
+		return fmt.Errorf("key %q given twice: a run has one value per key", key)
+	}
+	if f.tags == nil {
+		f.tags = map[string]string{}
+	}
+	f.tags[key] = value
+	return nil
 }
 
 func defaultApprover() string {

@@ -204,7 +204,11 @@ func TestListAndShow(t *testing.T) {
 	})
 	ctx := ctxT(t)
 	for i := range 3 {
-		h, err := greet.Start(ctx, fmt.Sprint("ann", i), &durable.StartOpts{ID: fmt.Sprintf("greet-%d", i)})
+		var tags map[string]string
+		if i == 1 {
+			tags = map[string]string{"customer": "acme", "tier": "gold"}
+		}
+		h, err := greet.Start(ctx, fmt.Sprint("ann", i), &durable.StartOpts{ID: fmt.Sprintf("greet-%d", i), Tags: tags})
 		require.NoError(t, err)
 		_, err = h.Result(ctx)
 		require.NoError(t, err)
@@ -217,9 +221,33 @@ func TestListAndShow(t *testing.T) {
 	out := e.ok("list")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 5, out)
-	require.Regexp(t, `^ID\s+NAME\s+STATUS\s+QUEUE\s+CREATED\s+UPDATED\s+ERROR$`, lines[0])
-	require.Regexp(t, `^fails-1\s+fails\s+error\s+-\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\s+.*durable: step 0 "charge"`, lines[1], "newest first")
+	require.Regexp(t, `^ID\s+NAME\s+STATUS\s+QUEUE\s+TAGS\s+CREATED\s+UPDATED\s+ERROR$`, lines[0])
+	require.Regexp(t, `^fails-1\s+fails\s+error\s+-\s+-\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\s+.*durable: step 0 "charge"`, lines[1], "newest first")
 	require.Contains(t, out, "greet-0")
+	require.Regexp(t, `(?m)^greet-1\s+greet\s+success\s+-\s+customer=acme,tier=gold\s+\d{4}`, out)
+
+	// --tag keeps the runs with every tag given.
+	out = e.ok("list", "--tag", "customer=acme")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	require.Regexp(t, `^greet-1\s`, lines[1])
+	require.Contains(t, e.ok("list", "--tag", "customer=acme", "--tag", "tier=silver"), "(no runs)")
+	var tagged struct {
+		Runs []struct {
+			ID   string            `json:"id"`
+			Tags map[string]string `json:"tags"`
+		} `json:"runs"`
+	}
+	e.okJSON(&tagged, "list", "--tag", "customer=acme", "--tag", "tier=gold", "--status", "success")
+	require.Len(t, tagged.Runs, 1)
+	require.Equal(t, map[string]string{"customer": "acme", "tier": "gold"}, tagged.Runs[0].Tags)
+	for _, bad := range [][]string{{"--tag", "customer"}, {"--tag", "=acme"}, {"--tag", "customer="}, {"--tag", "a=1", "--tag", "a=2"}} {
+		r := e.run(append([]string{"list"}, bad...)...)
+		require.Equal(t, 2, r.code, "%v: %s", bad, r.stderr)
+	}
+	r := e.run("list", "--tag", "k="+strings.Repeat("v", 256))
+	require.Equal(t, 2, r.code, "a value over the limit: %s", r.stderr)
+	require.Contains(t, r.stderr, "ListParams.Tags")
 
 	var page struct {
 		Runs []struct {
@@ -259,6 +287,8 @@ func TestListAndShow(t *testing.T) {
 
 	out = e.ok("show", "greet-1")
 	require.Regexp(t, `(?m)^Status\s+success$`, out)
+	require.Regexp(t, `(?m)^Tags\s+customer=acme,tier=gold$`, out)
+	require.NotContains(t, e.ok("show", "greet-0"), "Tags")
 	require.Regexp(t, `(?m)^Input\s+"ann1"$`, out)
 	require.Regexp(t, `(?m)^Output\s+"hello ANN1"$`, out)
 	require.Regexp(t, `(?m)^POS\s+NAME\s+STATUS\s+ATTEMPTS\s+STARTED\s+AT\s+DURATION\s+ERROR$`, out)
@@ -295,7 +325,7 @@ func TestListAndShow(t *testing.T) {
 	require.NotNil(t, shown.Steps[0].DurationMS)
 	require.GreaterOrEqual(t, *shown.Steps[0].DurationMS, 0.0)
 
-	r := e.run("show", "no-such-run")
+	r = e.run("show", "no-such-run")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, `durable: workflow not found: "no-such-run"`)
 	require.Empty(t, r.stdout)

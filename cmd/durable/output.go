@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -120,6 +122,16 @@ func fmtDuration(start, end time.Time) string {
 	return d.Round(time.Second).String()
 }
 
+// fmtTags writes tags as key=value pairs in key order, separated by
+// commas; "" for none.
+func fmtTags(tags map[string]string) string {
+	pairs := make([]string, 0, len(tags))
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		pairs = append(pairs, k+"="+tags[k])
+	}
+	return strings.Join(pairs, ",")
+}
+
 func errText(err error, n int) string {
 	if err == nil {
 		return ""
@@ -148,24 +160,25 @@ func toErrorJSON(err error) *errorJSON {
 }
 
 type runJSON struct {
-	ID               string          `json:"id"`
-	Name             string          `json:"name"`
-	Status           durable.Status  `json:"status"`
-	AppVersion       string          `json:"app_version"`
-	Executor         string          `json:"executor,omitempty"`
-	Parent           string          `json:"parent,omitempty"`
-	Queue            string          `json:"queue,omitempty"`
-	CreatedAt        time.Time       `json:"created_at"`
-	UpdatedAt        time.Time       `json:"updated_at"`
-	StartedAt        *time.Time      `json:"started_at,omitempty"`
-	Deadline         *time.Time      `json:"deadline,omitempty"`
-	RecoveryAttempts int             `json:"recovery_attempts"`
-	Retries          int             `json:"retries,omitempty"`
-	ContinuedAs      string          `json:"continued_as,omitempty"`
-	TraceID          string          `json:"trace_id,omitempty"`
-	Error            *errorJSON      `json:"error,omitempty"`
-	Input            json.RawMessage `json:"input,omitempty"`
-	Output           json.RawMessage `json:"output,omitempty"`
+	ID               string            `json:"id"`
+	Name             string            `json:"name"`
+	Status           durable.Status    `json:"status"`
+	AppVersion       string            `json:"app_version"`
+	Executor         string            `json:"executor,omitempty"`
+	Parent           string            `json:"parent,omitempty"`
+	Queue            string            `json:"queue,omitempty"`
+	CreatedAt        time.Time         `json:"created_at"`
+	UpdatedAt        time.Time         `json:"updated_at"`
+	StartedAt        *time.Time        `json:"started_at,omitempty"`
+	Deadline         *time.Time        `json:"deadline,omitempty"`
+	RecoveryAttempts int               `json:"recovery_attempts"`
+	Retries          int               `json:"retries,omitempty"`
+	ContinuedAs      string            `json:"continued_as,omitempty"`
+	TraceID          string            `json:"trace_id,omitempty"`
+	Tags             map[string]string `json:"tags,omitempty"`
+	Error            *errorJSON        `json:"error,omitempty"`
+	Input            json.RawMessage   `json:"input,omitempty"`
+	Output           json.RawMessage   `json:"output,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -180,7 +193,7 @@ func toRunJSON(r durable.WorkflowInfo) runJSON {
 	return runJSON{ID: r.ID, Name: r.Name, Status: r.Status, AppVersion: r.AppVersion, Executor: r.Executor,
 		Parent: r.Parent, Queue: r.Queue, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		StartedAt: timePtr(r.StartedAt), Deadline: timePtr(r.Deadline), RecoveryAttempts: r.RecoveryAttempts, Retries: r.Retries, ContinuedAs: r.ContinuedAs,
-		TraceID: r.TraceID, Error: toErrorJSON(r.Error), Input: r.Input, Output: r.Output}
+		TraceID: r.TraceID, Tags: r.Tags, Error: toErrorJSON(r.Error), Input: r.Input, Output: r.Output}
 }
 
 type stepJSON struct {

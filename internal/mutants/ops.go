@@ -146,8 +146,8 @@ func init() {
 			Name:      "list/small-page-plan",
 			Mechanism: "a small page by status, topic or prefix is planned for a default page (a CTE of its own)",
 			Edits: []Edit{{File: list,
-				Find:    "f.IDPrefix != \"\") && f.Limit < minStatusPlanRows)",
-				Replace: "f.IDPrefix != \"\") && false)"}},
+				Find:    "f.IDPrefix != \"\" || len(f.Tags) > 0) && f.Limit < minStatusPlanRows)",
+				Replace: "f.IDPrefix != \"\" || len(f.Tags) > 0) && false)"}},
 			Pkg: "internal/sysdb", Tests: "TestListByRareStatusReadsOnlyThoseRuns",
 		},
 		Mutant{

@@ -217,8 +217,8 @@ func init() {
 			Name:      "continue/parent-kept",
 			Mechanism: "a child's continuation is its parent's child, so its finish wakes the parked parent",
 			Edits: []Edit{{File: "continue.go",
-				Find:    "_, err = w.insertAndRun(ctx, sp, next, input, parent, deadline, opts.sameInput(input))",
-				Replace: "_, err = w.insertAndRun(ctx, sp, next, input, \"\"+parent[:0], deadline, opts.sameInput(input))"}},
+				Find:    "ParentID: link.Parent, Deadline: deadline, Tags: tags}",
+				Replace: "ParentID: \"\", Deadline: deadline, Tags: tags}"}},
 			Pkg: ".", Tests: "TestContinueAsNewChild/1ms",
 		},
 		Mutant{

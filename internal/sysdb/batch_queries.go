@@ -30,16 +30,17 @@ func NewBatchQueries(schema, channel string) *BatchQueries {
 		// common wait for each other instead of deadlocking.
 		// $1 queue, $2 workflow, $3 app_version, $4 ids, $5 inputs,
 		// $6 priorities, $7 partition keys, $8 dedup ids, $9 not_before,
-		// $10 deadlines, $11 trace_context (one for all), $12 notify (bool).
+		// $10 deadlines, $11 trace_context (one for all), $12 notify (bool),
+		// $13 tags (NULL: none for all).
 		// Columns: queue found, the IDs inserted, (notify).
 		enqueueMany: r(`WITH q AS (SELECT name FROM {{schema}}.queues WHERE name = $1),
 ins AS (
 	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input,
-		queue_name, priority, partition_key, dedup_id, not_before, deadline, trace_context)
+		queue_name, priority, partition_key, dedup_id, not_before, deadline, trace_context, tags)
 	SELECT u.id, $2, 'enqueued', $3, NULL, 0, u.input, q.name, u.priority, u.partition_key, u.dedup_id,
-		u.not_before, u.deadline, $11
-	FROM q, (SELECT * FROM unnest($4::text[], $5::json[], $6::int[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
-		AS u(id, input, priority, partition_key, dedup_id, not_before, deadline) ORDER BY u.id) u
+		u.not_before, u.deadline, $11, u.tags::jsonb
+	FROM q, (SELECT * FROM unnest($4::text[], $5::json[], $6::int[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[],
+		$13::json[]) AS u(id, input, priority, partition_key, dedup_id, not_before, deadline, tags) ORDER BY u.id) u
 	ON CONFLICT DO NOTHING
 	RETURNING id)
 SELECT (SELECT count(*) FROM q) > 0, ARRAY(SELECT id FROM ins),
@@ -50,12 +51,13 @@ SELECT (SELECT count(*) FROM q) > 0, ARRAY(SELECT id FROM ins),
 		// to claim when woken by the one notification the commit sends.
 		// Rows are inserted in ID order (see enqueueMany).
 		// $1 workflow, $2 app_version, $3 ids, $4 inputs, $5 deadlines,
-		// $6 trace_context (one for all).
+		// $6 trace_context (one for all), $7 tags (NULL: none for all).
 		// Columns: the IDs inserted, (notify).
 		startMany: r(`WITH ins AS (
-	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, deadline, trace_context)
-	SELECT u.id, $1, 'pending', $2, NULL, 0, u.input, u.deadline, $6
-	FROM (SELECT * FROM unnest($3::text[], $4::json[], $5::timestamptz[]) AS u(id, input, deadline) ORDER BY u.id) u
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, deadline, trace_context, tags)
+	SELECT u.id, $1, 'pending', $2, NULL, 0, u.input, u.deadline, $6, u.tags::jsonb
+	FROM (SELECT * FROM unnest($3::text[], $4::json[], $5::timestamptz[], $7::json[]) AS u(id, input, deadline, tags)
+		ORDER BY u.id) u
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id)
 SELECT ARRAY(SELECT id FROM ins), (SELECT CASE WHEN count(*) > 0 THEN ` + n(`'n:' || min(id)`) + ` END FROM ins)::text`),
@@ -67,10 +69,11 @@ type QueuedRun struct {
 	ID           string
 	Input        json.RawMessage
 	Priority     int32
-	PartitionKey string     // "": none
-	DedupID      string     // "": none
-	NotBefore    *time.Time // nil: ready at once
-	Deadline     *time.Time // nil: none
+	PartitionKey string          // "": none
+	DedupID      string          // "": none
+	NotBefore    *time.Time      // nil: ready at once
+	Deadline     *time.Time      // nil: none
+	Tags         json.RawMessage // a JSON object of strings; nil: none
 }
 
 // EnqueueManyParams are runs of one workflow to put on one queue.
@@ -102,17 +105,19 @@ func (q *BatchQueries) EnqueueMany(ctx context.Context, db DBTX, p EnqueueManyPa
 	prios := make([]int32, n)
 	keys, dedups := make([]pgtype.Text, n), make([]pgtype.Text, n)
 	notBefore, deadlines := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
+	var tags []json.RawMessage // nil (NULL: none for all) unless a run has some
 	for i, r := range p.Runs {
 		ids[i], inputs[i], prios[i] = r.ID, r.Input, r.Priority
 		keys[i] = pgtype.Text{String: r.PartitionKey, Valid: r.PartitionKey != ""}
 		dedups[i] = pgtype.Text{String: r.DedupID, Valid: r.DedupID != ""}
 		notBefore[i], deadlines[i] = timestamptz(r.NotBefore), timestamptz(r.Deadline)
+		tags = addTags(tags, n, i, r.Tags)
 	}
 	var row EnqueueManyRow
 	var inserted []string
 	var note *string
 	err := db.QueryRow(ctx, q.enqueueMany, p.Queue, p.Workflow, p.AppVersion, ids, inputs, prios, keys, dedups,
-		notBefore, deadlines, orNull(p.TraceContext), p.Notify).Scan(&row.QueueFound, &inserted, &note)
+		notBefore, deadlines, orNull(p.TraceContext), p.Notify, tags).Scan(&row.QueueFound, &inserted, &note)
 	if err != nil {
 		return EnqueueManyRow{}, err
 	}
@@ -124,7 +129,8 @@ func (q *BatchQueries) EnqueueMany(ctx context.Context, db DBTX, p EnqueueManyPa
 type StartedRun struct {
 	ID       string
 	Input    json.RawMessage
-	Deadline *time.Time // nil: none
+	Deadline *time.Time      // nil: none
+	Tags     json.RawMessage // a JSON object of strings; nil: none
 }
 
 // StartManyParams are unowned runs of one workflow to insert.
@@ -142,17 +148,32 @@ func (q *BatchQueries) StartMany(ctx context.Context, db DBTX, p StartManyParams
 	ids := make([]string, n)
 	inputs := make([]json.RawMessage, n)
 	deadlines := make([]pgtype.Timestamptz, n)
+	var tags []json.RawMessage // nil (NULL: none for all) unless a run has some
 	for i, r := range p.Runs {
 		ids[i], inputs[i], deadlines[i] = r.ID, r.Input, timestamptz(r.Deadline)
+		tags = addTags(tags, n, i, r.Tags)
 	}
 	var got []string
 	var note *string
-	err = db.QueryRow(ctx, q.startMany, p.Workflow, p.AppVersion, ids, inputs, deadlines, orNull(p.TraceContext)).
+	err = db.QueryRow(ctx, q.startMany, p.Workflow, p.AppVersion, ids, inputs, deadlines, orNull(p.TraceContext), tags).
 		Scan(&got, &note)
 	if err != nil {
 		return nil, err
 	}
 	return insertedFlags(ids, got), nil
+}
+
+// addTags sets the tags of run i of n in the batch column col, made on
+// the first run with tags: a batch without any sends NULL.
+func addTags(col []json.RawMessage, n, i int, tags json.RawMessage) []json.RawMessage {
+	if tags == nil {
+		return col
+	}
+	if col == nil {
+		col = make([]json.RawMessage, n)
+	}
+	col[i] = tags
+	return col
 }
 
 // timestamptz is t as a nullable array element.

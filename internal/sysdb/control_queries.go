@@ -81,11 +81,14 @@ SELECT ` + n(`CASE WHEN queue_name IS NULL THEN 'n:' || id ELSE 'q:' || queue_na
 		dropFailedStep: r(`DELETE FROM {{schema}}.steps s WHERE s.workflow_id = $1 AND s.status = 'error'
 AND s.pos = (SELECT max(pos) FROM {{schema}}.steps WHERE workflow_id = $1)`),
 
-		// Copies run $1 as a new unowned run $2, without parent.
-		// $3 app_version, $4 trace_context.
+		// Copies run $1 as a new unowned run $2, without parent, with its
+		// tags unless $7 (then $6's).
+		// $3 app_version, $4 trace_context, $5 workflow (NULL: $1's).
 		forkRun: r(`WITH ins AS (
-	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, trace_context)
-	SELECT $2, coalesce($5, name), 'pending', $3, NULL, 0, input, NULL, $4 FROM {{schema}}.workflows WHERE id = $1
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, trace_context, tags)
+	SELECT $2, coalesce($5, name), 'pending', $3, NULL, 0, input, NULL, $4,
+		CASE WHEN $7::bool THEN $6::jsonb ELSE tags END
+	FROM {{schema}}.workflows WHERE id = $1
 	RETURNING id)
 SELECT ` + n(`'n:' || id`) + `::text FROM ins`),
 
@@ -101,7 +104,8 @@ FROM {{schema}}.steps WHERE workflow_id = $1 AND pos < $3 AND status <> 'intent'
 		retries: r(`SELECT coalesce(retries, 0) FROM {{schema}}.workflows WHERE id = $1`),
 
 		// Links run $1 to the run $3 it continues as, fenced by the epoch
-		// $2, and returns its parent (the continuation's too).
+		// $2, and returns its parent (the continuation's too) and its tags
+		// (the continuation's by default).
 		// Idempotent: a replay of the link writes the same value.
 		// Whether a Cancel asked run $1, still pending at epoch $2, to
 		// compensate and end as cancelled.
@@ -110,7 +114,7 @@ WHERE id = $1 AND epoch = $2 AND status = 'pending' AND cancel_requested)`),
 
 		continueAs: r(`UPDATE {{schema}}.workflows SET continued_as = $3
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
-RETURNING coalesce(parent_id, '')`),
+RETURNING coalesce(parent_id, ''), tags::text`),
 
 		// Schedules run $1, whose code failed, to run again from its last
 		// checkpoint at $3: parked as a sleep is (back to its queue when
@@ -187,6 +191,10 @@ type ForkRunParams struct {
 	AppVersion   string
 	TraceContext string // W3C traceparent; "": none
 	Workflow     string // the new run's workflow; "": the source's
+	// ReplaceTags gives the new run Tags (nil: none) instead of the
+	// source's tags.
+	ReplaceTags bool
+	Tags        json.RawMessage
 }
 
 // ForkRun inserts run p.ID, pending and unowned, with the name and input
@@ -200,7 +208,7 @@ func (q *ControlQueries) ForkRun(ctx context.Context, db DBTX, p ForkRunParams) 
 	if p.Workflow != "" {
 		workflow = &p.Workflow
 	}
-	rows, err := db.Query(ctx, q.forkRun, p.SourceID, p.ID, p.AppVersion, traceCtx, workflow)
+	rows, err := db.Query(ctx, q.forkRun, p.SourceID, p.ID, p.AppVersion, traceCtx, workflow, p.Tags, p.ReplaceTags)
 	if err != nil {
 		return err
 	}
@@ -255,15 +263,25 @@ func (q *ControlQueries) RetryLater(ctx context.Context, db DBTX, p RetryLaterPa
 	return n == 1, err
 }
 
+// ContinuedRow is what ContinueAs returns of the run it linked.
+type ContinuedRow struct {
+	Parent string          // "": none
+	Tags   json.RawMessage // nil: none
+}
+
 // ContinueAs links run id, owned at epoch, to the run next it continues
-// as, and returns id's parent ("" for none). false: the run is not pending
-// at that epoch, and nothing changed.
-func (q *ControlQueries) ContinueAs(ctx context.Context, db DBTX, id string, epoch int64, next string) (parent string, ok bool, err error) {
-	err = db.QueryRow(ctx, q.continueAs, id, epoch, next).Scan(&parent)
+// as, and returns id's parent and tags. false: the run is not pending at
+// that epoch, and nothing changed.
+func (q *ControlQueries) ContinueAs(ctx context.Context, db DBTX, id string, epoch int64, next string) (row ContinuedRow, ok bool, err error) {
+	var tags *string
+	err = db.QueryRow(ctx, q.continueAs, id, epoch, next).Scan(&row.Parent, &tags)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
+		return row, false, nil
 	}
-	return parent, err == nil, err
+	if tags != nil {
+		row.Tags = json.RawMessage(*tags)
+	}
+	return row, err == nil, err
 }
 
 // CancelRequested reports whether a Cancel with Compensate asked run id,

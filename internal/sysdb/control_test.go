@@ -342,17 +342,17 @@ func TestRetryLater(t *testing.T) {
 }
 
 // TestContinueAs: ContinueAs links a pending run owned at the epoch to
-// its successor and returns the run's parent; not for another epoch nor
-// a finished run.
+// its successor and returns the run's parent and tags; not for another
+// epoch nor a finished run.
 func TestContinueAs(t *testing.T) {
 	t.Parallel()
 	pool, schema := migrated(t)
 	ctx := context.Background()
 	q := NewControlQueries(schema, ChannelName(schema))
-	opsExec(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, parent_id) VALUES
-		('top', 'w', 'pending', 'v', 'x', 2, NULL),
-		('kid', 'w', 'pending', 'v', 'x', 1, 'top'),
-		('done', 'w', 'success', 'v', NULL, 1, NULL)`)
+	opsExec(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, parent_id, tags) VALUES
+		('top', 'w', 'pending', 'v', 'x', 2, NULL, NULL),
+		('kid', 'w', 'pending', 'v', 'x', 1, 'top', '{"k": "v"}'),
+		('done', 'w', 'success', 'v', NULL, 1, NULL, NULL)`)
 	next := func(id string) *string {
 		var s *string
 		require.NoError(t, pool.QueryRow(ctx, Render(`SELECT continued_as FROM {{schema}}.workflows WHERE id = $1`, schema), id).Scan(&s))
@@ -366,13 +366,14 @@ func TestContinueAs(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "a finished run")
 
-	parent, ok, err := q.ContinueAs(ctx, pool, "top", 2, "top#2")
+	link, ok, err := q.ContinueAs(ctx, pool, "top", 2, "top#2")
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Empty(t, parent)
+	require.Equal(t, ContinuedRow{}, link)
 	require.Equal(t, "top#2", *next("top"))
-	parent, ok, err = q.ContinueAs(ctx, pool, "kid", 1, "kid#2")
+	link, ok, err = q.ContinueAs(ctx, pool, "kid", 1, "kid#2")
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, "top", parent)
+	require.Equal(t, "top", link.Parent)
+	require.JSONEq(t, `{"k": "v"}`, string(link.Tags))
 }

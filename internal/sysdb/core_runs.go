@@ -31,10 +31,11 @@ type InsertWorkflowParams struct {
 	ExecutorID           string // "": unowned
 	Epoch                int64
 	Input                json.RawMessage
-	ParentID             string     // "": none
-	NotifyPayload        string     // sent on the schema's channel when the insert commits; "": none
-	Deadline             *time.Time // nil: none
-	TraceContext         string     // "": none
+	ParentID             string          // "": none
+	NotifyPayload        string          // sent on the schema's channel when the insert commits; "": none
+	Deadline             *time.Time      // nil: none
+	TraceContext         string          // "": none
+	Tags                 json.RawMessage // a JSON object of strings; nil: none
 }
 
 // InsertWorkflow inserts a run unless its ID exists; inserted reports
@@ -43,7 +44,7 @@ type InsertWorkflowParams struct {
 // transaction relies on.
 func (q *Queries) InsertWorkflow(ctx context.Context, db DBTX, p InsertWorkflowParams) (inserted bool, err error) {
 	rows, err := db.Query(ctx, q.insertWorkflow, p.ID, p.Name, p.AppVersion, nullIfEmpty(p.ExecutorID), p.Epoch, p.Input,
-		nullIfEmpty(p.ParentID), nullIfEmpty(p.NotifyPayload), p.Deadline, nullIfEmpty(p.TraceContext))
+		nullIfEmpty(p.ParentID), nullIfEmpty(p.NotifyPayload), p.Deadline, nullIfEmpty(p.TraceContext), p.Tags)
 	if err != nil {
 		return false, err
 	}
@@ -57,9 +58,10 @@ func (q *Queries) InsertWorkflow(ctx context.Context, db DBTX, p InsertWorkflowP
 type OwnedRun struct {
 	ID, Name     string
 	Input        json.RawMessage
-	ParentID     string     // "": none
-	Deadline     *time.Time // nil: none
-	TraceContext string     // W3C trace context of the start; "": none
+	ParentID     string          // "": none
+	Deadline     *time.Time      // nil: none
+	TraceContext string          // W3C trace context of the start; "": none
+	Tags         json.RawMessage // a JSON object of strings; nil: none
 }
 
 // InsertOwnedParams are the arguments of InsertOwned.
@@ -73,7 +75,7 @@ type InsertOwnedParams struct {
 func (q *Queries) InsertOwned(ctx context.Context, db DBTX, p InsertOwnedParams) (inserted bool, err error) {
 	r := p.Run
 	tag, err := db.Exec(ctx, q.insertOwned, r.ID, r.Name, p.AppVersion, p.ExecutorID, r.Input, nullIfEmpty(r.ParentID), r.Deadline,
-		nullIfEmpty(r.TraceContext))
+		nullIfEmpty(r.TraceContext), r.Tags)
 	return tag.RowsAffected() == 1, err
 }
 
@@ -94,7 +96,8 @@ func (q *Queries) InsertWorkflows(ctx context.Context, db DBTX, p InsertWorkflow
 	inputs := make([]json.RawMessage, n)
 	parents := make([]pgtype.Text, n)
 	deadlines := make([]pgtype.Timestamptz, n)
-	var traces []pgtype.Text // nil (NULL: none for all) unless a run has one
+	var traces []pgtype.Text   // nil (NULL: none for all) unless a run has one
+	var tags []json.RawMessage // likewise
 	index := make(map[string]int, n)
 	for i, r := range p.Runs {
 		ids[i], names[i], inputs[i] = r.ID, r.Name, r.Input
@@ -108,11 +111,12 @@ func (q *Queries) InsertWorkflows(ctx context.Context, db DBTX, p InsertWorkflow
 			}
 			traces[i] = pgtype.Text{String: r.TraceContext, Valid: true}
 		}
+		tags = addTags(tags, n, i, r.Tags)
 		if _, dup := index[r.ID]; !dup {
 			index[r.ID] = i
 		}
 	}
-	rows, err := db.Query(ctx, q.insertWorkflows, ids, names, p.AppVersion, p.ExecutorID, inputs, parents, deadlines, traces)
+	rows, err := db.Query(ctx, q.insertWorkflows, ids, names, p.AppVersion, p.ExecutorID, inputs, parents, deadlines, traces, tags)
 	return markWritten(rows, err, n, func(rows pgx.Rows) (int, error) {
 		var id string
 		err := rows.Scan(&id)

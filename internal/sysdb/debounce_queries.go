@@ -36,12 +36,13 @@ func NewDebounceQueries(schema, channel string) *DebounceQueries {
 		// $1 id, $2 name, $3 app_version, $4 input, $5 queue, $6 priority,
 		// $7 partition_key, $8 debounce key, $9 start, $10 start bound,
 		// $11 deadline, $12 notify (bool), $13 trace_context, $14 insert
-		// only (bool: a merge collapses the run itself).
+		// only (bool: a merge collapses the run itself), $15 tags (a
+		// collapse keeps the run's own, as its priority and partition key).
 		upsert: r(`WITH q AS (SELECT name FROM {{schema}}.queues WHERE name = $5),
 ins AS (
 	INSERT INTO {{schema}}.workflows AS w (id, name, status, app_version, executor_id, epoch, input,
-		queue_name, priority, partition_key, not_before, deadline, trace_context, debounce_key, debounce_until)
-	SELECT $1, $2, 'enqueued', $3, NULL, 0, $4, q.name, $6, $7, $9, $11, $13, $8, $10 FROM q
+		queue_name, priority, partition_key, not_before, deadline, trace_context, debounce_key, debounce_until, tags)
+	SELECT $1, $2, 'enqueued', $3, NULL, 0, $4, q.name, $6, $7, $9, $11, $13, $8, $10, $15::jsonb FROM q
 	ON CONFLICT (queue_name, debounce_key) WHERE debounce_key IS NOT NULL AND status = 'enqueued'
 	DO UPDATE SET input = EXCLUDED.input, not_before = ` + start + `,
 		deadline = EXCLUDED.deadline, updated_at = now()
@@ -91,6 +92,7 @@ type DebounceParams struct {
 	// NoCollapse inserts the run or does nothing: a merge, which reads the
 	// queued input first, collapses into the run itself.
 	NoCollapse bool
+	Tags       json.RawMessage // of a new run (a JSON object of strings); nil: none
 }
 
 // DebounceRow says what Upsert did.
@@ -109,7 +111,7 @@ func (q *DebounceQueries) Upsert(ctx context.Context, db DBTX, p DebounceParams)
 	var found int
 	var id, note *string
 	err := db.QueryRow(ctx, q.upsert, p.ID, p.Workflow, p.AppVersion, json.RawMessage(p.Input), p.Queue, p.Priority,
-		orNull(p.PartitionKey), p.Key, p.Start, p.StartBound, p.Deadline, p.Notify, orNull(p.TraceContext), p.NoCollapse).
+		orNull(p.PartitionKey), p.Key, p.Start, p.StartBound, p.Deadline, p.Notify, orNull(p.TraceContext), p.NoCollapse, p.Tags).
 		Scan(&found, &id, &r.Inserted, &note)
 	r.QueueFound = found > 0
 	if id != nil {

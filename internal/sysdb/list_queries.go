@@ -2,6 +2,7 @@ package sysdb
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,8 @@ type ListFilter struct {
 	// starting with it.
 	WaitTopicPrefix string
 	From, To        time.Time // created_at in [From, To)
+	// Tags keeps the runs that have all these tags (key and value).
+	Tags map[string]string
 	// AfterAt and AfterID are the keyset cursor, used when HasAfter: rows
 	// strictly older than (AfterAt, AfterID) in (created_at DESC, id DESC)
 	// order.
@@ -54,7 +57,8 @@ type RunRow struct {
 	Output           []byte  // nil unless ListFilter.Payloads
 	WaitTopic        *string // only for a pending or queued run
 	TraceContext     *string
-	ContinuedAs      *string // the next run of its chain
+	ContinuedAs      *string           // the next run of its chain
+	Tags             map[string]string // nil: none
 }
 
 // List returns the runs f selects, newest first (by created_at, then ID),
@@ -69,7 +73,7 @@ func (q *InspectQueries) List(ctx context.Context, db DBTX, f ListFilter) ([]Run
 		var w RunRow
 		err := row.Scan(&w.ID, &w.Name, &w.Status, &w.AppVersion, &w.ExecutorID, &w.ParentID, &w.QueueName,
 			&w.CreatedAt, &w.UpdatedAt, &w.RecoveryAttempts, &w.Retries, &w.Deadline, &w.Error, &w.StartedAt,
-			&w.Input, &w.Output, &w.WaitTopic, &w.TraceContext, &w.ContinuedAs)
+			&w.Input, &w.Output, &w.WaitTopic, &w.TraceContext, &w.ContinuedAs, &w.Tags)
 		return w, err
 	})
 }
@@ -105,6 +109,12 @@ func listSQL(schema string, f ListFilter) (string, []any) {
 	if f.WaitTopicPrefix != "" {
 		where = append(where, statusCond(liveStatuses)+" AND wait_topic LIKE "+arg(likePrefix(f.WaitTopicPrefix))+` ESCAPE '\'`)
 	}
+	if len(f.Tags) > 0 {
+		// Containment, which workflows_tags_idx serves (a run with no tags
+		// has no entry there, and does not contain any).
+		b, _ := json.Marshal(f.Tags) // a map of strings always encodes
+		where = append(where, "tags @> "+arg(string(b))+"::jsonb")
+	}
 	if !f.From.IsZero() {
 		where = append(where, "created_at >= "+arg(f.From))
 	}
@@ -126,23 +136,24 @@ func listSQL(schema string, f ListFilter) (string, []any) {
 	//     the planner would otherwise walk the listing index from the
 	//     newest run, testing each against the IDs (the whole table when
 	//     they are old). At most len(f.IDs) rows are materialized.
-	//   - by status, awaited topic (which implies a status) or ID prefix,
-	//     for a page smaller than a default one: it is planned for a
+	//   - by status, awaited topic (which implies a status), ID prefix or
+	//     tags, for a page smaller than a default one: it is planned for a
 	//     default page. Under a LIMIT of a few rows the planner bets that
 	//     the listing index soon yields matching runs, and loses the whole
 	//     history when they are rare and old; for a page of a hundred it
-	//     reads them from their partial indexes (see statusArms), or an ID
+	//     reads them from their partial indexes (see statusArms), an ID
 	//     prefix from the primary key (with IDs in the C collation,
-	//     migration 015). Execution still stops after the rows asked for.
+	//     migration 015), tags from workflows_tags_idx. Execution still
+	//     stops after the rows asked for.
 	byIDs := f.IDs != nil
-	cte := byIDs || ((len(f.Statuses) > 0 || f.WaitTopicPrefix != "" || f.IDPrefix != "") && f.Limit < minStatusPlanRows)
+	cte := byIDs || ((len(f.Statuses) > 0 || f.WaitTopicPrefix != "" || f.IDPrefix != "" || len(f.Tags) > 0) && f.Limit < minStatusPlanRows)
 	if cte {
 		b.WriteString("WITH r AS MATERIALIZED (\n")
 	}
 	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
 	recovery_attempts, coalesce(retries, 0), deadline, error, started_at, ` + payloads + `,
 	CASE WHEN status IN ('pending', 'enqueued') THEN wait_topic END, trace_context,
-	CASE WHEN status = 'success' THEN continued_as END
+	CASE WHEN status = 'success' THEN continued_as END, tags
 FROM {{schema}}.workflows`)
 	if len(where) > 0 {
 		b.WriteString("\nWHERE ")
@@ -158,9 +169,9 @@ FROM {{schema}}.workflows`)
 	return Render(b.String(), schema), args
 }
 
-// minStatusPlanRows is the fewest rows a listing by status, awaited topic
-// or ID prefix is planned for: a default page of the engine's listing and
-// the row that tells whether another follows.
+// minStatusPlanRows is the fewest rows a listing by status, awaited topic,
+// ID prefix or tags is planned for: a default page of the engine's listing
+// and the row that tells whether another follows.
 const minStatusPlanRows = 101
 
 // statusArm is the listing's condition for one status.

@@ -96,12 +96,13 @@ func New(schema string, notify bool) *Queries {
 
 		// $1 id, $2 name, $3 app_version, $4 executor_id (NULL: unowned),
 		// $5 epoch, $6 input, $7 parent_id, $8 notify payload (NULL: none),
-		// $9 deadline (NULL: none), $10 trace_context (NULL: none).
+		// $9 deadline (NULL: none), $10 trace_context (NULL: none), $11 tags
+		// (NULL: none).
 		// The notification of an unowned run is only delivered when the
 		// inserting transaction commits, which is what StartTx relies on.
 		insertWorkflow: r(`WITH ins AS (
-	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
-	VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $9, $10)
+	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context, tags)
+	VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $9, $10, $11::jsonb)
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id)
 SELECT CASE WHEN $8::text IS NULL THEN '' ELSE ` + n(`$8::text`) + `::text END FROM ins`),
@@ -109,9 +110,9 @@ SELECT CASE WHEN $8::text IS NULL THEN '' ELSE ` + n(`$8::text`) + `::text END F
 		// InsertWorkflow for one run owned by this executor: the plainest
 		// statement, as it is half of a short run's cost.
 		// $1 id, $2 name, $3 app_version, $4 executor_id, $5 input, $6 parent_id, $7 deadline,
-		// $8 trace_context.
-		insertOwned: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
-VALUES ($1, $2, 'pending', $3, $4, 1, $5, $6, $7, $8)
+		// $8 trace_context, $9 tags.
+		insertOwned: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context, tags)
+VALUES ($1, $2, 'pending', $3, $4, 1, $5, $6, $7, $8, $9::jsonb)
 ON CONFLICT (id) DO NOTHING`),
 
 		// Records a run's final outcome, fenced by its epoch. The notification
@@ -160,11 +161,12 @@ SELECT ` + n(`'n:' || id`) + `::text FROM u`),
 
 		// InsertWorkflow (owned by this executor) for many runs at once.
 		// $1 ids, $2 names, $3 app_version, $4 executor_id, $5 inputs,
-		// $6 parents, $7 deadlines, $8 trace contexts (NULL: none for all).
-		insertWorkflows: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context)
-SELECT u.id, u.name, 'pending', $3, $4, 1, u.input, u.parent_id, u.deadline, u.trace_context
-FROM unnest($1::text[], $2::text[], $5::json[], $6::text[], $7::timestamptz[], $8::text[])
-	AS u(id, name, input, parent_id, deadline, trace_context)
+		// $6 parents, $7 deadlines, $8 trace contexts (NULL: none for all),
+		// $9 tags (NULL: none for all).
+		insertWorkflows: r(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input, parent_id, deadline, trace_context, tags)
+SELECT u.id, u.name, 'pending', $3, $4, 1, u.input, u.parent_id, u.deadline, u.trace_context, u.tags::jsonb
+FROM unnest($1::text[], $2::text[], $5::json[], $6::text[], $7::timestamptz[], $8::text[], $9::json[])
+	AS u(id, name, input, parent_id, deadline, trace_context, tags)
 ON CONFLICT (id) DO NOTHING
 RETURNING id`),
 

@@ -84,12 +84,12 @@ SELECT ` + n(`'q:' || name`) + ` FROM u`),
 		// its ID or its dedup ID is taken, and wakes the dispatchers on commit.
 		// $1 id, $2 name, $3 app_version, $4 input, $5 queue, $6 priority,
 		// $7 partition_key, $8 dedup_id, $9 not_before, $10 deadline, $11 notify (bool),
-		// $12 trace_context.
+		// $12 trace_context, $13 tags.
 		enqueue: r(`WITH q AS (SELECT name FROM {{schema}}.queues WHERE name = $5),
 ins AS (
 	INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, input,
-		queue_name, priority, partition_key, dedup_id, not_before, deadline, trace_context)
-	SELECT $1, $2, 'enqueued', $3, NULL, 0, $4, q.name, $6, $7, $8, $9, $10, $12 FROM q
+		queue_name, priority, partition_key, dedup_id, not_before, deadline, trace_context, tags)
+	SELECT $1, $2, 'enqueued', $3, NULL, 0, $4, q.name, $6, $7, $8, $9, $10, $12, $13::jsonb FROM q
 	ON CONFLICT DO NOTHING
 	RETURNING id)
 SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
@@ -352,7 +352,8 @@ type EnqueueParams struct {
 	// Notify makes the commit wake the queue's dispatchers; an enqueue
 	// outside the caller's transaction wakes them itself, and coalesces.
 	Notify       bool
-	TraceContext string // W3C traceparent; "": none
+	TraceContext string          // W3C traceparent; "": none
+	Tags         json.RawMessage // a JSON object of strings; nil: none
 }
 
 // EnqueueRow says what Enqueue did.
@@ -367,7 +368,7 @@ func (q *QueueQueries) Enqueue(ctx context.Context, db DBTX, p EnqueueParams) (E
 	var queueFound, inserted int
 	var note *string
 	err := db.QueryRow(ctx, q.enqueue, p.ID, p.Workflow, p.AppVersion, json.RawMessage(p.Input), p.Queue, p.Priority,
-		orNull(p.PartitionKey), orNull(p.DedupID), p.NotBefore, p.Deadline, p.Notify, orNull(p.TraceContext)).
+		orNull(p.PartitionKey), orNull(p.DedupID), p.NotBefore, p.Deadline, p.Notify, orNull(p.TraceContext), p.Tags).
 		Scan(&queueFound, &inserted, &note)
 	return EnqueueRow{QueueFound: queueFound > 0, Inserted: inserted > 0}, err
 }
