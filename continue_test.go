@@ -2,6 +2,8 @@ package durable_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,8 +106,23 @@ func TestContinueAsNewChild(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			var parent *durable.Workflow[int, int]
+			// Parked, the chain's last run waits in its tick until the
+			// parent has parked on it, so that only that run's finish can
+			// wake the parent (through the parent it inherited).
+			lastTick := func(key string) {
+				if park != time.Millisecond || !strings.HasPrefix(key, "p/0#4/") {
+					return
+				}
+				parked := fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = 'p' AND executor_id IS NULL AND wait_topic = 'child:p/0#4'`, b.schema)
+				for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+					var n int
+					if b.pool.QueryRow(context.Background(), parked).Scan(&n) == nil && n == 1 {
+						return
+					}
+				}
+			}
 			b.engine(t, func(c *durable.Config) { c.ParkThreshold = park }, func(e *durable.Engine) {
-				child := registerCountdown(e, nil)
+				child := registerCountdown(e, lastTick)
 				parent = durable.Register(e, "parent", func(wctx durable.Context, n int) (int, error) {
 					h, err := child.StartChild(wctx, countdown{N: n}, nil)
 					if err != nil {
