@@ -28,7 +28,9 @@ import (
 // does not carry over). It keeps the old run's tags, those its code set
 // ([SetTag]) included, unless opts.Tags is not nil: then it has those
 // instead. A child's continuation is its parent's child, and
-// the parent's [Handle.Await] waits for the chain's end. The start is
+// the parent's [Handle.Await] waits for the chain's end. A queued run's
+// continuation is enqueued on its queue, with its partition key and
+// priority: it starts when the queue's limits allow. The start is
 // recorded as a step: replayed, it returns the same successor, so a crash
 // never starts two. Compensations
 // the old run registered ([Compensate]) are dropped: it did not fail.
@@ -80,6 +82,9 @@ func (w *Workflow[P, R]) ContinueAsNew(wctx Context, in P, opts *StartOpts) erro
 		o := &sysdb.OwnedRun{ID: next, Name: w.def.name, Input: input, ParentID: link.Parent, Deadline: deadline, Tags: tags}
 		if opts == nil || opts.Tags == nil {
 			o.Tags = link.Tags // the run's tags, SetTag's included
+		}
+		if link.Queue != "" {
+			return continueQueued(ctx, r, w.def.name, next, input, opts, link, o.Tags)
 		}
 		sp := r.trace().startChild(w.def.name, next, pos)
 		_, err = w.insertAndRun(ctx, sp, o, opts.sameInput(input))
@@ -153,4 +158,25 @@ func chainEnd(ctx context.Context, w watcher, id string, o *outcome) (string, *o
 		}
 	}
 	return id, o, nil
+}
+
+// continueQueued enqueues the continuation next of queued run r on r's
+// queue, with its partition key and priority: it starts when the queue's
+// limits allow, as any run of the queue (an existing run of that ID, from
+// an earlier try, is kept). tags are its tags, encoded.
+func continueQueued(ctx context.Context, r *run, name, next string, input []byte, opts *StartOpts, link sysdb.ContinuedRow, tags json.RawMessage) error {
+	eo := &EnqueueOpts{ID: next, PartitionKey: link.PartitionKey, Priority: link.Priority, AcceptDifferentInput: opts != nil && opts.AcceptDifferentInput}
+	if opts != nil {
+		eo.Timeout = opts.Timeout
+	}
+	if tags != nil {
+		if err := json.Unmarshal(tags, &eo.Tags); err != nil {
+			return err
+		}
+	}
+	_, err := engineSubmitter(r.e).enqueue(ctx, r.e.pool, name, link.Queue, json.RawMessage(input), eo, true)
+	if err == nil {
+		r.e.queues.wake(link.Queue) // this process's dispatcher, if it works the queue
+	}
+	return err
 }

@@ -141,6 +141,34 @@ func TestContinueAsNewChild(t *testing.T) {
 	}
 }
 
+// TestContinueAsNewQueued: a queued run's continuation is enqueued on
+// its queue, with its partition key and priority, and starts within the
+// queue's limit (one at a time here, so a link never runs beside the
+// next); Result of the first run is the chain's.
+func TestContinueAsNewQueued(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wf *durable.Workflow[countdown, int]
+	var q *durable.Queue
+	b.engine(t, nil, func(e *durable.Engine) {
+		wf = registerCountdown(e, nil)
+		q = durable.RegisterQueue(e, "chains", &durable.QueueOpts{GlobalConcurrency: 1})
+	})
+	ctx := ctxT(t)
+	h, err := wf.Enqueue(ctx, q, countdown{N: 2}, &durable.EnqueueOpts{ID: "qc", PartitionKey: "tenant-a", Priority: 3})
+	require.NoError(t, err)
+	out, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, out, "2 + 1 + 0")
+	got := queryMap[string, string](t, b.pool, fmt.Sprintf(`SELECT id, queue_name || ' ' || partition_key || ' ' || priority || ' ' || status
+FROM %q.workflows ORDER BY id`, b.schema))
+	require.Equal(t, map[string]string{"qc": "chains tenant-a 3 success", "qc#2": "chains tenant-a 3 success", "qc#3": "chains tenant-a 3 success"}, got)
+	var overlaps int
+	require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]q.workflows a JOIN %[1]q.workflows b
+ON a.id < b.id AND a.started_at < b.updated_at AND b.started_at < a.updated_at`, b.schema)).Scan(&overlaps))
+	require.Zero(t, overlaps, "one link at a time: the queue's limit holds across the chain")
+}
+
 // TestContinueAsNewCrashes: the chain survives a crash at every boundary
 // of its first run, the continuation's start included: the same result,
 // and each run of the chain ticks once (no second successor is started).

@@ -214,6 +214,14 @@ func init() {
 			Pkg: ".", Tests: "TestContinueAsNewChild",
 		},
 		Mutant{
+			Name:      "continue/queued-on-its-queue",
+			Mechanism: "a queued run's continuation is enqueued on its queue, within its limits",
+			Edits: []Edit{{File: "continue.go",
+				Find:    "\t\tif link.Queue != \"\" {",
+				Replace: "\t\tif false && link.Queue != \"\" {"}},
+			Pkg: ".", Tests: "TestContinueAsNewQueued",
+		},
+		Mutant{
 			Name:      "continue/parent-kept",
 			Mechanism: "a child's continuation is its parent's child, so its finish wakes the parked parent",
 			Edits: []Edit{{File: "continue.go",

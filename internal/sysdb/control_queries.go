@@ -114,7 +114,7 @@ WHERE id = $1 AND epoch = $2 AND status = 'pending' AND cancel_requested)`),
 
 		continueAs: r(`UPDATE {{schema}}.workflows SET continued_as = $3
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
-RETURNING coalesce(parent_id, ''), tags::text`),
+RETURNING coalesce(parent_id, ''), tags::text, coalesce(queue_name, ''), coalesce(partition_key, ''), priority`),
 
 		// Schedules run $1, whose code failed, to run again from its last
 		// checkpoint at $3: parked as a sleep is (back to its queue when
@@ -267,14 +267,18 @@ func (q *ControlQueries) RetryLater(ctx context.Context, db DBTX, p RetryLaterPa
 type ContinuedRow struct {
 	Parent string          // "": none
 	Tags   json.RawMessage // nil: none
+	// The queue the run came from ("": none), its partition key and its
+	// priority: a queued run's continuation is enqueued there too.
+	Queue, PartitionKey string
+	Priority            int
 }
 
 // ContinueAs links run id, owned at epoch, to the run next it continues
-// as, and returns id's parent and tags. false: the run is not pending at
+// as, and returns id's parent, tags and queue. false: the run is not pending at
 // that epoch, and nothing changed.
 func (q *ControlQueries) ContinueAs(ctx context.Context, db DBTX, id string, epoch int64, next string) (row ContinuedRow, ok bool, err error) {
 	var tags *string
-	err = db.QueryRow(ctx, q.continueAs, id, epoch, next).Scan(&row.Parent, &tags)
+	err = db.QueryRow(ctx, q.continueAs, id, epoch, next).Scan(&row.Parent, &tags, &row.Queue, &row.PartitionKey, &row.Priority)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return row, false, nil
 	}
