@@ -1,0 +1,68 @@
+package durable_test
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// BenchmarkDrain drains b.N queued one-step runs on one engine: what the
+// engine allocates per drained run (allocs/op) is the client-side lever
+// of the queue drain that bench/ measures against River.
+func BenchmarkDrain(b *testing.B) {
+	pool := pgtest.Pool(b)
+	e, err := durable.New(pool, &durable.Config{Schema: pgtest.Schema(b), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var returned atomic.Int64
+	wf := durable.Register(e, "drain1", func(wctx durable.Context, i int) (int, error) {
+		_, err := durable.Step(wctx, "s", func(context.Context) (string, error) { return "ok", nil }, nil)
+		returned.Add(1)
+		return i, err
+	}, nil)
+	q := durable.RegisterQueue(e, "drain", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := e.Launch(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = e.Shutdown(context.Background()) }()
+	if err := q.Pause(ctx); err != nil {
+		b.Fatal(err)
+	}
+	items := make([]durable.EnqueueItem[int], 0, 1000)
+	for i := 0; i < b.N; i++ {
+		items = append(items, durable.EnqueueItem[int]{Input: i})
+		if len(items) == cap(items) || i == b.N-1 {
+			if _, err := wf.EnqueueMany(ctx, q, items); err != nil {
+				b.Fatal(err)
+			}
+			items = items[:0]
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := q.Resume(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for returned.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	for {
+		st, err := q.Stats(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st.Ready == 0 && st.Running == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+}
