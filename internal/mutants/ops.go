@@ -151,6 +151,14 @@ func init() {
 			Pkg: "internal/sysdb", Tests: "TestListByRareStatusReadsOnlyThoseRuns",
 		},
 		Mutant{
+			Name:      "list/page-size-known",
+			Mechanism: "the listing's page size is written into its statement, so a connection plans it once",
+			Edits: []Edit{{File: list,
+				Find:    `LIMIT " + strconv.Itoa(f.Limit))`,
+				Replace: `LIMIT " + arg(f.Limit))`}},
+			Pkg: "internal/sysdb", Tests: "TestListPlannedOnce",
+		},
+		Mutant{
 			Name:      "inspect/window-last",
 			Mechanism: "a step window from a negative position holds the run's last steps",
 			Edits: []Edit{{File: inspect,

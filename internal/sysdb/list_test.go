@@ -256,3 +256,39 @@ func TestListByRareStatusReadsOnlyThoseRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestListPlannedOnce: on a table of many runs, a connection plans the
+// listing once and reuses that plan. With the page size a parameter, the
+// plan made without its value reckons on a tenth of the table, which costs
+// more than the plan for a page, so Postgres planned the listing anew at
+// every call (20,000 runs are enough; the bench's growth run found it at
+// a million).
+func TestListPlannedOnce(t *testing.T) {
+	t.Parallel()
+	pool, schema := migrated(t)
+	ctx := context.Background()
+	q := NewInspectQueries(schema)
+	opsExec(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, created_at)
+		SELECT 'r' || i, 'w', 'success', 'v', now() - (20000 - i) * interval '1 second' FROM generate_series(1, 20000) i`)
+	opsExec(t, pool, schema, `ANALYZE {{schema}}.workflows`)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	filters := map[string]ListFilter{
+		"first page":  {Limit: 51},
+		"next page":   {Limit: 51, HasAfter: true, AfterAt: time.Now().Add(-time.Hour), AfterID: "r1"},
+		"by name":     {Limit: 51, Name: "w"},
+		"by statuses": {Limit: 1001, Statuses: []string{"success"}},
+	}
+	for name, f := range filters {
+		for range 8 {
+			_, err := q.List(ctx, conn, f)
+			require.NoError(t, err, name)
+		}
+		sql, _ := listSQL(schema, f)
+		var generic, custom int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+			sql).Scan(&generic, &custom), name)
+		require.LessOrEqual(t, custom, int64(5), "%s: planned %d times for 8 calls (generic plans used: %d)", name, custom, generic)
+	}
+}
