@@ -2,6 +2,7 @@ package durable_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,21 @@ import (
 // engine allocates per drained run (allocs/op) is the client-side lever
 // of the queue drain that bench/ measures against River.
 func BenchmarkDrain(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts *durable.QueueOpts
+		keys int
+	}{
+		{"plain", nil, 0},
+		{"global-100", &durable.QueueOpts{GlobalConcurrency: 100}, 0},
+		{"worker-100", &durable.QueueOpts{WorkerConcurrency: 100}, 0},
+		{"fair-100-keys", &durable.QueueOpts{FairShare: true}, 100},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchDrain(b, c.opts, c.keys) })
+	}
+}
+
+func benchDrain(b *testing.B, opts *durable.QueueOpts, keys int) {
 	pool := pgtest.Pool(b)
 	e, err := durable.New(pool, &durable.Config{Schema: pgtest.Schema(b), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -26,7 +42,7 @@ func BenchmarkDrain(b *testing.B) {
 		returned.Add(1)
 		return i, err
 	}, nil)
-	q := durable.RegisterQueue(e, "drain", nil)
+	q := durable.RegisterQueue(e, "drain", opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := e.Launch(ctx); err != nil {
@@ -38,7 +54,11 @@ func BenchmarkDrain(b *testing.B) {
 	}
 	items := make([]durable.EnqueueItem[int], 0, 1000)
 	for i := 0; i < b.N; i++ {
-		items = append(items, durable.EnqueueItem[int]{Input: i})
+		it := durable.EnqueueItem[int]{Input: i}
+		if keys > 0 {
+			it.Opts = &durable.EnqueueOpts{PartitionKey: fmt.Sprint("k", i%keys)}
+		}
+		items = append(items, it)
 		if len(items) == cap(items) || i == b.N-1 {
 			if _, err := wf.EnqueueMany(ctx, q, items); err != nil {
 				b.Fatal(err)

@@ -207,7 +207,9 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 	claimLimit := 0
 	keyedMore := false
 	err := pgx.BeginFunc(ctx, d.cfg.Pool, func(tx pgx.Tx) error {
-		row, err := d.cfg.Queries.LockAndLoad(ctx, tx, q.name)
+		// The queue's row and the counts come in one round trip; the
+		// counts are read once the row's lock is held (see LockAndCount).
+		row, c, err := d.cfg.Queries.LockAndCount(ctx, tx, q.name)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %q was deleted", errs.QueueNotFound, q.name)
 		}
@@ -222,10 +224,6 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 		if n <= 0 {
 			wait = poll // a local finish wakes us
 			return nil
-		}
-		c, err := d.cfg.Queries.Counts(ctx, tx, sysdb.QueueCountsParams{Queue: q.name, CountRunning: s.GlobalConcurrency > 0, RatePeriod: s.RatePeriod})
-		if err != nil {
-			return err
 		}
 		if c.NextDelayed != nil {
 			wait = min(wait, max(*c.NextDelayed, time.Millisecond))

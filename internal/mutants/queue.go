@@ -17,6 +17,14 @@ func init() {
 			// executors happen to run their runs at the same moments.
 			Pkg: "./internal/dispatch", Tests: "TestLimits/global",
 		},
+		Mutant{
+			Name:      "queue/counts-after-lock",
+			Mechanism: "a dispatch counts its queue's runs once the queue's row lock is held, seeing what the previous holder claimed",
+			Edits: []Edit{{File: "internal/sysdb/queue_queries.go",
+				Find:    "\tb.Queue(q.lockAndLoad, name).QueryRow(r.scan)\n\tb.Queue(q.counts, name).QueryRow(func(row pgx.Row) error { return row.Scan(c.dest()...) })\n",
+				Replace: "\tb.Queue(q.counts, name).QueryRow(func(row pgx.Row) error { return row.Scan(c.dest()...) })\n\tb.Queue(q.lockAndLoad, name).QueryRow(r.scan)\n"}},
+			Pkg: "./internal/sysdb", Tests: "TestQueueLockAndCountSeesTheHolder",
+		},
 		// Idempotency keys on the wire (IdempotentTransport).
 		Mutant{
 			Name:      "transport/stamp",

@@ -108,17 +108,24 @@ SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM ins),
 	EXISTS (SELECT 1 FROM {{schema}}.queue_partitions p WHERE p.queue_name = q.name)
 FROM {{schema}}.queues q WHERE name = $1 FOR NO KEY UPDATE OF q`),
 
-		// Recent starts are those with rate_start, which the claims set
-		// only while the queue has a rate limit.
-		// $1 name, $2 count running (bool), $3 rate period ms (0: none).
+		// What the limits of the queue depend on, as its row sets them:
+		// the runs holding a slot (with a global limit), the starts within
+		// the rate period and when the oldest leaves it (with a rate
+		// limit: rate_start is set by the claims only while the queue has
+		// one), and when the next delayed run is due. The settings are read
+		// from the row, not passed, so the statement has one shape, planned
+		// once per connection; each subquery runs only when its CASE asks.
+		// $1 name.
 		counts: r(`SELECT
-	CASE WHEN $2::bool THEN ` + running("$1") + ` ELSE 0 END,
-	CASE WHEN $3::bigint > 0 THEN (SELECT count(*) FROM {{schema}}.workflows
-		WHERE queue_name = $1 AND rate_start > now() - $3 * interval '1 millisecond') ELSE 0 END,
-	CASE WHEN $3::bigint > 0 THEN (SELECT min(rate_start) + $3 * interval '1 millisecond' - now() FROM {{schema}}.workflows
-		WHERE queue_name = $1 AND rate_start > now() - $3 * interval '1 millisecond') END,
+	CASE WHEN q.global_concurrency > 0 THEN ` + running("q.name") + ` ELSE 0 END,
+	CASE WHEN q.rate_period_ms > 0 THEN (SELECT count(*) FROM {{schema}}.workflows
+		WHERE queue_name = q.name AND rate_start > now() - q.rate_period_ms * interval '1 millisecond') ELSE 0 END,
+	CASE WHEN q.rate_period_ms > 0 THEN (SELECT min(rate_start) + q.rate_period_ms * interval '1 millisecond' - now()
+		FROM {{schema}}.workflows
+		WHERE queue_name = q.name AND rate_start > now() - q.rate_period_ms * interval '1 millisecond') END,
 	(SELECT min(not_before) - now() FROM {{schema}}.workflows
-		WHERE queue_name = $1 AND status = 'enqueued' AND not_before > now())`),
+		WHERE queue_name = q.name AND status = 'enqueued' AND not_before > now())
+FROM {{schema}}.queues q WHERE q.name = $1`),
 
 		// Claims up to $5 ready runs in priority order. A run that never
 		// started may run on any application version; a re-queued one only
@@ -293,14 +300,20 @@ type DispatchRow struct {
 // has that name.
 func (q *QueueQueries) LockAndLoad(ctx context.Context, tx DBTX, name string) (DispatchRow, error) {
 	var r DispatchRow
+	err := r.scan(tx.QueryRow(ctx, q.lockAndLoad, name))
+	return r, err
+}
+
+// scan reads the row of lockAndLoad into r.
+func (r *DispatchRow) scan(row pgx.Row) error {
 	var ms periodsMs
 	var cursor *string
-	err := tx.QueryRow(ctx, q.lockAndLoad, name).Scan(append(settingsDest(&r.Settings, &ms), &r.Paused, &cursor, &r.PartitionLimits)...)
+	err := row.Scan(append(settingsDest(&r.Settings, &ms), &r.Paused, &cursor, &r.PartitionLimits)...)
 	ms.set(&r.Settings)
 	if cursor != nil {
 		r.FairCursor = *cursor
 	}
-	return r, err
+	return err
 }
 
 // QueueUpdateParams are the new live settings of a queue.
@@ -381,27 +394,42 @@ func orNull(s string) any {
 	return s
 }
 
-// QueueCountsParams say what a dispatch needs counted.
-type QueueCountsParams struct {
-	Queue        string
-	CountRunning bool          // count the runs holding a slot (a global limit)
-	RatePeriod   time.Duration // count the starts within it (0: no rate limit)
-}
-
 // QueueCountsRow is what a dispatch counted in its queue.
 type QueueCountsRow struct {
-	Running     int            // runs holding a slot, in any executor (0 unless counted)
-	Recent      int            // starts within the rate period
+	Running     int            // runs holding a slot, in any executor (0 without a global limit)
+	Recent      int            // starts within the rate period (0 without one)
 	RateFree    *time.Duration // with Recent > 0: when the oldest of them leaves the period
 	NextDelayed *time.Duration // when the next delayed run is due; nil: none
 }
 
-// Counts counts the runs of p.Queue that its limits depend on.
-func (q *QueueQueries) Counts(ctx context.Context, tx DBTX, p QueueCountsParams) (QueueCountsRow, error) {
+func (r *QueueCountsRow) dest() []any {
+	return []any{&r.Running, &r.Recent, &r.RateFree, &r.NextDelayed}
+}
+
+// Counts counts the runs of queue name that its limits depend on, as the
+// queue's row sets them; pgx.ErrNoRows when no queue has that name.
+func (q *QueueQueries) Counts(ctx context.Context, db DBTX, name string) (QueueCountsRow, error) {
 	var r QueueCountsRow
-	err := tx.QueryRow(ctx, q.counts, p.Queue, p.CountRunning, p.RatePeriod.Milliseconds()).
-		Scan(&r.Running, &r.Recent, &r.RateFree, &r.NextDelayed)
+	err := db.QueryRow(ctx, q.counts, name).Scan(r.dest()...)
 	return r, err
+}
+
+// BatchSender is what sends statements pipelined: a transaction.
+type BatchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// LockAndCount is LockAndLoad then Counts in one round trip. The counts
+// statement starts once the lock is held, so it reads what the previous
+// holder committed: its runs claimed count as running.
+func (q *QueueQueries) LockAndCount(ctx context.Context, tx BatchSender, name string) (DispatchRow, QueueCountsRow, error) {
+	var r DispatchRow
+	var c QueueCountsRow
+	b := &pgx.Batch{}
+	b.Queue(q.lockAndLoad, name).QueryRow(r.scan)
+	b.Queue(q.counts, name).QueryRow(func(row pgx.Row) error { return row.Scan(c.dest()...) })
+	err := tx.SendBatch(ctx, b).Close()
+	return r, c, err
 }
 
 // ClaimSimpleParams claim the first ready runs of a queue.

@@ -229,7 +229,7 @@ func TestQueueEnqueue(t *testing.T) {
 
 func TestQueueCounts(t *testing.T) {
 	f := newQueueFix(t)
-	f.declare("q", QueueSettings{})
+	f.declare("q", QueueSettings{GlobalConcurrency: 10, RateLimit: 5, RatePeriod: time.Minute})
 	f.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, queue_name, rate_start, not_before) VALUES
 		('p1', 'w', 'pending', 'v', 'x', 'q', now() - interval '10 seconds', NULL),
 		('p2', 'w', 'pending', 'v', 'y', 'q', now() - interval '2 hours', NULL),
@@ -240,11 +240,8 @@ func TestQueueCounts(t *testing.T) {
 		('e2', 'w', 'enqueued', 'v', NULL, 'q', NULL, now() + interval '2 hours'),
 		('e3', 'w', 'enqueued', 'v', NULL, 'q', NULL, now() - interval '1 hour'),
 		('o1', 'w', 'pending', 'v', 'x', 'other', now(), now() + interval '1 minute')`)
-	tx, err := f.pool.Begin(f.ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(f.ctx) }()
 
-	c, err := f.q.Counts(f.ctx, tx, QueueCountsParams{Queue: "q", CountRunning: true, RatePeriod: time.Minute})
+	c, err := f.q.Counts(f.ctx, f.pool, "q")
 	require.NoError(t, err)
 	require.Equal(t, 3, c.Running, "pending runs and a cancelled one still stopping hold slots")
 	require.Equal(t, 3, c.Recent, "starts within the period, whatever the run's status")
@@ -253,16 +250,70 @@ func TestQueueCounts(t *testing.T) {
 	require.NotNil(t, c.NextDelayed)
 	require.InDelta(t, time.Hour, *c.NextDelayed, float64(time.Minute))
 
-	c, err = f.q.Counts(f.ctx, tx, QueueCountsParams{Queue: "q"})
+	_, err = f.q.Update(f.ctx, f.pool, QueueUpdateParams{Name: "q", Settings: QueueSettings{}})
+	require.NoError(t, err)
+	c, err = f.q.Counts(f.ctx, f.pool, "q")
 	require.NoError(t, err)
 	require.Equal(t, 0, c.Running, "not counted without a global limit")
 	require.Equal(t, 0, c.Recent, "not counted without a rate limit")
 	require.Nil(t, c.RateFree)
 	require.NotNil(t, c.NextDelayed)
 
-	c, err = f.q.Counts(f.ctx, tx, QueueCountsParams{Queue: "empty", CountRunning: true, RatePeriod: time.Minute})
+	f.declare("empty", QueueSettings{GlobalConcurrency: 1, RateLimit: 1, RatePeriod: time.Minute})
+	c, err = f.q.Counts(f.ctx, f.pool, "empty")
 	require.NoError(t, err)
 	require.Equal(t, QueueCountsRow{}, c)
+
+	_, err = f.q.Counts(f.ctx, f.pool, "nosuch")
+	require.ErrorIs(t, err, pgx.ErrNoRows)
+}
+
+// TestQueueLockAndCountSeesTheHolder: a dispatch that waited for the
+// queue's lock counts the runs the holder claimed before it committed.
+// Read in the statement that waited, the counts would come from a
+// snapshot taken before the wait, and two executors could each fill a
+// global limit.
+func TestQueueLockAndCountSeesTheHolder(t *testing.T) {
+	f := newQueueFix(t)
+	f.declare("q", QueueSettings{GlobalConcurrency: 10})
+	f.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, queue_name)
+		SELECT 'e' || i, 'w', 'enqueued', 'v', 'q' FROM generate_series(1, 5) i`)
+
+	holder, err := f.pool.Begin(f.ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(f.ctx) }()
+	row, c, err := f.q.LockAndCount(f.ctx, holder, "q")
+	require.NoError(t, err)
+	require.Equal(t, 10, row.Settings.GlobalConcurrency)
+	require.Equal(t, 0, c.Running)
+
+	type result struct {
+		c   QueueCountsRow
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			waited <- result{err: err}
+			return
+		}
+		defer func() { _ = tx.Rollback(f.ctx) }()
+		_, c, err := f.q.LockAndCount(f.ctx, tx, "q")
+		waited <- result{c, err}
+	}()
+	// The second dispatch waits for the lock; meanwhile the holder claims.
+	require.Eventually(t, func() bool {
+		return value[int64](f, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`,
+			holder.Conn().PgConn().PID()) > 0
+	}, 10*time.Second, 5*time.Millisecond, "the second dispatch never waited for the queue's lock")
+	got, err := f.q.ClaimSimple(f.ctx, holder, ClaimSimpleParams{Queue: "q", ExecutorID: "x", AppVersion: "v", Workflows: []string{"w"}, Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	require.NoError(t, holder.Commit(f.ctx))
+	r := <-waited
+	require.NoError(t, r.err)
+	require.Equal(t, 3, r.c.Running, "the counts of a dispatch that waited for the lock include what the holder claimed")
 }
 
 // claimFixture adds queue q's runs: a..e ready in this priority order
@@ -512,4 +563,19 @@ func TestQueueCountsReadOnlyLiveRuns(t *testing.T) {
 	list, err := f.q.List(f.ctx, f.pool)
 	require.NoError(t, err)
 	require.Equal(t, []QueueListRow{{Name: "idle"}, {Name: "q", QueueStatsRow: want}}, list)
+
+	// A dispatch's counts, with every limit they serve set.
+	_, err = f.q.Update(f.ctx, f.pool, QueueUpdateParams{Name: "q",
+		Settings: QueueSettings{GlobalConcurrency: 100, RateLimit: 100, RatePeriod: time.Minute}})
+	require.NoError(t, err)
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		if n, plan := pgtest.ExplainRows(f.ctx, t, f.pool, mode, f.q.counts, []any{"q"}); n > ready+delayed+running+1 {
+			t.Errorf("Counts, %s: read %d rows of %d runs for %d queued or running; plan: %s",
+				mode, n, history+ready+delayed+running, ready+delayed+running, plan)
+		}
+	}
+	c, err := f.q.Counts(f.ctx, f.pool, "q")
+	require.NoError(t, err)
+	require.Equal(t, running, c.Running)
+	require.NotNil(t, c.NextDelayed)
 }
