@@ -29,6 +29,10 @@ type Flow struct {
 	Keys           int     `json:"keys"`
 	FairDrainPerS  float64 `json:"fair_drain_per_s"`
 	PlainDrainPerS float64 `json:"plain_drain_per_s"`
+	// The same runs without keys on a queue with a global limit of
+	// GlobalLimit slots: what a limit costs the drain.
+	GlobalLimit      int     `json:"global_limit,omitempty"`
+	LimitedDrainPerS float64 `json:"limited_drain_per_s,omitempty"`
 	// Debounce: Enqueues from 8 goroutines on DebounceKeys keys, with and
 	// without a debounce key; DebounceRuns runs came of them.
 	DebounceN        int     `json:"debounce_n"`
@@ -44,6 +48,7 @@ const (
 	flowBacklog = 1000
 	flowHold    = 10 * time.Millisecond
 	flowKeys    = 100
+	flowLimit   = 100 // the global limit of the limited drain
 )
 
 // flow measures fair sharing, the cost of the keyed dispatch and
@@ -72,22 +77,26 @@ func (b *bench) flow(ctx context.Context) (*Flow, error) {
 			f.PriorityWaitMS = wait
 		}
 	}
-	for _, fair := range []bool{true, false} {
-		rate, err := b.keyedDrain(ctx, pool, fair)
+	f.GlobalLimit = flowLimit
+	for _, kind := range []string{"fair", "plain", "limited"} {
+		rate, err := b.keyedDrain(ctx, pool, kind)
 		if err != nil {
 			return nil, err
 		}
-		if fair {
+		switch kind {
+		case "fair":
 			f.FairDrainPerS = rate
-		} else {
+		case "plain":
 			f.PlainDrainPerS = rate
+		default:
+			f.LimitedDrainPerS = rate
 		}
 	}
 	if err := b.debounceRate(ctx, pool, f); err != nil {
 		return nil, err
 	}
-	b.o.logf("flow: small tenant behind %d runs waits %.1f ms (FairShare) vs %.0f ms (priority order); drain by key %.0f /s vs plain %.0f /s; debounced enqueue %.0f /s vs %.0f /s (%d runs)",
-		f.Backlog, f.FairWaitMS, f.PriorityWaitMS, f.FairDrainPerS, f.PlainDrainPerS, f.DebouncePerS, f.PlainEnqueuePerS, f.DebounceRuns)
+	b.o.logf("flow: small tenant behind %d runs waits %.1f ms (FairShare) vs %.0f ms (priority order); drain by key %.0f /s vs plain %.0f /s, with a global limit of %d %.0f /s; debounced enqueue %.0f /s vs %.0f /s (%d runs)",
+		f.Backlog, f.FairWaitMS, f.PriorityWaitMS, f.FairDrainPerS, f.PlainDrainPerS, f.GlobalLimit, f.LimitedDrainPerS, f.DebouncePerS, f.PlainEnqueuePerS, f.DebounceRuns)
 	return f, nil
 }
 
@@ -168,14 +177,17 @@ func (b *bench) smallTenantWait(ctx context.Context, pool *pgxpool.Pool, fair bo
 }
 
 // keyedDrain times the drain of DrainN 0-step runs (enqueued while the
-// queue is paused), over flowKeys keys on a FairShare queue, or without
-// keys on a plain one; runs per second.
-func (b *bench) keyedDrain(ctx context.Context, pool *pgxpool.Pool, fair bool) (float64, error) {
-	name := "drain-plain"
-	if fair {
-		name = "drain-fair"
+// queue is paused), over flowKeys keys on a FairShare queue ("fair"), or
+// without keys on a plain queue ("plain") or on one with a global limit
+// of flowLimit slots ("limited"); runs per second.
+func (b *bench) keyedDrain(ctx context.Context, pool *pgxpool.Pool, kind string) (float64, error) {
+	name := "drain-" + kind
+	fair := kind == "fair"
+	opts := &durable.QueueOpts{FairShare: fair}
+	if kind == "limited" {
+		opts.GlobalConcurrency = flowLimit
 	}
-	e, wf, q, err := b.flowEngine(ctx, pool, name, &durable.QueueOpts{FairShare: fair}, nil)
+	e, wf, q, err := b.flowEngine(ctx, pool, name, opts, nil)
 	if err != nil {
 		return 0, err
 	}

@@ -484,6 +484,10 @@ func (r *Result) queueMarkdown(sb *strings.Builder, row func(metric, value, rati
 			fmt.Sprintf("%.1f ms", f.FairWaitMS), fmt.Sprintf("%.0fx sooner than in priority order (%.0f ms)", f.PriorityWaitMS/f.FairWaitMS, f.PriorityWaitMS), "", "")
 		row(fmt.Sprintf("drain by key: %d 0-step runs over %d partition keys, FairShare queue, against the same runs on a plain queue", f.DrainN, f.Keys),
 			fmt.Sprintf("%.0f /s (plain %.0f /s)", f.FairDrainPerS, f.PlainDrainPerS), fmtX(f.FairDrainPerS/f.PlainDrainPerS, "plain drain"), "", "")
+		if f.LimitedDrainPerS > 0 {
+			row(fmt.Sprintf("drain with a global limit: the same %d runs on a queue of %d slots (GlobalConcurrency), against the plain queue", f.DrainN, f.GlobalLimit),
+				fmt.Sprintf("%.0f /s (plain %.0f /s)", f.LimitedDrainPerS, f.PlainDrainPerS), fmtX(f.LimitedDrainPerS/f.PlainDrainPerS, "plain drain"), "", "")
+		}
 		row(fmt.Sprintf("debounced enqueues: %d from 8 goroutines on %d keys, against plain enqueues", f.DebounceN, f.DebounceKeys),
 			fmt.Sprintf("%.0f /s (plain %.0f /s); %d runs", f.DebouncePerS, f.PlainEnqueuePerS, f.DebounceRuns), fmtX(f.DebouncePerS/f.PlainEnqueuePerS, "plain enqueue"), "", "")
 	}
