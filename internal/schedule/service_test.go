@@ -192,6 +192,10 @@ func TestServiceTriggers(t *testing.T) {
 	d.Queue = "q"
 	worker := h.started(t, d)
 	require.NoError(t, worker.Pause(ctx, "s"))
+	// The pause wakes the worker; its pass must be over before the
+	// trigger is stored, or it may start the trigger before the row is
+	// read below.
+	waitPass(t, worker)
 	ops := h.service(t) // declares nothing, never started
 
 	tick := time.Date(2031, 2, 3, 4, 5, 6, 7_000_891, time.UTC)
