@@ -180,7 +180,13 @@ func TestQueueLimitsAcrossProcesses(t *testing.T) {
 	require.Equal(t, 1, perKey)
 	require.GreaterOrEqual(t, parts, 2, "different keys ran in parallel")
 	require.LessOrEqual(t, rate, 4)
-	require.Equal(t, 3, processes)
+	// At least two of the processes ran runs. Which ones win the
+	// dispatch races is up to scheduling: an executor whose run ends here
+	// dispatches at once, one woken by a notification comes later, and two
+	// of three can hold every slot (global: 2 each; parts: 3 keys and 1;
+	// rated: 4 a second to whoever asks first). CI saw a run where the third
+	// never won one.
+	require.GreaterOrEqual(t, processes, 2)
 	var steps int
 	require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*) FROM @intervals")).Scan(&steps))
 	require.Equal(t, total, steps, "every run's step ran exactly once")
