@@ -209,6 +209,8 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 	err := pgx.BeginFunc(ctx, d.cfg.Pool, func(tx pgx.Tx) error {
 		// The queue's row and the counts come in one round trip; the
 		// counts are read once the row's lock is held (see LockAndCount).
+		// A paused or full queue discards them: pipelined, they cost it
+		// no round trip, only their execution.
 		row, c, err := d.cfg.Queries.LockAndCount(ctx, tx, q.name)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %q was deleted", errs.QueueNotFound, q.name)

@@ -21,8 +21,8 @@ func init() {
 			Name:      "queue/counts-after-lock",
 			Mechanism: "a dispatch counts its queue's runs once the queue's row lock is held, seeing what the previous holder claimed",
 			Edits: []Edit{{File: "internal/sysdb/queue_queries.go",
-				Find:    "\tb.Queue(q.lockAndLoad, name).QueryRow(r.scan)\n\tb.Queue(q.counts, name).QueryRow(func(row pgx.Row) error { return row.Scan(c.dest()...) })\n",
-				Replace: "\tb.Queue(q.counts, name).QueryRow(func(row pgx.Row) error { return row.Scan(c.dest()...) })\n\tb.Queue(q.lockAndLoad, name).QueryRow(r.scan)\n"}},
+				Find:    "\tb.Queue(q.lockAndLoad, name).QueryRow(r.scan)\n\tb.Queue(q.counts, name).QueryRow(c.scan)\n",
+				Replace: "\tb.Queue(q.counts, name).QueryRow(c.scan)\n\tb.Queue(q.lockAndLoad, name).QueryRow(r.scan)\n"}},
 			Pkg: "./internal/sysdb", Tests: "TestQueueLockAndCountSeesTheHolder",
 		},
 		// Idempotency keys on the wire (IdempotentTransport).

@@ -294,17 +294,7 @@ type DispatchRow struct {
 	PartitionLimits bool
 }
 
-// LockAndLoad locks the row of queue name until the end of the
-// transaction tx, serialising the dispatches of the queue across
-// executors, and returns its live settings; pgx.ErrNoRows when no queue
-// has that name.
-func (q *QueueQueries) LockAndLoad(ctx context.Context, tx DBTX, name string) (DispatchRow, error) {
-	var r DispatchRow
-	err := r.scan(tx.QueryRow(ctx, q.lockAndLoad, name))
-	return r, err
-}
-
-// scan reads the row of lockAndLoad into r.
+// scan reads the row of lockAndLoad (see LockAndCount) into r.
 func (r *DispatchRow) scan(row pgx.Row) error {
 	var ms periodsMs
 	var cursor *string
@@ -402,15 +392,16 @@ type QueueCountsRow struct {
 	NextDelayed *time.Duration // when the next delayed run is due; nil: none
 }
 
-func (r *QueueCountsRow) dest() []any {
-	return []any{&r.Running, &r.Recent, &r.RateFree, &r.NextDelayed}
+// scan reads the row of counts into r.
+func (r *QueueCountsRow) scan(row pgx.Row) error {
+	return row.Scan(&r.Running, &r.Recent, &r.RateFree, &r.NextDelayed)
 }
 
 // Counts counts the runs of queue name that its limits depend on, as the
 // queue's row sets them; pgx.ErrNoRows when no queue has that name.
 func (q *QueueQueries) Counts(ctx context.Context, db DBTX, name string) (QueueCountsRow, error) {
 	var r QueueCountsRow
-	err := db.QueryRow(ctx, q.counts, name).Scan(r.dest()...)
+	err := r.scan(db.QueryRow(ctx, q.counts, name))
 	return r, err
 }
 
@@ -419,15 +410,18 @@ type BatchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// LockAndCount is LockAndLoad then Counts in one round trip. The counts
-// statement starts once the lock is held, so it reads what the previous
-// holder committed: its runs claimed count as running.
+// LockAndCount locks the row of queue name until the end of the
+// transaction tx, serialising the dispatches of the queue across
+// executors, and returns its live settings and what its limits depend on
+// (Counts), in one round trip; pgx.ErrNoRows when no queue has that name.
+// The counts statement starts once the lock is held, so it reads what the
+// previous holder committed: its runs claimed count as running.
 func (q *QueueQueries) LockAndCount(ctx context.Context, tx BatchSender, name string) (DispatchRow, QueueCountsRow, error) {
 	var r DispatchRow
 	var c QueueCountsRow
 	b := &pgx.Batch{}
 	b.Queue(q.lockAndLoad, name).QueryRow(r.scan)
-	b.Queue(q.counts, name).QueryRow(func(row pgx.Row) error { return row.Scan(c.dest()...) })
+	b.Queue(q.counts, name).QueryRow(c.scan)
 	err := tx.SendBatch(ctx, b).Close()
 	return r, c, err
 }

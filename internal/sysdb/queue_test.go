@@ -111,7 +111,7 @@ func TestQueueDeclare(t *testing.T) {
 	require.Equal(t, deployed, row.Settings)
 }
 
-func TestQueueSettingsAndLockAndLoad(t *testing.T) {
+func TestQueueSettingsAndLockAndCount(t *testing.T) {
 	f := newQueueFix(t)
 	_, err := f.q.Settings(f.ctx, f.pool, "q")
 	require.ErrorIs(t, err, pgx.ErrNoRows)
@@ -126,9 +126,9 @@ func TestQueueSettingsAndLockAndLoad(t *testing.T) {
 	tx, err := f.pool.Begin(f.ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(f.ctx) }()
-	_, err = f.q.LockAndLoad(f.ctx, tx, "nope")
+	_, _, err = f.q.LockAndCount(f.ctx, tx, "nope")
 	require.ErrorIs(t, err, pgx.ErrNoRows)
-	locked, err := f.q.LockAndLoad(f.ctx, tx, "q")
+	locked, _, err := f.q.LockAndCount(f.ctx, tx, "q")
 	require.NoError(t, err)
 	require.Equal(t, DispatchRow{QueueSettingsRow: QueueSettingsRow{Settings: s, Paused: true}}, locked)
 	// The queue's row stays locked until tx ends: another dispatch, a
