@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
-	"github.com/durable-go/durable/internal/pgtest"
 )
 
 // BenchmarkDrain drains b.N queued one-step runs on one engine: what the
@@ -31,24 +30,19 @@ func BenchmarkDrain(b *testing.B) {
 }
 
 func benchDrain(b *testing.B, opts *durable.QueueOpts, keys int) {
-	pool := pgtest.Pool(b)
-	e, err := durable.New(pool, &durable.Config{Schema: pgtest.Schema(b), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
 	var returned atomic.Int64
-	wf := durable.Register(e, "drain1", func(wctx durable.Context, i int) (int, error) {
-		_, err := durable.Step(wctx, "s", func(context.Context) (string, error) { return "ok", nil }, nil)
-		returned.Add(1)
-		return i, err
-	}, nil)
-	q := durable.RegisterQueue(e, "drain", opts)
+	var wf *durable.Workflow[int, int]
+	var q *durable.Queue
+	setup(b).engine(b, func(c *durable.Config) { c.Logger = slog.New(slog.DiscardHandler) }, func(e *durable.Engine) {
+		wf = durable.Register(e, "drain1", func(wctx durable.Context, i int) (int, error) {
+			_, err := durable.Step(wctx, "s", func(context.Context) (string, error) { return "ok", nil }, nil)
+			returned.Add(1)
+			return i, err
+		}, nil)
+		q = durable.RegisterQueue(e, "drain", opts)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := e.Launch(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = e.Shutdown(context.Background()) }()
 	if err := q.Pause(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -37,7 +37,7 @@ type bundle struct {
 
 // setup returns a bundle on a migrated schema with empty tables, reused
 // by a later test once this one ends (pgtest.Reused).
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	pool, schema := sysdbtest.Migrated(t)
 	return setupOn(pool, schema)
@@ -84,7 +84,7 @@ func forPooler(c *durable.Config) *durable.Config {
 
 // engine makes an engine on the bundle's schema; register is called
 // before Launch. The engine is shut down at cleanup.
-func (b *bundle) engine(t *testing.T, mutate func(*durable.Config), register func(*durable.Engine)) *durable.Engine {
+func (b *bundle) engine(t testing.TB, mutate func(*durable.Config), register func(*durable.Engine)) *durable.Engine {
 	t.Helper()
 	cfg := *b.cfg
 	if mutate != nil {

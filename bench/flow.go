@@ -79,7 +79,7 @@ func (b *bench) flow(ctx context.Context) (*Flow, error) {
 	}
 	f.GlobalLimit = flowLimit
 	for _, kind := range []string{"fair", "plain", "limited"} {
-		rate, err := b.keyedDrain(ctx, pool, kind)
+		rate, err := b.flowDrain(ctx, pool, kind)
 		if err != nil {
 			return nil, err
 		}
@@ -176,11 +176,11 @@ func (b *bench) smallTenantWait(ctx context.Context, pool *pgxpool.Pool, fair bo
 	return float64(wait) / float64(time.Millisecond), nil
 }
 
-// keyedDrain times the drain of DrainN 0-step runs (enqueued while the
+// flowDrain times the drain of DrainN 0-step runs (enqueued while the
 // queue is paused), over flowKeys keys on a FairShare queue ("fair"), or
 // without keys on a plain queue ("plain") or on one with a global limit
 // of flowLimit slots ("limited"); runs per second.
-func (b *bench) keyedDrain(ctx context.Context, pool *pgxpool.Pool, kind string) (float64, error) {
+func (b *bench) flowDrain(ctx context.Context, pool *pgxpool.Pool, kind string) (float64, error) {
 	name := "drain-" + kind
 	fair := kind == "fair"
 	opts := &durable.QueueOpts{FairShare: fair}
