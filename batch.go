@@ -287,14 +287,10 @@ func prepareEnqueueMany[P any](s submitter, op, name, queue string, items []Enqu
 	return b, nil
 }
 
-// batchedOpts are the fields of EnqueueOpts a batch writes; the others
-// (Debounce) it refuses. TestBatchableKnowsEveryOption fails when a field
-// is added to EnqueueOpts and to neither list, so that a new option is
-// refused by batchable until batches handle it, never dropped.
-var batchedOpts = []string{"ID", "DedupID", "OnDuplicate", "Priority", "PartitionKey", "NotBefore", "Timeout",
-	"AcceptDifferentInput", "Tags"}
-
-// batchable refuses the options a batch does not write (see batchedOpts).
+// batchable refuses the options a batch does not write: Debounce. A batch
+// writes every other field of EnqueueOpts; TestBatchableKnowsEveryOption
+// fails when a field is added that it neither writes nor refuses, so a
+// new option is refused here until batches handle it, never dropped.
 func (o *EnqueueOpts) batchable() error {
 	if o.Debounce != nil {
 		return fmt.Errorf("%w: a batch does not take EnqueueOpts.Debounce: enqueue a run with it alone", ErrInvalidArgument)

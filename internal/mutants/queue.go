@@ -288,6 +288,14 @@ func init() {
 			Pkg: ".", Tests: "TestQueueFlowControlAcrossProcesses",
 		},
 		Mutant{
+			Name:      "batch/refuses-debounce",
+			Mechanism: "a batched enqueue refuses an option it does not write (Debounce) instead of dropping it",
+			Edits: []Edit{{File: "batch.go",
+				Find:    "\tif o.Debounce != nil {\n",
+				Replace: "\tif false {\n"}},
+			Pkg: ".", Tests: "TestBatchableKnowsEveryOption",
+		},
+		Mutant{
 			Name:      "batch/close-frees-key",
 			Mechanism: "a full batch gives up its key, so the next item opens a new batch",
 			Edits: []Edit{{File: "internal/sysdb/debounce_queries.go",
