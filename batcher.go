@@ -28,10 +28,11 @@ type BatchAddOpts struct {
 	// items of different keys never share a batch. Defaults to "": one
 	// batch at a time for the whole queue.
 	Key string
-	// PartitionKey and Priority are those of a batch the item opens
+	// PartitionKey, Priority and Tags are those of a batch the item opens
 	// ([EnqueueOpts]); a batch keeps the ones of its first item.
 	PartitionKey string
 	Priority     int
+	Tags         map[string]string
 }
 
 // BatchItem is where an added item went: the run of its batch, and the
@@ -123,6 +124,10 @@ func addToBatch(ctx context.Context, s submitter, tx pgx.Tx, name, queue string,
 	if err := eo.check(); err != nil {
 		return "", 0, err
 	}
+	tags, err := encodeTags("BatchAddOpts.Tags", o.Tags)
+	if err != nil {
+		return "", 0, err
+	}
 	if o.Key != "" {
 		if err := checkName("batch key", o.Key); err != nil {
 			return "", 0, err
@@ -141,7 +146,7 @@ func addToBatch(ctx context.Context, s submitter, tx pgx.Tx, name, queue string,
 	bound := now.Add(bo.MaxWait)
 	p := sysdb.DebounceParams{ID: id, Workflow: name, AppVersion: s.appVersion, Input: input, Queue: queue,
 		Priority: o.Priority, PartitionKey: o.PartitionKey, Key: batchKeyPrefix + o.Key, Start: bound, StartBound: &bound,
-		Notify: notify}
+		Notify: notify, Tags: tags}
 	if bo.MaxItems == 1 { // a batch of one: full at once
 		p.Key, p.Start = "", now
 	}

@@ -100,11 +100,11 @@ func (qs *queueSet) requeue(ctx context.Context, own bool) error {
 // enqueue enqueues a run of def on q under id, unless the ID exists
 // (created false); a run of another workflow under id is a
 // [*ConflictError]. It is the untyped path used by schedules.
-func (qs *queueSet) enqueue(ctx context.Context, def *wfDef, q *Queue, id string, input []byte) (created bool, err error) {
+func (qs *queueSet) enqueue(ctx context.Context, def *wfDef, q *Queue, id string, input, tags []byte) (created bool, err error) {
 	sp := qs.e.tr.enqueue(ctx, def.name, id, q.name)
 	defer func() { sp.end(err) }()
 	res, err := qs.e.qq.Enqueue(ctx, qs.e.pool, sysdb.EnqueueParams{ID: id, Workflow: def.name, AppVersion: qs.e.cfg.AppVersion,
-		Input: input, Queue: q.name, TraceContext: sp.traceparent()})
+		Input: input, Queue: q.name, TraceContext: sp.traceparent(), Tags: tags})
 	if err != nil {
 		return false, fmt.Errorf("durable: enqueue workflow %q id %q on queue %q: %w", def.name, id, q.name, err)
 	}

@@ -68,11 +68,12 @@ func (rn *runner) launchThen(r *run, def *wfDef, input []byte, done func()) {
 // that ID is left alone (created reports false); a run of another workflow
 // under that ID is a [*ConflictError]. It is the untyped path used by
 // schedules.
-func (rn *runner) start(ctx context.Context, def *wfDef, id string, input []byte) (created bool, err error) {
+func (rn *runner) start(ctx context.Context, def *wfDef, id string, input, tags []byte) (created bool, err error) {
 	defer rn.e.recov.EnterLaunch()()
 	sp := rn.e.tr.start(ctx, "durable.start", def.name, id)
 	defer func() { sp.end(err) }()
-	created, err = rn.e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: def.name, Input: input, TraceContext: sp.traceparent()})
+	created, err = rn.e.commit.WriteStart(ctx, &sysdb.OwnedRun{ID: id, Name: def.name, Input: input, TraceContext: sp.traceparent(),
+		Tags: tags})
 	if err != nil {
 		rn.e.lease.NoteTrouble()
 		return false, fmt.Errorf("durable: start workflow %q id %q: %w", def.name, id, err)

@@ -58,6 +58,11 @@ type ScheduleOpts[P any] struct {
 	// enqueued under its deterministic workflow ID, so it is still queued
 	// exactly once. Defaults to nil (no queue).
 	Queue *Queue
+
+	// Tags are the tags of every run the schedule starts (its ticks, the
+	// manual ones and a backfill's), as StartOpts.Tags: ListWorkflows
+	// finds them by ListParams.Tags. Defaults to none.
+	Tags map[string]string
 }
 
 // Schedule runs w on a cron schedule named name, a stable string stored in
@@ -136,6 +141,10 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 	if err != nil {
 		return bad("%v", err)
 	}
+	tags, err := encodeTags("ScheduleOpts.Tags", o.Tags)
+	if err != nil {
+		return fmt.Errorf("schedule %q: %w", name, err)
+	}
 	e := w.e
 	what := fmt.Sprintf("input of schedule %q", name)
 	var input func(tick time.Time) ([]byte, error)
@@ -155,7 +164,8 @@ func TrySchedule[P, R any](w *Workflow[P, R], name, spec string, opts *ScheduleO
 		}
 		input = func(time.Time) ([]byte, error) { return b, nil }
 	}
-	d := &schedule.Def{Name: name, Workflow: w.def.name, Spec: spec, Location: ts.Location().String(), CatchUp: o.CatchUp, Input: input}
+	d := &schedule.Def{Name: name, Workflow: w.def.name, Spec: spec, Location: ts.Location().String(), CatchUp: o.CatchUp, Input: input,
+		Tags: tags}
 	if o.Queue != nil {
 		d.Queue = o.Queue.name
 	}
@@ -348,11 +358,11 @@ func newScheduler(e *Engine) *schedule.Service {
 		Log:          e.log,
 		PollInterval: e.listener.interval,
 		CanStart:     e.canStart,
-		Start: func(ctx context.Context, workflow, id string, input []byte) (bool, error) {
-			return e.runner.start(ctx, e.defs[workflow], id, input)
+		Start: func(ctx context.Context, workflow, id string, input, tags []byte) (bool, error) {
+			return e.runner.start(ctx, e.defs[workflow], id, input, tags)
 		},
-		Enqueue: func(ctx context.Context, workflow, queue, id string, input []byte) (bool, error) {
-			return e.queues.enqueue(ctx, e.defs[workflow], e.QueueRef(queue), id, input)
+		Enqueue: func(ctx context.Context, workflow, queue, id string, input, tags []byte) (bool, error) {
+			return e.queues.enqueue(ctx, e.defs[workflow], e.QueueRef(queue), id, input, tags)
 		},
 		Registered: func(workflow string) bool {
 			_, ok := e.defs[workflow]

@@ -169,6 +169,7 @@ func TestSchedule(t *testing.T) {
 				{"s16", "* * * * *", opts(func(o *durable.ScheduleOpts[string]) {
 					o.Input, o.InputFunc = "x", func(time.Time) string { return "y" }
 				}), "not both"},
+				{"s17", "* * * * *", opts(func(o *durable.ScheduleOpts[string]) { o.Tags = map[string]string{"k": ""} }), "ScheduleOpts.Tags"},
 				{"", "* * * * *", nil, "schedule name is empty"},
 				{strings.Repeat("n", durable.ScheduleNameMax+1), "* * * * *", nil, "over the limit"},
 				{"bad\xffutf8", "* * * * *", nil, "not valid UTF-8"},
@@ -721,6 +722,48 @@ func TestSchedule(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		require.Equal(t, 1, maxRunning, "the queue's limit held for the burst")
+	})
+
+	// Tags: every run a schedule starts carries its ScheduleOpts.Tags, and
+	// ListWorkflows finds them by tag: the ticks, through a queue too, a
+	// manual trigger and a backfill.
+	t.Run("Tags", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		clock := newClock(at(1, 0, 0, 30))
+		tags := map[string]string{"team": "billing", "kind": "report"}
+		e := b.engine(t, withClock(clock), func(e *durable.Engine) {
+			q := durable.RegisterQueue(e, "tagged", nil)
+			wf := durable.Register(e, "tagged-tick", func(wctx durable.Context, in string) (string, error) { return in, nil }, nil)
+			durable.Schedule(wf, "direct", "0 * * * * *", &durable.ScheduleOpts[string]{Tags: tags})
+			durable.Schedule(wf, "queued", "0 * * * * *", &durable.ScheduleOpts[string]{Tags: tags, Queue: q})
+			durable.Schedule(wf, "plain", "0 * * * * *", nil)
+		})
+		ctx := ctxT(t)
+		clock.Set(at(1, 0, 1, 30))
+		for _, name := range []string{"direct", "queued", "plain"} {
+			waitLastTick(t, e, name, at(1, 0, 1, 0))
+		}
+		manual, err := e.TriggerSchedule(ctx, "direct", time.Time{})
+		require.NoError(t, err)
+		backfilled, err := e.BackfillSchedule(ctx, "queued", at(1, 0, 0, 0), at(1, 0, 0, 1))
+		require.NoError(t, err)
+		require.Len(t, backfilled, 1)
+		want := []string{manual, backfilled[0].WorkflowID}
+		for _, name := range []string{"direct", "queued"} {
+			want = append(want, ids(name, at(1, 0, 1, 0))...)
+		}
+		for _, id := range want {
+			require.Equal(t, tags, tagsOf(t, e, id), id)
+		}
+		require.Nil(t, tagsOf(t, e, ids("plain", at(1, 0, 1, 0))[0]))
+		found, _, err := e.ListWorkflows(ctx, &durable.ListParams{Tags: map[string]string{"team": "billing"}})
+		require.NoError(t, err)
+		var got []string
+		for _, w := range found {
+			got = append(got, w.ID)
+		}
+		require.ElementsMatch(t, want, got)
 	})
 
 	// TriggerFromElsewhere: a process that does not declare the

@@ -35,18 +35,20 @@ func stepNames(t *testing.T, e *durable.Engine, id string) []string {
 // TestTagsAtStart: every way of creating a run gives it the tags of its
 // options, which Inspect and ListWorkflows show: a start, StartTx, a
 // client's start, a child, an enqueue, batches, a debounced enqueue (its
-// first enqueue's tags), a fork (its source's unless told otherwise) and
+// first enqueue's tags), a Batcher's batch (its first item's), a fork (its source's unless told otherwise) and
 // a continuation (the run's, SetTag's included, unless told otherwise). A
 // start that finds its ID taken leaves the run's tags as they are.
 func TestTagsAtStart(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var echo, parent *durable.Workflow[string, string]
+	var batched *durable.Workflow[[]string, int]
 	var chain *durable.Workflow[int, int]
 	var q *durable.Queue
 	e := b.engine(t, nil, func(e *durable.Engine) {
 		q = durable.RegisterQueue(e, "tagq", nil)
 		echo = durable.Register(e, "echo", func(wctx durable.Context, in string) (string, error) { return in, nil }, nil)
+		batched = durable.Register(e, "batched", func(wctx durable.Context, in []string) (int, error) { return len(in), nil }, nil)
 		parent = durable.Register(e, "parent", func(wctx durable.Context, in string) (string, error) {
 			h, err := echo.StartChild(wctx, in, &durable.StartOpts{Tags: map[string]string{"role": "child"}})
 			if err != nil {
@@ -124,6 +126,15 @@ func TestTagsAtStart(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, d1.ID(), d2.ID(), "collapsed")
 	require.Equal(t, one("first", "yes"), tagsOf(t, e, d1.ID()), "the first enqueue's tags")
+
+	batcher, err := durable.NewBatcher(batched, durable.BatchOpts{MaxItems: 3, MaxWait: time.Hour})
+	require.NoError(t, err)
+	i1, err := batcher.Add(ctx, q, "a", &durable.BatchAddOpts{Tags: one("batch", "first")})
+	require.NoError(t, err)
+	i2, err := batcher.Add(ctx, q, "b", &durable.BatchAddOpts{Tags: one("batch", "second")})
+	require.NoError(t, err)
+	require.Equal(t, i1.Run.ID(), i2.Run.ID(), "one batch")
+	require.Equal(t, one("batch", "first"), tagsOf(t, e, i1.Run.ID()), "the first item's tags")
 
 	same, err := e.Fork(ctx, "start", 0, nil)
 	require.NoError(t, err)
@@ -322,10 +333,16 @@ func TestTagsBadInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var wf *durable.Workflow[string, string]
+	var batcher *durable.Batcher[string, int]
 	var q *durable.Queue
 	setErr := make(chan error, 1)
 	e := b.engine(t, nil, func(e *durable.Engine) {
 		q = durable.RegisterQueue(e, "badq", nil)
+		var err error
+		batcher, err = durable.NewBatcher(durable.Register(e, "bad-batch", func(wctx durable.Context, in []string) (int, error) {
+			return len(in), nil
+		}, nil), durable.BatchOpts{MaxItems: 2, MaxWait: time.Hour})
+		require.NoError(t, err)
 		wf = durable.Register(e, "bad-tags", func(wctx durable.Context, key string) (string, error) {
 			setErr <- durable.SetTag(wctx, key, "v")
 			return "", nil
@@ -370,6 +387,8 @@ func TestTagsBadInput(t *testing.T) {
 		check("StartMany", err, "StartOpts.Tags")
 		_, _, err = e.ListWorkflows(ctx, &durable.ListParams{Tags: c.tags})
 		check("ListWorkflows", err, "ListParams.Tags")
+		_, err = batcher.Add(ctx, q, "x", &durable.BatchAddOpts{Tags: c.tags})
+		check("Batcher.Add", err, "BatchAddOpts.Tags")
 	}
 	require.Zero(t, count(), "no run written")
 

@@ -159,5 +159,37 @@ func init() {
 				Replace: "USING gin (tags jsonb_path_ops);"}},
 			Pkg: "internal/sysdb", Tests: "TestTagsKeepUpdatesHOT",
 		},
+		Mutant{
+			Name:      "tags/schedule-ticks",
+			Mechanism: "the runs a schedule starts (ticks, queued ticks, triggers, backfills) carry its ScheduleOpts.Tags",
+			Edits: []Edit{{File: "schedule.go",
+				Find:    ", Input: input,\n\t\tTags: tags}",
+				Replace: ", Input: input,\n\t\tTags: map[bool][]byte{true: tags}[false]}"}},
+			Pkg: ".", Tests: "^TestSchedule$/^Tags$",
+		},
+		Mutant{
+			Name:      "tags/schedule-queued",
+			Mechanism: "a schedule's tick enqueued through its queue carries the schedule's tags",
+			Edits: []Edit{{File: "queue_set.go",
+				Find:    "TraceContext: sp.traceparent(), Tags: tags})",
+				Replace: "TraceContext: sp.traceparent()})"}},
+			Pkg: ".", Tests: "^TestSchedule$/^Tags$",
+		},
+		Mutant{
+			Name:      "tags/batcher-first-item",
+			Mechanism: "a Batcher's batch carries the BatchAddOpts.Tags of the item that opened it",
+			Edits: []Edit{{File: "batcher.go",
+				Find:    "Notify: notify, Tags: tags}",
+				Replace: "Notify: notify, Tags: map[bool]json.RawMessage{true: tags}[false]}"}},
+			Pkg: ".", Tests: "^TestTagsAtStart$",
+		},
+		Mutant{
+			Name:      "tags/batcher-checked",
+			Mechanism: "BatchAddOpts.Tags are checked before anything is written",
+			Edits: []Edit{{File: "batcher.go",
+				Find:    "tags, err := encodeTags(\"BatchAddOpts.Tags\", o.Tags)",
+				Replace: "tags, err := json.Marshal(o.Tags)"}},
+			Pkg: ".", Tests: "^TestTagsBadInput$",
+		},
 	)
 }

@@ -103,7 +103,7 @@ func (s *Service) Trigger(ctx context.Context, name string, tick time.Time) (str
 	if err != nil {
 		return "", err
 	}
-	if _, err := s.cfg.Start(ctx, d.Workflow, id, input); err != nil {
+	if _, err := s.cfg.Start(ctx, d.Workflow, id, input, d.Tags); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -150,7 +150,7 @@ func (s *Service) Backfill(ctx context.Context, name string, from, to time.Time,
 		if err != nil {
 			return out, err
 		}
-		created, err := s.cfg.Start(ctx, d.Workflow, id, input)
+		created, err := s.cfg.Start(ctx, d.Workflow, id, input, d.Tags)
 		if err != nil {
 			return out, err
 		}

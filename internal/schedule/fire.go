@@ -76,9 +76,9 @@ func (s *Service) start(ctx context.Context, d *Def, id string, tick time.Time, 
 	}
 	var created bool
 	if d.Queue != "" {
-		created, err = s.cfg.Enqueue(ctx, d.Workflow, d.Queue, id, input)
+		created, err = s.cfg.Enqueue(ctx, d.Workflow, d.Queue, id, input, d.Tags)
 	} else {
-		created, err = s.cfg.Start(ctx, d.Workflow, id, input)
+		created, err = s.cfg.Start(ctx, d.Workflow, id, input, d.Tags)
 	}
 	if errors.Is(err, errs.WorkflowConflict) {
 		log.Error("durable: schedule tick skipped: its workflow ID is taken by a run of another workflow", "schedule", d.Name, "workflow_id", id, "err", err)

@@ -58,7 +58,7 @@ func newHarness(t *testing.T, now time.Time) *harness {
 }
 
 // insert is the engine's start: one run per workflow ID.
-func (h *harness) insert(ctx context.Context, workflow, queue, id string, input []byte) (bool, error) {
+func (h *harness) insert(ctx context.Context, workflow, queue, id string, input, _ []byte) (bool, error) {
 	h.mu.Lock()
 	failing, lost := h.failing, h.lostReply
 	h.mu.Unlock()
@@ -98,8 +98,8 @@ func (h *harness) config() Config {
 			}
 			return nil
 		},
-		Start: func(ctx context.Context, workflow, id string, input []byte) (bool, error) {
-			return h.insert(ctx, workflow, "", id, input)
+		Start: func(ctx context.Context, workflow, id string, input, tags []byte) (bool, error) {
+			return h.insert(ctx, workflow, "", id, input, tags)
 		},
 		Enqueue: h.insert,
 		Registered: func(workflow string) bool {

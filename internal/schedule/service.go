@@ -47,9 +47,10 @@ type Config struct {
 	// created is false when a run with that ID exists already. An error
 	// matching errs.WorkflowConflict says the ID belongs to a run of
 	// another workflow.
-	Start func(ctx context.Context, workflow, id string, input []byte) (created bool, err error)
+	// tags are the run's tags, encoded (nil: none).
+	Start func(ctx context.Context, workflow, id string, input, tags []byte) (created bool, err error)
 	// Enqueue is Start through queue.
-	Enqueue func(ctx context.Context, workflow, queue, id string, input []byte) (created bool, err error)
+	Enqueue func(ctx context.Context, workflow, queue, id string, input, tags []byte) (created bool, err error)
 	// Registered reports whether workflow is registered in this binary.
 	Registered func(workflow string) bool
 }
@@ -66,6 +67,8 @@ type Def struct {
 	// Queue is the queue the scheduled runs go through; "": they start
 	// in the executor that fires the tick.
 	Queue string
+	// Tags are the tags of every run it starts, encoded (nil: none).
+	Tags []byte
 }
 
 // signals are the test signals of the service.

@@ -153,7 +153,7 @@ func TestServiceGivesUpOnlyHopelessTicks(t *testing.T) {
 		return []byte("ok"), nil
 	}
 	s := h.started(t, broken, minutely("taken", 0), minutely("retried", 0))
-	_, err := h.insert(ctx, "other", "", tickID("taken", at(1, 0, 1, 0)), nil)
+	_, err := h.insert(ctx, "other", "", tickID("taken", at(1, 0, 1, 0)), nil, nil)
 	require.NoError(t, err)
 	h.mu.Lock()
 	h.failing = "sched:retried:"
