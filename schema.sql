@@ -48,7 +48,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (21, 'continue_as_new'),
     (22, 'select_waits'),
     (23, 'cancel_compensate'),
-    (24, 'tags');
+    (24, 'tags'),
+    (25, 'nudged');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -153,7 +154,12 @@ CREATE TABLE {{schema}}.workflows (
 
     -- Tags (StartOpts.Tags, SetTag): the run's string keys and values, as
     -- one JSON object. NULL: none.
-    tags              jsonb
+    tags              jsonb,
+
+    -- A wake-up that came while the run executed (a message sent to it, a
+    -- child of it finished): a park that commits after it is due at once,
+    -- whether or not its process lives to look again. Park clears it.
+    nudged            boolean
 );
 
 -- The indexes below on workflows are all partial but the primary key and

@@ -82,8 +82,8 @@ func init() {
 			Name:      "finish/batch-wakes-parent",
 			Mechanism: "finishes written together wake the parents parked in Await on them (FinishWorkflows)",
 			Edits: []Edit{{File: "internal/sysdb/queries.go",
-				Find:    "\tUPDATE {{schema}}.workflows p SET wake_at = now()\n\tFROM parked WHERE p.id = parked.id",
-				Replace: "\tUPDATE {{schema}}.workflows p SET wake_at = p.wake_at\n\tFROM parked WHERE p.id = parked.id"}},
+				Find:    "\tUPDATE {{schema}}.workflows p SET wake_at = CASE WHEN parked.wake THEN now() ELSE p.wake_at END,",
+				Replace: "\tUPDATE {{schema}}.workflows p SET wake_at = p.wake_at,"}},
 			Pkg: "./internal/sysdb", Tests: "TestFinishWorkflows",
 		},
 		Mutant{

@@ -57,8 +57,8 @@ func init() {
 			Name:      "compensate/cancel-park-due",
 			Mechanism: "a run that parks after a Cancel asked for compensations is due at once",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
-				Find:    "\twake_at = CASE WHEN w.cancel_requested THEN now() ELSE $3 END,",
-				Replace: "\twake_at = $3,"}},
+				Find:    "\twake_at = CASE WHEN w.cancel_requested OR w.nudged THEN now() ELSE $3 END,",
+				Replace: "\twake_at = CASE WHEN w.nudged THEN now() ELSE $3 END,"}},
 			Pkg: "./internal/sysdb", Tests: "TestWaitParkCancelRequested",
 		},
 		Mutant{

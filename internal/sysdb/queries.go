@@ -145,13 +145,17 @@ ins AS (
 	WHERE EXISTS (SELECT 1 FROM upd))
 SELECT notify, parent_id FROM upd`),
 
-		// Wakes a parent parked in Await on child $1.
+		// Wakes a parent parked in Await (or a Select) on child $1, and
+		// nudges one that executes (see Park): the update always matches a
+		// pending parent, so it also sees a park that commits concurrently.
 		wakeParent: r(`WITH u AS (
-	UPDATE {{schema}}.workflows SET wake_at = now()
-	WHERE id = $2 AND status = 'pending' AND executor_id IS NULL
-		AND (wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any))
-	RETURNING id)
-SELECT ` + n(`'n:' || id`) + `::text FROM u`),
+	UPDATE {{schema}}.workflows SET
+		wake_at = CASE WHEN executor_id IS NULL AND coalesce(wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any), false)
+			THEN now() ELSE wake_at END,
+		nudged = CASE WHEN executor_id IS NOT NULL THEN true ELSE nudged END
+	WHERE id = $2 AND status = 'pending'
+	RETURNING id, executor_id IS NULL AND coalesce(wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any), false) AS woken)
+SELECT ` + n(`'n:' || id`) + `::text FROM u WHERE woken`),
 
 		notifyDone: "SELECT " + n("'d:' || $1::text"),
 
@@ -308,7 +312,13 @@ WHERE s.workflow_id = $1 AND s.workflow_id = w.id AND s.pos = $2 AND s.status = 
 // update on the primary key too (else a table small enough for the planner
 // is read whole per batch); the join with mine is at worst a rescan of the
 // batch per row, bounded by its size. Step rows are inserted only for the
-// runs the statement finishes.
+// runs the statement finishes. The pending parents of the runs finished
+// are locked in ID order, as the runs are, and updated whatever they do:
+// one parked on a finished child is woken, one that executes is nudged
+// (see Park in WaitQueries), and a park that commits concurrently is seen
+// either way. A parent the batch finishes too is left as upd wrote it: upd
+// runs first (parked reads its rows), and a row a statement already
+// updated is skipped by its later locks and updates.
 func finishMany(n func(payload string) string, withSteps bool) string {
 	steps := ""
 	if withSteps {
@@ -330,14 +340,18 @@ upd AS (
 	FROM mine WHERE w.id = mine.id AND w.id = ANY(ARRAY(SELECT id FROM mine))
 	RETURNING w.id, w.notify, w.parent_id),` + steps + `
 parked AS (
-	SELECT upd.parent_id AS id FROM upd CROSS JOIN LATERAL (SELECT 1 FROM {{schema}}.workflows p
-		WHERE p.id = upd.parent_id AND p.status = 'pending' AND p.executor_id IS NULL
-			AND (p.wait_topic = 'child:' || upd.id OR 'child:' || upd.id = ANY(p.wait_any)) FOR NO KEY UPDATE) p),
+	SELECT p.id, p.executor_id IS NULL AND coalesce(p.wait_topic = ANY(k.keys) OR p.wait_any && k.keys, false) AS wake
+	FROM (SELECT parent_id, array_agg('child:' || id) AS keys FROM upd
+		WHERE parent_id IS NOT NULL
+		GROUP BY parent_id ORDER BY parent_id) k
+	CROSS JOIN LATERAL (SELECT p.id, p.executor_id, p.wait_topic, p.wait_any FROM {{schema}}.workflows p
+		WHERE p.id = k.parent_id AND p.status = 'pending' FOR NO KEY UPDATE) p),
 parents AS (
-	UPDATE {{schema}}.workflows p SET wake_at = now()
+	UPDATE {{schema}}.workflows p SET wake_at = CASE WHEN parked.wake THEN now() ELSE p.wake_at END,
+		nudged = CASE WHEN p.executor_id IS NOT NULL THEN true ELSE p.nudged END
 	FROM parked WHERE p.id = parked.id
-	RETURNING p.id)
+	RETURNING p.id, parked.wake)
 SELECT id, (CASE WHEN notify THEN ` + n(`'d:' || id`) + ` END)::text FROM upd
 UNION ALL
-SELECT '', ` + n(`'n:' || id`) + `::text FROM parents`
+SELECT '', ` + n(`'n:' || id`) + `::text FROM parents WHERE wake`
 }

@@ -43,11 +43,17 @@ func NewWaitQueries(schema, channel string) *WaitQueries {
 		// A run a Cancel asked to compensate (cancel_requested, set while
 		// it ran on to this park, committed before or concurrently: read
 		// from the row the update writes) is due at once instead: its
-		// next execution compensates.
+		// next execution compensates. So is a run nudged while it executed
+		// (a message sent to it, a child of it finished: see Send and
+		// finishMany): its process looks once more after the park commits,
+		// but a process killed with its park in flight never does, and the
+		// park lands anyway; the nudge is read from the row the update
+		// writes, so one made concurrently counts too (the nudging statement
+		// holds the row until it commits).
 		park: r(`UPDATE {{schema}}.workflows w SET executor_id = NULL, wait_topic = $4, wait_any = $5, updated_at = now(),
-	wake_at = CASE WHEN w.cancel_requested THEN now() ELSE $3 END,
+	wake_at = CASE WHEN w.cancel_requested OR w.nudged THEN now() ELSE $3 END, nudged = NULL,
 	status = CASE WHEN rq.name IS NULL THEN w.status ELSE 'enqueued' END,
-	not_before = CASE WHEN rq.name IS NULL THEN w.not_before WHEN w.cancel_requested THEN now() ELSE $3 END
+	not_before = CASE WHEN rq.name IS NULL THEN w.not_before WHEN w.cancel_requested OR w.nudged THEN now() ELSE $3 END
 FROM (SELECT $1::text AS id) x
 LEFT JOIN {{schema}}.queues rq ON rq.release_parked AND rq.name = (SELECT queue_name FROM {{schema}}.workflows WHERE id = $1)
 WHERE w.id = x.id AND w.epoch = $2 AND w.status = 'pending'`),
@@ -87,12 +93,14 @@ ORDER BY wake_at LIMIT 1`),
 		// Send inserts the message and touches the receiver's row in one
 		// statement. The update always matches the row, so it also sees a
 		// park that commits concurrently, and wakes a run parked on the
-		// topic, or in a Select with a case on it. $1 workflow_id, $2 topic,
-		// $3 payload, $4 idem_key.
+		// topic, or in a Select with a case on it; a run that executes is
+		// nudged, so a park of it that commits later is due at once (see
+		// Park). $1 workflow_id, $2 topic, $3 payload, $4 idem_key.
 		// Returns (receiver pending or queued, inserted).
 		send: r(`WITH w AS (
 	UPDATE {{schema}}.workflows
 	SET wake_at = CASE WHEN executor_id IS NULL AND coalesce(wait_topic = $2 OR 'msg:' || $2 = ANY(wait_any), false) AND status = 'pending' THEN now() ELSE wake_at END,
+		nudged = CASE WHEN executor_id IS NOT NULL THEN true ELSE nudged END,
 		not_before = CASE WHEN executor_id IS NULL AND coalesce(wait_topic = $2 OR 'msg:' || $2 = ANY(wait_any), false) AND status = 'enqueued' THEN now() ELSE not_before END
 	WHERE id = $1 AND status IN ('pending', 'enqueued')
 	RETURNING id, (executor_id IS NULL AND coalesce(wait_topic = $2 OR 'msg:' || $2 = ANY(wait_any), false)) AS parked, status, queue_name),

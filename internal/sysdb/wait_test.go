@@ -579,3 +579,120 @@ func TestWaitParkCancelRequested(t *testing.T) {
 	require.Equal(t, "enqueued", r.Status)
 	require.True(t, d.recent(r.NotBefore), "back in its queue, due now")
 }
+
+// nudged reports whether run id is nudged (see Park).
+func (d *waitDB) nudged(id string) bool {
+	d.t.Helper()
+	var b *bool
+	d.scan(`SELECT nudged FROM {{schema}}.workflows WHERE id = $1`, []any{id}, &b)
+	return b != nil && *b
+}
+
+// parkBehind parks run id on a connection of its own while nudge, in a
+// transaction that holds the run's row, is not yet committed: the park
+// waits for the row, then sees what nudge wrote.
+func (d *waitDB) parkBehind(id string, wake time.Time, nudge func(tx pgx.Tx)) {
+	d.t.Helper()
+	tx, err := d.pool.Begin(d.ctx)
+	require.NoError(d.t, err)
+	defer func() { _ = tx.Rollback(d.ctx) }()
+	nudge(tx)
+	conn, err := d.pool.Acquire(d.ctx)
+	require.NoError(d.t, err)
+	defer conn.Release()
+	var pid int
+	require.NoError(d.t, conn.QueryRow(d.ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	done := make(chan error, 1)
+	go func() {
+		ok, err := d.wq.Park(d.ctx, conn, ParkParams{ID: id, Epoch: 2, WakeAt: wake, Topic: "t"})
+		if err == nil && !ok {
+			err = errors.New("not parked")
+		}
+		done <- err
+	}()
+	require.Eventually(d.t, func() bool {
+		var waiting bool
+		d.scan(`SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = $1`, []any{pid}, &waiting)
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond, "the park waits for the row")
+	require.NoError(d.t, tx.Commit(d.ctx))
+	require.NoError(d.t, <-done)
+}
+
+// TestWaitParkNudged: a wake-up that comes while a run executes (a
+// message sent to it, a child of it finished) nudges it, and its park is
+// then due at once, whether the wake-up committed before the park began
+// or while the park waited for the row: a process killed with its park
+// in flight never looks for the wake-up again, and the park lands anyway.
+// The park clears the nudge; a run not nudged parks until its time.
+func TestWaitParkNudged(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	q := New(d.schema, true)
+	wake := time.Now().Add(time.Hour)
+	park := func(id string) {
+		t.Helper()
+		ok, err := d.wq.Park(d.ctx, d.pool, ParkParams{ID: id, Epoch: 2, WakeAt: wake, Topic: "t"})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	send := func(db DBTX, id string) {
+		t.Helper()
+		_, err := d.wq.Send(d.ctx, db, SendParams{WorkflowID: id, Topic: "other", Payload: json.RawMessage(`1`)})
+		require.NoError(t, err)
+	}
+	finishChild := func(db DBTX, child string) {
+		t.Helper()
+		written, err := q.FinishWorkflows(d.ctx, db, []*FinishOneParams{{ID: child, Epoch: 2, Status: "success", Output: json.RawMessage(`1`)}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, written)
+	}
+
+	d.run("plain", "")
+	park("plain")
+	require.False(t, d.recent(d.row("plain").WakeAt), "not nudged: parked until its time")
+
+	d.run("sent", "")
+	send(d.pool, "sent")
+	require.True(t, d.nudged("sent"), "a message to a run that executes nudges it")
+	park("sent")
+	require.True(t, d.recent(d.row("sent").WakeAt), "due at once")
+	require.False(t, d.nudged("sent"), "the park clears the nudge")
+
+	d.run("sent-meanwhile", "")
+	d.parkBehind("sent-meanwhile", wake, func(tx pgx.Tx) { send(tx, "sent-meanwhile") })
+	require.True(t, d.recent(d.row("sent-meanwhile").WakeAt), "a send the park waited for counts")
+
+	// A child's finish, in a batch (with a run whose parent finishes in
+	// the same batch) and alone (WakeParent, after FinishOne).
+	d.run("parent", "")
+	d.run("child", "parent_id = 'parent'")
+	d.run("self-parent", "")
+	d.run("self-child", "parent_id = 'self-parent'")
+	written, err := q.FinishWorkflows(d.ctx, d.pool, []*FinishOneParams{
+		{ID: "child", Epoch: 2, Status: "success", Output: json.RawMessage(`1`)},
+		{ID: "self-child", Epoch: 2, Status: "success", Output: json.RawMessage(`1`)},
+		{ID: "self-parent", Epoch: 2, Status: "success", Output: json.RawMessage(`2`)}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, true}, written)
+	require.True(t, d.nudged("parent"), "a child's finish nudges its parent that executes")
+	require.Equal(t, "success", d.row("self-parent").Status, "a parent the batch finishes is finished, not nudged")
+	park("parent")
+	require.True(t, d.recent(d.row("parent").WakeAt))
+
+	d.run("parent2", "")
+	d.run("child2", "parent_id = 'parent2'")
+	d.parkBehind("parent2", wake, func(tx pgx.Tx) { finishChild(tx, "child2") })
+	require.True(t, d.recent(d.row("parent2").WakeAt), "a finish the park waited for counts")
+
+	d.run("parent3", "")
+	woken, err := q.WakeParent(d.ctx, d.pool, WakeParentParams{ChildID: "c3", ParentID: "parent3"})
+	require.NoError(t, err)
+	require.False(t, woken, "an executing parent is nudged, not woken")
+	require.True(t, d.nudged("parent3"))
+	d.run("parent4", "executor_id = NULL, wake_at = now() + interval '1 hour', wait_topic = 'child:c4'")
+	woken, err = q.WakeParent(d.ctx, d.pool, WakeParentParams{ChildID: "c4", ParentID: "parent4"})
+	require.NoError(t, err)
+	require.True(t, woken)
+	require.True(t, d.recent(d.row("parent4").WakeAt))
+}
