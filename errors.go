@@ -54,6 +54,9 @@ var (
 	// ErrSchemaOutdated: the database schema is older than this library and
 	// Config.SkipMigrate forbids migrating it.
 	ErrSchemaOutdated = errors.New("durable: database schema is out of date")
+	// ErrEventNotSet: the run of an [OnEvent] case finished without
+	// setting its event (the case's Value).
+	ErrEventNotSet = errors.New("durable: the run finished without setting the event")
 )
 
 // Permanent wraps err so that step retries stop at once. The result matches

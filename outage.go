@@ -75,14 +75,23 @@ func (rn *runner) notOursToFinish(h error) bool {
 // handedBack: the run stops without finishing because of the database.
 func handedBack(h error) bool { return isTransient(h) && !errors.Is(h, context.DeadlineExceeded) }
 
-// wakeParentOfFinished wakes the parent parked on run id if id is finished.
+// wakeParentOfFinished wakes the parent parked on run id if id is
+// finished, and the runs parked in a Select on it if a waiter watches it.
 // A finish whose answer was lost in an outage is retried and then touches
 // no row; the wake-up of the first try may not have happened.
 func (rn *runner) wakeParentOfFinished(ctx context.Context, id string) {
 	err := rn.retryBG(ctx, "wake parent", func(ctx context.Context) error {
 		info, err := readRun(ctx, rn.e.q, rn.e.pool, id)
-		if err != nil || !info.status.Finished() || info.parent == nil {
+		if err != nil || !info.status.Finished() {
 			return err
+		}
+		if info.notify {
+			if err := rn.e.q.WakeWatchers(ctx, rn.e.pool, []string{id}); err != nil {
+				return err
+			}
+		}
+		if info.parent == nil {
+			return nil
 		}
 		_, err = rn.e.q.WakeParent(ctx, rn.e.pool, sysdb.WakeParentParams{ChildID: id, ParentID: *info.parent})
 		return err

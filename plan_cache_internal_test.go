@@ -39,7 +39,7 @@ SELECT 'r' || i, 'w', 'pending', 'v', 2, 'x', 'q' FROM generate_series(0, 1999) 
 		for i := 200 * b; i < 200*(b+1); i++ {
 			runs = append(runs, &sysdb.FinishOneParams{ID: fmt.Sprintf("r%d", i), Epoch: 2, Status: "success", Output: out})
 		}
-		done, err := q.FinishWorkflows(ctx, c, runs)
+		done, _, err := q.FinishWorkflows(ctx, c, runs)
 		if err != nil {
 			t.Fatal(err)
 		}

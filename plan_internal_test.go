@@ -91,7 +91,7 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 			return err
 		}),
 		typedCase(t, "FinishOne", func(db sysdb.DBTX) error { _, _, err := q.FinishOne(ctx, db, *finishes[6]); return err }),
-		typedCase(t, "FinishWorkflows", func(db sysdb.DBTX) error { _, err := q.FinishWorkflows(ctx, db, finishes); return err }),
+		typedCase(t, "FinishWorkflows", func(db sysdb.DBTX) error { _, _, err := q.FinishWorkflows(ctx, db, finishes); return err }),
 		typedCase(t, "WakeParent", func(db sysdb.DBTX) error {
 			_, err := q.WakeParent(ctx, db, sysdb.WakeParentParams{ChildID: "r7", ParentID: "p7"})
 			return err

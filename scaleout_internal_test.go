@@ -88,11 +88,11 @@ func TestHotPathKeyedByRunID(t *testing.T) {
 			return err
 		}),
 		typedCase(t, "FinishWorkflows", func(db sysdb.DBTX) error {
-			_, err := q.FinishWorkflows(ctx, db, []*sysdb.FinishOneParams{finish, finish})
+			_, _, err := q.FinishWorkflows(ctx, db, []*sysdb.FinishOneParams{finish, finish})
 			return err
 		}),
 		typedCase(t, "FinishStepsMany", func(db sysdb.DBTX) error {
-			_, err := q.FinishStepsMany(ctx, db, sysdb.FinishStepsManyParams{Runs: []*sysdb.FinishOneParams{finish}, Steps: []*sysdb.InsertStepParams{step}})
+			_, _, err := q.FinishStepsMany(ctx, db, sysdb.FinishStepsManyParams{Runs: []*sysdb.FinishOneParams{finish}, Steps: []*sysdb.InsertStepParams{step}})
 			return err
 		}),
 		// The parent's row, by the parent's ID: a statement of its own, so

@@ -41,6 +41,7 @@ type selCase struct {
 	chosen bool
 	runID  string // the selecting run, for decode errors
 	value  json.RawMessage
+	unset  bool // caseEvent: its run finished without setting it
 }
 
 // chosenValue returns what came for c, or a typed error if the last Select did
@@ -48,6 +49,9 @@ type selCase struct {
 func (c *selCase) chosenValue() (json.RawMessage, error) {
 	if !c.chosen {
 		return nil, fmt.Errorf("%w: this case was not chosen by the last Select", ErrInvalidArgument)
+	}
+	if c.unset {
+		return nil, fmt.Errorf("%w: event %q of %q", ErrEventNotSet, c.key, c.id)
 	}
 	return c.value, nil
 }
@@ -98,15 +102,17 @@ func (c *ResultCase[R]) Result() (R, error) {
 type EventCase[T any] struct{ c selCase }
 
 // OnEvent is the case of event key of run id being set (see [SetEvent]);
-// if it is set already, the case is ready at once. A run that finishes
-// without setting it leaves the case waiting.
+// if it is set already, the case is ready at once. It is ready too once
+// run id finished without setting it: its Value is then an error
+// matching [ErrEventNotSet].
 func OnEvent[T any](id, key string) *EventCase[T] {
 	return &EventCase[T]{c: selCase{kind: caseEvent, id: id, key: key}}
 }
 
 func (c *EventCase[T]) selectCase() *selCase { return &c.c }
 
-// Value is the event's value, once the last Select chose this case.
+// Value is the event's value, once the last Select chose this case; an
+// error matching [ErrEventNotSet] if the run finished without setting it.
 func (c *EventCase[T]) Value() (T, error) {
 	return decodeCase[T](&c.c, fmt.Sprintf("event %q of %q", c.c.key, c.c.id))
 }
@@ -138,6 +144,7 @@ func decodeCase[T any](c *selCase, what string) (T, error) {
 type selected struct {
 	Case  int             `json:"case"`
 	Value json.RawMessage `json:"value,omitempty"`
+	Unset bool            `json:"unset,omitempty"` // an event case whose run finished without setting it
 }
 
 // Select waits for the first of several waits (messages on topics, runs'
@@ -196,7 +203,7 @@ func Select(wctx Context, cases ...SelectCase) (int, error) {
 			Recorded: fmt.Sprintf("%s chose case %d", name, got.Case), Called: fmt.Sprintf("%s of %d cases", name, len(cs))})
 	}
 	c := cs[got.Case]
-	c.chosen, c.value, c.runID = true, got.Value, r.id
+	c.chosen, c.value, c.unset, c.runID = true, got.Value, got.Unset && c.kind == caseEvent, r.id
 	return got.Case, nil
 }
 
@@ -245,7 +252,7 @@ func selectCases(cases []SelectCase) ([]*selCase, error) {
 		cs[i] = c
 	}
 	for _, c := range cs {
-		c.chosen, c.value = false, nil
+		c.chosen, c.value, c.unset = false, nil, false
 	}
 	return cs, nil
 }
@@ -343,7 +350,7 @@ func (s *selectState) hubKeys() []string {
 		case caseResult:
 			keys = append(keys, s.ids[i])
 		case caseEvent:
-			keys = append(keys, "e:"+c.id)
+			keys = append(keys, "e:"+c.id, c.id) // its event, or its run's finish
 		}
 	}
 	return keys
@@ -373,6 +380,7 @@ func (s *selectState) try() ([]byte, error) {
 	triedMessages := false
 	for i, c := range s.cs {
 		var value json.RawMessage
+		unset := false
 		switch c.kind {
 		case caseTimer:
 			due := !r.e.clock.now().Before(s.deadlines[timer])
@@ -415,12 +423,16 @@ func (s *selectState) try() ([]byte, error) {
 			if err != nil {
 				return nil, r.halt(err)
 			}
-			if !ev.Found {
+			unset = !ev.Found && Status(ev.Status).Finished()
+			if !ev.Found && !unset {
+				if !ev.Watched {
+					_, _ = r.e.q.WatchWorkflow(r.e.hardCtx, r.e.pool, c.id) // its finish notifies us, and wakes us parked
+				}
 				continue
 			}
 			value = ev.Value
 		}
-		out, _ := json.Marshal(selected{Case: i, Value: value})
+		out, _ := json.Marshal(selected{Case: i, Value: value, Unset: unset})
 		if err := r.checkpoint(s.pos, s.name, stepDone, out, nil, 1, s.started); err != nil {
 			return nil, err
 		}
@@ -478,8 +490,8 @@ func (s *selectState) ready(ctx context.Context) (bool, error) {
 			}
 		case caseEvent:
 			ev, err := r.e.wq.GetEvent(ctx, r.e.pool, sysdb.GetEventParams{WorkflowID: c.id, Key: c.key})
-			if err != nil || ev.Found {
-				return ev.Found, err
+			if err != nil || ev.Found || Status(ev.Status).Finished() {
+				return err == nil, err
 			}
 		}
 	}

@@ -75,10 +75,97 @@ func TestSelect(t *testing.T) {
 		require.JSONEq(t, `{"case": 1, "value": "too dear"}`, rec, "the choice and the message are recorded together")
 	})
 
+	// EventNeverSet: an event case whose run finishes without setting it
+	// is chosen once that run finished, in memory; its Value is
+	// ErrEventNotSet, recorded, so a replay returns the same.
+	t.Run("EventNeverSet", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var waiter, quiet *durable.Workflow[string, string]
+		// It waits in memory and polls once a minute: only the finish's
+		// wake-up ends it within the test's time.
+		e := b.engine(t, func(c *durable.Config) { c.ParkThreshold, c.PollInterval = time.Hour, time.Minute }, func(e *durable.Engine) {
+			quiet = durable.Register(e, "quiet", func(wctx durable.Context, _ string) (string, error) {
+				_, _, err := durable.Recv[string](wctx, "go", time.Hour)
+				return "", err
+			}, nil)
+			waiter = durable.Register(e, "waiter", func(wctx durable.Context, id string) (string, error) {
+				ev := durable.OnEvent[string](id, "quote")
+				i, err := durable.Select(wctx, durable.OnMessage[string]("never"), ev, durable.After(time.Hour))
+				if err != nil {
+					return "", err
+				}
+				_, err = ev.Value()
+				return fmt.Sprintf("case %d: %v", i, errors.Is(err, durable.ErrEventNotSet)), nil
+			}, nil)
+		})
+		ctx := ctxT(t)
+		q, err := quiet.Start(ctx, "", &durable.StartOpts{ID: "quiet"})
+		require.NoError(t, err)
+		h, err := waiter.Start(ctx, "quiet", nil)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var watched bool
+			_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT notify FROM %q.workflows WHERE id = 'quiet'`, b.schema)).Scan(&watched)
+			return watched
+		}, 10*time.Second, 2*time.Millisecond, "the Select watches the run")
+		require.NoError(t, durable.Send(ctx, e, q.ID(), "go", "", nil))
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		out, err := h.Result(rctx)
+		require.NoError(t, err)
+		require.Equal(t, "case 1: true", out)
+		var rec string
+		require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT output::text FROM %q.steps WHERE workflow_id = $1 AND name = 'durable.select'`, b.schema), h.ID()).Scan(&rec))
+		require.JSONEq(t, `{"case": 1, "unset": true}`, rec)
+	})
+
+	// ResultOfAnyRun: a parked Select on the result of a run that is not
+	// its child is woken by that run's finish, far before its timer.
+	t.Run("ResultOfAnyRun", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var waiter, other *durable.Workflow[string, string]
+		e := b.engine(t, func(c *durable.Config) { c.ParkThreshold = 20 * time.Millisecond }, func(e *durable.Engine) {
+			other = durable.Register(e, "other", func(wctx durable.Context, _ string) (string, error) {
+				d, _, err := durable.Recv[string](wctx, "go", time.Hour)
+				return "other " + d, err
+			}, nil)
+			waiter = durable.Register(e, "any-waiter", func(wctx durable.Context, id string) (string, error) {
+				h, err := other.Handle(wctx, id)
+				if err != nil {
+					return "", err
+				}
+				res := durable.OnResult(h)
+				i, err := durable.Select(wctx, res, durable.After(time.Hour))
+				if err != nil || i != 0 {
+					return "", fmt.Errorf("case %d: %v", i, err)
+				}
+				return res.Result()
+			}, nil)
+		})
+		ctx := ctxT(t)
+		o, err := other.Start(ctx, "", &durable.StartOpts{ID: "other"})
+		require.NoError(t, err)
+		h, err := waiter.Start(ctx, "other", nil)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var n int
+			_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND executor_id IS NULL AND wait_any IS NOT NULL`, b.schema), h.ID()).Scan(&n)
+			return n == 1
+		}, 10*time.Second, 2*time.Millisecond, "the Select parks")
+		require.NoError(t, durable.Send(ctx, e, o.ID(), "go", "done", nil))
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		out, err := h.Result(rctx)
+		require.NoError(t, err)
+		require.Equal(t, "other done", out)
+	})
+
 	// Parked: each kind of case wakes a parked Select on its own, far
 	// before the hour-long timer, and the run records what came: a
-	// message, a child's result, another run's event; the timer wakes the
-	// last one.
+	// message, a child's result, another run's event, or that run's finish
+	// without the event (ErrEventNotSet); the timer wakes the last one.
 	t.Run("Parked", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -97,6 +184,9 @@ func TestSelect(t *testing.T) {
 				d, ok, err := durable.Recv[string](wctx, "go", time.Hour)
 				if err != nil || !ok {
 					return "", fmt.Errorf("recv: %v %v", ok, err)
+				}
+				if d == "skip" {
+					return "", nil // finishes without setting the event
 				}
 				return "", durable.SetEvent(wctx, "ready", "published "+d)
 			}, nil)
@@ -125,6 +215,9 @@ func TestSelect(t *testing.T) {
 					v, err = res.Result()
 				case 2:
 					v, err = ev.Value()
+					if errors.Is(err, durable.ErrEventNotSet) {
+						v, err = "unset", nil
+					}
 				case 3:
 					v = "timer"
 				}
@@ -133,7 +226,7 @@ func TestSelect(t *testing.T) {
 		})
 		ctx := ctxT(t)
 		for _, tc := range []struct{ wait, want string }{
-			{"event", "2 published now"}, {"msg", "0 hello"}, {"result", "1 worked now"}, {"timer", "3 timer"},
+			{"event", "2 published now"}, {"unset", "2 unset"}, {"msg", "0 hello"}, {"result", "1 worked now"}, {"timer", "3 timer"},
 		} {
 			entries.Store(0)
 			id := "pick-" + tc.wait
@@ -143,9 +236,9 @@ func TestSelect(t *testing.T) {
 			require.NoError(t, err)
 			require.Eventually(t, func() bool {
 				var n int
-				_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND executor_id IS NULL AND cardinality(wait_any) = 3 AND wait_topic = 'msg'`, b.schema), id).Scan(&n)
+				_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND executor_id IS NULL AND cardinality(wait_any) = 5 AND wait_topic = 'msg'`, b.schema), id).Scan(&n)
 				return n == 1
-			}, 10*time.Second, 2*time.Millisecond, "the Select parks on its three waits")
+			}, 10*time.Second, 2*time.Millisecond, "the Select parks on its three waits (and the finishes of the two runs)")
 			start := time.Now()
 			switch tc.wait {
 			case "msg":
@@ -154,6 +247,8 @@ func TestSelect(t *testing.T) {
 				require.NoError(t, durable.Send(ctx, e, id+"/0", "go", "now", nil))
 			case "event":
 				require.NoError(t, durable.Send(ctx, e, pub.ID(), "go", "now", nil))
+			case "unset":
+				require.NoError(t, durable.Send(ctx, e, pub.ID(), "go", "skip", nil))
 			}
 			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			out, err := h.Result(rctx)

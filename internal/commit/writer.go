@@ -122,6 +122,9 @@ func (w *Writer) finishOne(ctx context.Context, f *sysdb.FinishOneStepsParams) (
 			w.cfg.Log.Warn("durable: notify finish", "workflow_id", f.ID, "err", err) // its poll will see it
 		}
 	}
+	if row.Watched { // a Select may be parked on this run's finish
+		w.wakeWatchers(ctx, []string{f.ID})
+	}
 	if row.ParentID != "" { // a parent parked in Await on this run wakes up
 		// The finish is committed: a lost wake-up would leave the parent
 		// parked for good, so ride out an outage here.
@@ -152,11 +155,12 @@ func (w *Writer) flushFinishes(items []*Item[*sysdb.FinishOneStepsParams]) {
 		steps = append(steps, it.V.Steps...)
 	}
 	var written []bool
+	var watched []string
 	var err error
 	if steps == nil {
-		written, err = w.cfg.Queries.FinishWorkflows(ctx, w.cfg.DB, runs)
+		written, watched, err = w.cfg.Queries.FinishWorkflows(ctx, w.cfg.DB, runs)
 	} else {
-		written, err = w.cfg.Queries.FinishStepsMany(ctx, w.cfg.DB, sysdb.FinishStepsManyParams{Runs: runs, Steps: steps})
+		written, watched, err = w.cfg.Queries.FinishStepsMany(ctx, w.cfg.DB, sysdb.FinishStepsManyParams{Runs: runs, Steps: steps})
 	}
 	SetWritten(items, written)
 	if err != nil {
@@ -169,6 +173,21 @@ func (w *Writer) flushFinishes(items []*Item[*sysdb.FinishOneStepsParams]) {
 		if !it.OK {
 			w.cfg.WakeParentOfFinished(ctx, it.V.ID)
 		}
+	}
+	if watched != nil {
+		w.wakeWatchers(ctx, watched)
+	}
+}
+
+// wakeWatchers wakes the runs parked in a Select on the finish of runs
+// ids, whose finish committed: a lost wake-up would leave such a run
+// parked until its timer, so ride out an outage here.
+func (w *Writer) wakeWatchers(ctx context.Context, ids []string) {
+	err := w.cfg.RetryBG(ctx, "wake watchers", func(ctx context.Context) error {
+		return w.cfg.Queries.WakeWatchers(ctx, w.cfg.DB, ids)
+	})
+	if err != nil {
+		w.cfg.Log.Warn("durable: wake the runs waiting for a finish", "workflow_ids", ids, "err", err)
 	}
 }
 

@@ -241,3 +241,45 @@ func TestStartsInOneBatch(t *testing.T) {
 		t.Fatalf("%d runs of this executor (%v), want 3", n, err)
 	}
 }
+
+// TestFinishWakesWatchers: the finish of a run a waiter watches wakes the
+// runs parked in a Select on it, written in a batch or alone; a watcher of
+// a run that did not finish stays parked.
+func TestFinishWakesWatchers(t *testing.T) {
+	ctx, w, pool, schema := testWriter(t)
+	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
+	for _, id := range []string{"a", "b", "c"} {
+		start(ctx, t, w, id)
+		if _, err := w.cfg.Queries.WatchWorkflow(ctx, pool, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range [][2]string{{"on-a", "done:a"}, {"on-c", "done:c"}, {"on-x", "done:x"}} {
+		if _, err := pool.Exec(ctx, `INSERT INTO `+wf+` (id, name, status, app_version, epoch, wake_at, wait_any)
+			VALUES ($1, 'w', 'pending', 'v', 1, now() + interval '1 hour', ARRAY[$2])`, p[0], p[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	due := func(id string) bool {
+		var d bool
+		if err := pool.QueryRow(ctx, `SELECT wake_at <= now() FROM `+wf+` WHERE id = $1`, id).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	finish := func(id string) *Item[*sysdb.FinishOneStepsParams] {
+		return &Item[*sysdb.FinishOneStepsParams]{V: &sysdb.FinishOneStepsParams{FinishOneParams: sysdb.FinishOneParams{ID: id, Epoch: 1,
+			Status: "success", Output: json.RawMessage(`1`)}}}
+	}
+	w.flushFinishes([]*Item[*sysdb.FinishOneStepsParams]{finish("a"), finish("b")})
+	if !due("on-a") {
+		t.Fatal("a batch finish did not wake the watcher of its run")
+	}
+	w.flushFinishes([]*Item[*sysdb.FinishOneStepsParams]{finish("c")})
+	if !due("on-c") {
+		t.Fatal("a lone finish did not wake the watcher of its run")
+	}
+	if due("on-x") {
+		t.Fatal("a watcher of another run was woken")
+	}
+}

@@ -32,8 +32,8 @@ func init() {
 			Name:      "fence/finish",
 			Mechanism: "epoch check of a single finish (FinishOne)",
 			Edits: []Edit{{File: "internal/sysdb/queries.go",
-				Find:    "WHERE id = $1 AND epoch = $2 AND status = 'pending'\nRETURNING ` + watched + `, parent_id`),",
-				Replace: "WHERE id = $1 AND status = 'pending'\nRETURNING ` + watched + `, parent_id`),"}},
+				Find:    "WHERE id = $1 AND epoch = $2 AND status = 'pending'\nRETURNING ` + watched + `, parent_id, notify AS watched`),",
+				Replace: "WHERE id = $1 AND status = 'pending'\nRETURNING ` + watched + `, parent_id, notify AS watched`),"}},
 			Pkg: ".", Tests: "TestFencingRejectsPausedOwner/finish",
 		},
 		Mutant{

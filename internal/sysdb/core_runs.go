@@ -205,6 +205,10 @@ type FinishOneParams struct {
 type FinishOneRow struct {
 	Notify   bool   // a waiter in another process asked for the notification of the finish (NotifyDone)
 	ParentID string // "": none
+	// Watched: a waiter asked to be told of the finish (WatchWorkflow),
+	// with or without notifications: a Select may be parked on it
+	// (WakeWatchers).
+	Watched bool
 }
 
 // FinishOne records the outcome of run p.ID; finished is false when the run
@@ -234,12 +238,12 @@ func (q *Queries) FinishOneSteps(ctx context.Context, db DBTX, p FinishOneStepsP
 func scanFinish(r pgx.Row) (row FinishOneRow, finished bool, err error) {
 	var notify bool
 	var parent *string
-	err = r.Scan(&notify, &parent)
+	err = r.Scan(&notify, &parent, &row.Watched)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return row, false, nil
 	}
 	if err != nil {
-		return row, false, err
+		return FinishOneRow{}, false, err
 	}
 	row.Notify = notify
 	if parent != nil {
@@ -252,7 +256,7 @@ func scanFinish(r pgx.Row) (row FinishOneRow, finished bool, err error) {
 // commit), which also wakes their parked parents and notifies the waiters
 // that asked. finished[i] reports whether it finished runs[i]. On an error
 // no run is reported finished: the statement failed as a whole.
-func (q *Queries) FinishWorkflows(ctx context.Context, db DBTX, runs []*FinishOneParams) (finished []bool, err error) {
+func (q *Queries) FinishWorkflows(ctx context.Context, db DBTX, runs []*FinishOneParams) (finished []bool, watched []string, err error) {
 	f := newFinishColumns(runs)
 	rows, err := db.Query(ctx, q.finishWorkflows, oneShotPlan, f.ids, f.epochs, f.statuses, f.outputs, f.errs)
 	return f.finished(rows, err)
@@ -266,7 +270,7 @@ type FinishStepsManyParams struct {
 
 // FinishStepsMany is FinishWorkflows that also records the runs' last
 // step checkpoints, for the runs it finishes.
-func (q *Queries) FinishStepsMany(ctx context.Context, db DBTX, p FinishStepsManyParams) (finished []bool, err error) {
+func (q *Queries) FinishStepsMany(ctx context.Context, db DBTX, p FinishStepsManyParams) (finished []bool, watched []string, err error) {
 	f := newFinishColumns(p.Runs)
 	var c stepColumns
 	c.make(len(p.Steps))
@@ -311,19 +315,29 @@ func newFinishColumns(runs []*FinishOneParams) *finishColumns {
 	return f
 }
 
-// finished reads the rows of a batch finish: one per run finished (its ID
-// and its notification), then one per parent woken (an empty ID).
-func (f *finishColumns) finished(rows pgx.Rows, err error) ([]bool, error) {
-	return markWritten(rows, err, len(f.ids), func(rows pgx.Rows) (int, error) {
+// finished reads the rows of a batch finish: one per run finished (its ID,
+// its notification and whether a waiter watches it), then one per parent
+// woken (an empty ID). watched are the runs finished that a waiter
+// watches: a Select may be parked on them (WakeWatchers).
+func (f *finishColumns) finished(rows pgx.Rows, err error) (finished []bool, watched []string, _ error) {
+	finished, err = markWritten(rows, err, len(f.ids), func(rows pgx.Rows) (int, error) {
 		var id string
 		var ignored *string
-		err := rows.Scan(&id, &ignored)
+		var w bool
+		err := rows.Scan(&id, &ignored, &w)
 		i, ok := f.index[id]
 		if !ok {
 			i = -1
 		}
+		if ok && w {
+			watched = append(watched, id)
+		}
 		return i, err
 	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return finished, watched, nil
 }
 
 // NotifyDone notifies the finish of run id to the waiters in other
@@ -363,6 +377,19 @@ func (q *Queries) WakeParent(ctx context.Context, db DBTX, p WakeParentParams) (
 	woken = rows.Next()
 	rows.Close()
 	return woken, rows.Err()
+}
+
+// WakeWatchers wakes the runs parked in a Select on the finish of runs
+// ids (a result case, or an event case of theirs): for finished runs a
+// waiter watched (FinishOneRow.Watched, the watched IDs of
+// FinishWorkflows), once their finish committed.
+func (q *Queries) WakeWatchers(ctx context.Context, db DBTX, ids []string) error {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = "done:" + id
+	}
+	_, err := db.Exec(ctx, q.wakeWatchers, oneShotPlan, keys)
+	return err
 }
 
 // ListenSQL is the LISTEN command on the schema's channel, for the

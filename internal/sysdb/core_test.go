@@ -285,15 +285,17 @@ func TestFinishOne(t *testing.T) {
 	row, finished, err = c.q.FinishOne(c.ctx, c.pool, FinishOneParams{ID: "r2", Epoch: 1, Status: "error", Error: json.RawMessage(`{"m":"x"}`)})
 	require.NoError(t, err)
 	require.True(t, finished)
-	require.Equal(t, FinishOneRow{Notify: true, ParentID: "p"}, row)
+	require.Equal(t, FinishOneRow{Notify: true, ParentID: "p", Watched: true}, row)
 	require.Equal(t, `error 1 - {"m":"x"}`, c.runState("r2"))
 
-	// With notifications off, nobody is to be notified.
+	// With notifications off, nobody is to be notified; the run is still
+	// watched (a parked Select may wait for it: WakeWatchers).
 	c.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, epoch, notify) VALUES ('r3', 'w', 'pending', 'v', 'x', 1, true)`)
 	row, finished, err = New(c.schema, false).FinishOne(c.ctx, c.pool, FinishOneParams{ID: "r3", Epoch: 1, Status: "success", Output: json.RawMessage(`1`)})
 	require.NoError(t, err)
 	require.True(t, finished)
 	require.False(t, row.Notify)
+	require.True(t, row.Watched)
 }
 
 func TestFinishOneSteps(t *testing.T) {
@@ -334,7 +336,7 @@ func TestFinishWorkflows(t *testing.T) {
 		{ID: "done", Epoch: 1, Status: "error", Error: json.RawMessage(`3`)},
 		{ID: "child", Epoch: 1, Status: "error", Error: json.RawMessage(`{"m":4}`)},
 	}
-	finished, err := c.q.FinishWorkflows(c.ctx, c.pool, runs)
+	finished, _, err := c.q.FinishWorkflows(c.ctx, c.pool, runs)
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, false, false, true}, finished)
 	require.Equal(t, "success 1 1 -", c.runState("ok"))
@@ -349,7 +351,7 @@ func TestFinishWorkflows(t *testing.T) {
 
 	// A failed statement reports nothing finished.
 	c.run("r", 1, "pending")
-	finished, err = c.q.FinishWorkflows(c.ctx, c.pool, []*FinishOneParams{{ID: "r", Epoch: 1, Status: "bogus"}, {ID: "ok", Epoch: 1, Status: "success"}})
+	finished, _, err = c.q.FinishWorkflows(c.ctx, c.pool, []*FinishOneParams{{ID: "r", Epoch: 1, Status: "bogus"}, {ID: "ok", Epoch: 1, Status: "success"}})
 	require.Error(t, err)
 	require.Nil(t, finished)
 }
@@ -365,7 +367,7 @@ func TestFinishStepsMany(t *testing.T) {
 		{ID: "c", Epoch: 1, Status: "success", Output: json.RawMessage(`3`)},
 	}
 	steps := []*InsertStepParams{step("a", 0, "s0", 1), step("a", 1, "s1", 1), step("b", 0, "s0", 1)}
-	finished, err := c.q.FinishStepsMany(c.ctx, c.pool, FinishStepsManyParams{Runs: runs, Steps: steps})
+	finished, _, err := c.q.FinishStepsMany(c.ctx, c.pool, FinishStepsManyParams{Runs: runs, Steps: steps})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, false, true}, finished)
 	require.Equal(t, []string{"0 s0 done 1 - 1", "1 s1 done 1 - 1"}, c.steps("a"))

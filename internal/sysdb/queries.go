@@ -69,6 +69,7 @@ type Queries struct {
 	notifyDone      string
 	notify          string
 	wakeParent      string
+	wakeWatchers    string
 	insertWorkflows string
 	finishWorkflows string
 	finishStepsMany string
@@ -127,7 +128,7 @@ ON CONFLICT (id) DO NOTHING`),
 		// $1 id, $2 epoch, $3 status, $4 output, $5 error.
 		finishOne: r(`UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
 WHERE id = $1 AND epoch = $2 AND status = 'pending'
-RETURNING ` + watched + `, parent_id`),
+RETURNING ` + watched + `, parent_id, notify AS watched`),
 
 		// FinishOne that also records the run's last step checkpoints
 		// (deferred to the finish, see pending.go in the engine), only when
@@ -137,13 +138,13 @@ RETURNING ` + watched + `, parent_id`),
 		finishOneSteps: r(`WITH upd AS (
 	UPDATE {{schema}}.workflows SET status = $3, output = $4, error = $5, updated_at = now()
 	WHERE id = $1 AND epoch = $2 AND status = 'pending'
-	RETURNING ` + watched + `, parent_id),
+	RETURNING ` + watched + `, parent_id, notify AS watched),
 ins AS (
 	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, error, attempts, started_at)
 	SELECT $1, s.* FROM unnest($6::int[], $7::text[], $8::text[], $9::json[], $10::json[], $11::int[], $12::timestamptz[])
 		AS s(pos, name, status, output, error, attempts, started_at)
 	WHERE EXISTS (SELECT 1 FROM upd))
-SELECT notify, parent_id FROM upd`),
+SELECT notify, parent_id, watched FROM upd`),
 
 		// Wakes a parent parked in Await (or a Select) on child $1, and
 		// nudges one that executes (see Park): the update always matches a
@@ -156,6 +157,18 @@ SELECT notify, parent_id FROM upd`),
 	WHERE id = $2 AND status = 'pending'
 	RETURNING id, executor_id IS NULL AND coalesce(wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any), false) AS woken)
 SELECT ` + n(`'n:' || id`) + `::text FROM u WHERE woken`),
+
+		// Wakes the runs parked in a Select on the finish of the runs $1
+		// names ("done:" ID entries, see WaitKeys): for finishes of runs a
+		// waiter watched, after they committed. A GIN lookup of
+		// workflows_wait_any_idx.
+		wakeWatchers: r(`WITH u AS (
+	UPDATE {{schema}}.workflows
+	SET wake_at = CASE WHEN status = 'pending' THEN now() ELSE wake_at END,
+		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END
+	WHERE wait_any && $1::text[] AND executor_id IS NULL AND status IN ('pending', 'enqueued')
+	RETURNING id, status, queue_name)
+SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM u`),
 
 		notifyDone: "SELECT " + n("'d:' || $1::text"),
 
@@ -351,7 +364,7 @@ parents AS (
 		nudged = CASE WHEN p.executor_id IS NOT NULL THEN true ELSE p.nudged END
 	FROM parked WHERE p.id = parked.id
 	RETURNING p.id, parked.wake)
-SELECT id, (CASE WHEN notify THEN ` + n(`'d:' || id`) + ` END)::text FROM upd
+SELECT id, (CASE WHEN notify THEN ` + n(`'d:' || id`) + ` END)::text, notify FROM upd
 UNION ALL
-SELECT '', ` + n(`'n:' || id`) + `::text FROM parents WHERE wake`
+SELECT '', ` + n(`'n:' || id`) + `::text, false FROM parents WHERE wake`
 }

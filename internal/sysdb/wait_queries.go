@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,7 +154,7 @@ UNION ALL
 SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM woke`),
 
 		// $1 workflow_id, $2 key. Returns the workflow's status too.
-		getEvent: r(`SELECT w.status, e.value::text, e.workflow_id IS NOT NULL
+		getEvent: r(`SELECT w.status, e.value::text, e.workflow_id IS NOT NULL, w.notify
 FROM {{schema}}.workflows w LEFT JOIN {{schema}}.events e ON e.workflow_id = w.id AND e.key = $2
 WHERE w.id = $1`),
 
@@ -196,19 +198,29 @@ SELECT output::text FROM ins, upd`
 
 // WaitKeys are what a run parked in a Select waits for, as its wait_any
 // entries: a message on a topic ("msg:" topic), the finish of a run
-// ("child:" id) or an event of a run ("event:" length of the id in
-// characters ":" id key, unambiguous whatever the two hold). Send,
-// a run's finish and SetEvent wake the runs whose entries name them.
+// ("child:" id, for a child of the run; "done:" id, for any run) or an
+// event of a run ("event:" length of the id in characters ":" id key,
+// unambiguous whatever the two hold; and "done:" id, as a run that
+// finishes without setting it ends the wait too). Send, a run's finish
+// and SetEvent wake the runs whose entries name them; a finish looks for
+// "done:" entries only when a waiter watches the run (WatchWorkflow), as
+// the Select does before it parks.
 func WaitKeys(topics, runs []string, events [][2]string) []string {
 	var keys []string
 	for _, t := range topics {
 		keys = append(keys, "msg:"+t)
 	}
+	done := map[string]bool{}
 	for _, id := range runs {
 		keys = append(keys, "child:"+id)
+		done[id] = true
 	}
 	for _, e := range events {
 		keys = append(keys, "event:"+strconv.Itoa(utf8.RuneCountInString(e[0]))+":"+e[0]+e[1])
+		done[e[0]] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(done)) {
+		keys = append(keys, "done:"+id)
 	}
 	return keys
 }
@@ -408,9 +420,10 @@ type GetEventParams struct {
 
 // GetEventRow is an event and the status of its run.
 type GetEventRow struct {
-	Status string
-	Found  bool   // the event is set
-	Value  []byte // its value, as JSON text
+	Status  string
+	Found   bool   // the event is set
+	Value   []byte // its value, as JSON text
+	Watched bool   // a waiter asked for the notification of the run's finish (WatchWorkflow)
 }
 
 // GetEvent reads event p.Key of run p.WorkflowID. pgx.ErrNoRows: the run
@@ -418,7 +431,7 @@ type GetEventRow struct {
 func (q *WaitQueries) GetEvent(ctx context.Context, db DBTX, p GetEventParams) (GetEventRow, error) {
 	var g GetEventRow
 	var value *string
-	if err := db.QueryRow(ctx, q.getEvent, p.WorkflowID, p.Key).Scan(&g.Status, &value, &g.Found); err != nil {
+	if err := db.QueryRow(ctx, q.getEvent, p.WorkflowID, p.Key).Scan(&g.Status, &value, &g.Found, &g.Watched); err != nil {
 		return GetEventRow{}, err
 	}
 	if value != nil {

@@ -471,8 +471,11 @@ func TestWaitTopic(t *testing.T) {
 func TestWaitSelect(t *testing.T) {
 	t.Parallel()
 	d := newWaitDB(t)
-	require.Equal(t, []string{"msg:a", "child:c1", "event:3:é:xk"}, WaitKeys([]string{"a"}, []string{"c1"}, [][2]string{{"é:x", "k"}}),
-		"an event's key counts the characters of its run ID")
+	require.Equal(t, []string{"msg:a", "child:c1", "event:3:é:xk", "done:c1", "done:é:x"},
+		WaitKeys([]string{"a"}, []string{"c1"}, [][2]string{{"é:x", "k"}}),
+		"an event's key counts the characters of its run ID; the runs' finishes are waited for too")
+	require.Equal(t, []string{"event:1:xa", "event:1:xb", "done:x"}, WaitKeys(nil, nil, [][2]string{{"x", "a"}, {"x", "b"}}),
+		"one finish entry per run")
 	wake := time.Now().Add(time.Hour)
 	park := func(id string, keys []string) {
 		t.Helper()
@@ -643,7 +646,7 @@ func TestWaitParkNudged(t *testing.T) {
 	}
 	finishChild := func(db DBTX, child string) {
 		t.Helper()
-		written, err := q.FinishWorkflows(d.ctx, db, []*FinishOneParams{{ID: child, Epoch: 2, Status: "success", Output: json.RawMessage(`1`)}})
+		written, _, err := q.FinishWorkflows(d.ctx, db, []*FinishOneParams{{ID: child, Epoch: 2, Status: "success", Output: json.RawMessage(`1`)}})
 		require.NoError(t, err)
 		require.Equal(t, []bool{true}, written)
 	}
@@ -669,7 +672,7 @@ func TestWaitParkNudged(t *testing.T) {
 	d.run("child", "parent_id = 'parent'")
 	d.run("self-parent", "")
 	d.run("self-child", "parent_id = 'self-parent'")
-	written, err := q.FinishWorkflows(d.ctx, d.pool, []*FinishOneParams{
+	written, _, err := q.FinishWorkflows(d.ctx, d.pool, []*FinishOneParams{
 		{ID: "child", Epoch: 2, Status: "success", Output: json.RawMessage(`1`)},
 		{ID: "self-child", Epoch: 2, Status: "success", Output: json.RawMessage(`1`)},
 		{ID: "self-parent", Epoch: 2, Status: "success", Output: json.RawMessage(`2`)}})
@@ -695,4 +698,48 @@ func TestWaitParkNudged(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, woken)
 	require.True(t, d.recent(d.row("parent4").WakeAt))
+}
+
+// TestWaitFinishWakesWatchers: a batch finish reports the runs finished
+// that a waiter watches, and WakeWatchers wakes the runs parked in a
+// Select on their finish ("done:" entries); a parked queued run is made
+// due through its queue. Among many parked runs, it reads the index of
+// the Selects.
+func TestWaitFinishWakesWatchers(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	q := New(d.schema, true)
+	parkedOn := func(id string, keys ...string) {
+		d.run(id, "executor_id = NULL, wake_at = now() + interval '1 hour'")
+		d.exec(`UPDATE {{schema}}.workflows SET wait_any = $2 WHERE id = $1`, id, keys)
+	}
+	d.run("watched", "notify = true")
+	d.run("unwatched", "")
+	d.run("fenced", "notify = true, epoch = 3")
+	var runs []*FinishOneParams
+	for _, id := range []string{"watched", "unwatched", "fenced"} {
+		runs = append(runs, &FinishOneParams{ID: id, Epoch: 2, Status: "success", Output: json.RawMessage(`1`)})
+	}
+	written, watched, err := q.FinishWorkflows(d.ctx, d.pool, runs)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, false}, written)
+	require.Equal(t, []string{"watched"}, watched, "the runs finished that a waiter watches")
+
+	parkedOn("w1", "msg:t", "done:watched")
+	parkedOn("w2", "done:unwatched")
+	d.exec(`INSERT INTO {{schema}}.queues (name, release_parked) VALUES ('rq', true)`)
+	d.run("w3", "executor_id = NULL, status = 'enqueued', queue_name = 'rq', not_before = now() + interval '1 hour'")
+	d.exec(`UPDATE {{schema}}.workflows SET wait_any = ARRAY['done:watched'] WHERE id = 'w3'`)
+	require.NoError(t, q.WakeWatchers(d.ctx, d.pool, watched))
+	require.True(t, d.recent(d.row("w1").WakeAt), "a watcher of the run is woken")
+	require.False(t, d.recent(d.row("w2").WakeAt), "a watcher of another run is not")
+	require.True(t, d.recent(d.row("w3").NotBefore), "a parked queued watcher is due through its queue")
+
+	d.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, epoch, wake_at)
+SELECT 'filler-' || g, 'w', 'pending', 'v', 1, now() + interval '1 hour' FROM generate_series(1, 3000) g`)
+	d.exec(`ANALYZE {{schema}}.workflows`)
+	for _, mode := range planModes {
+		n, plan := pgtest.ExplainRows(d.ctx, t, d.pool, mode, q.wakeWatchers, []any{[]string{"done:watched"}})
+		require.Less(t, n, 50, "%s: WakeWatchers reads the runs waiting, not every run:\n%s", mode, plan)
+	}
 }
