@@ -136,12 +136,40 @@ func typedCase(t *testing.T, name string, call func(db sysdb.DBTX) error) planCa
 	return planCase{name: name, sql: c.sql, args: c.args}
 }
 
-// capture is a sysdb.DBTX that keeps the statement sent to it instead of
-// running it: every call fails with errCaptured.
-type capture struct {
-	sql  string
-	args []any
+// batchCase is typedCase for a call that sends a batch: the statement at
+// index of the batch is the case.
+func batchCase(t *testing.T, name string, index int, call func(db sysdb.Batcher) error) planCase {
+	t.Helper()
+	c := capture{batchIndex: index}
+	if err := call(&c); !errors.Is(err, errCaptured) {
+		t.Fatalf("%s: the statement was not captured: %v", name, err)
+	}
+	return planCase{name: name, sql: c.sql, args: c.args}
 }
+
+// capture is a sysdb.DBTX (and a sysdb.Batcher) that keeps the statement
+// sent to it instead of running it: every call fails with errCaptured.
+type capture struct {
+	sql        string
+	args       []any
+	batchIndex int // of a batch, the statement kept
+}
+
+// SendBatch keeps the batch's statement at c.batchIndex.
+func (c *capture) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
+	q := b.QueuedQueries[c.batchIndex]
+	c.sql, c.args = q.SQL, q.Arguments
+	return capturedBatch{}
+}
+
+// capturedBatch is the result of a batch sent to a capture.
+type capturedBatch struct{}
+
+func (capturedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, errCaptured }
+func (capturedBatch) Query() (pgx.Rows, error)         { return nil, errCaptured }
+func (capturedBatch) QueryRow() pgx.Row                { return nil }
+func (capturedBatch) Close() error                     { return errCaptured }
+func (capturedBatch) Tx() pgx.Tx                       { return nil }
 
 var errCaptured = errors.New("statement captured")
 

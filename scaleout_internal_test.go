@@ -122,7 +122,11 @@ func TestHotPathKeyedByRunID(t *testing.T) {
 			_, err := wq.Receive(ctx, db, sysdb.ReceiveParams{WorkflowID: "r", Epoch: 2, Topic: "t", Pos: 1, Name: "durable.recv", StartedAt: now})
 			return err
 		}),
-		typedCase(t, "SetEvent", func(db sysdb.DBTX) error {
+		batchCase(t, "SetEvent", 1, func(db sysdb.Batcher) error {
+			_, err := wq.SetEvent(ctx, db, sysdb.SetEventParams{WorkflowID: "r", Epoch: 2, Key: "k", Value: out, StartedAt: now})
+			return err
+		}),
+		batchCase(t, "SetEvent's wake-up", 2, func(db sysdb.Batcher) error {
 			_, err := wq.SetEvent(ctx, db, sysdb.SetEventParams{WorkflowID: "r", Epoch: 2, Key: "k", Value: out, StartedAt: now})
 			return err
 		}),

@@ -489,6 +489,10 @@ func (s *selectState) ready(ctx context.Context) (bool, error) {
 				return done, err
 			}
 		case caseEvent:
+			// A SetEvent in flight has seen the park, or is waited for here.
+			if err := r.e.wq.LockRun(ctx, r.e.pool, c.id); err != nil {
+				return false, err
+			}
 			ev, err := r.e.wq.GetEvent(ctx, r.e.pool, sysdb.GetEventParams{WorkflowID: c.id, Key: c.key})
 			if err != nil || ev.Found || Status(ev.Status).Finished() {
 				return err == nil, err

@@ -17,8 +17,8 @@ func init() {
 			Name:      "select/event-wakes",
 			Mechanism: "an event being set wakes the Selects parked on it",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
-				Find:    "\tWHERE wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $5::text]",
-				Replace: "\tWHERE wait_any @> ARRAY['event:' || $1::text || $5::text]"}},
+				Find:    "\tWHERE wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $2::text]",
+				Replace: "\tWHERE wait_any @> ARRAY['event:' || $1::text || $2::text]"}},
 			Pkg: "./internal/sysdb", Tests: "TestWaitSelect",
 		},
 		Mutant{
@@ -137,6 +137,22 @@ func init() {
 				Find:    "\tif row.Watched { // a Select may be parked on this run's finish",
 				Replace: "\tif false { // a Select may be parked on this run's finish"}},
 			Pkg: "internal/commit", Tests: "^TestFinishWakesWatchers$",
+		},
+		Mutant{
+			Name:      "select/lock-run-waits",
+			Mechanism: "LockRun waits for a SetEvent in flight on the run (the lock conflicts with its fence's FOR SHARE)",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "lockRun: r(`SELECT 1 FROM {{schema}}.workflows WHERE id = $1 FOR NO KEY UPDATE`),",
+				Replace: "lockRun: r(`SELECT 1 FROM {{schema}}.workflows WHERE id = $1 FOR KEY SHARE`),"}},
+			Pkg: "internal/sysdb", Tests: "^TestWaitSetEventMeetsPark$",
+		},
+		Mutant{
+			Name:      "select/set-event-wakes",
+			Mechanism: "SetEvent's transaction wakes the Selects parked on the event",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "\tb.Queue(q.wakeEventWaiters, p.WorkflowID, p.Key)\n",
+				Replace: ""}},
+			Pkg: "internal/sysdb", Tests: "^TestWaitSelect$",
 		},
 	)
 }

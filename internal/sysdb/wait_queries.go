@@ -16,18 +16,20 @@ import (
 
 // WaitQueries are the statements of durable waits, messages and events.
 type WaitQueries struct {
-	park           string
-	handBack       string
-	unpark         string
-	hasMessage     string
-	nextWake       string
-	send           string
-	receive        string
-	receiveAny     string
-	setEvent       string
-	getEvent       string
-	setWaitTopic   string
-	clearWaitTopic string
+	park             string
+	handBack         string
+	unpark           string
+	hasMessage       string
+	nextWake         string
+	send             string
+	receive          string
+	receiveAny       string
+	setEvent         string
+	wakeEventWaiters string
+	lockRun          string
+	getEvent         string
+	setWaitTopic     string
+	clearWaitTopic   string
 }
 
 // NewWaitQueries renders the wait statements for schema; channel is the
@@ -126,10 +128,10 @@ SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM ins),
 		receiveAny: r(receive(`json_build_object('case', ($7::int[])[array_position($3::text[], msg.topic)], 'value', msg.payload)`,
 			`m.topic = ANY($3::text[])`, `array_position($3::text[], m.topic), `)),
 
-		// SetEvent records the step and publishes the value together, and
-		// wakes the runs parked in a Select with a case on the event (a
-		// GIN lookup of workflows_wait_any_idx).
-		// $1 workflow_id, $2 epoch, $3 pos, $4 step name, $5 key, $6 value, $7 started_at.
+		// SetEvent records the step and publishes the value together; the
+		// step's fence holds the run's row (FOR SHARE) until commit (see
+		// LockRun). $1 workflow_id, $2 epoch, $3 pos, $4 step name, $5 key,
+		// $6 value, $7 started_at.
 		setEvent: r(`WITH ins AS (
 	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts, started_at)
 	SELECT $1, $3, $4, 'done', 'null', 1, $7
@@ -141,17 +143,31 @@ ev AS (
 	INSERT INTO {{schema}}.events (workflow_id, key, value)
 	SELECT workflow_id, $5, $6 FROM ins
 	ON CONFLICT (workflow_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
-	RETURNING workflow_id),
-woke AS (
+	RETURNING workflow_id)
+SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev`),
+
+		// The second statement of SetEvent's transaction: wakes the runs
+		// parked in a Select with a case on the event, if it is set (a GIN
+		// lookup of workflows_wait_any_idx). Its own statement, so its
+		// snapshot is taken once the first holds the run's row: a Select
+		// that parked and then locked that row (LockRun) to look for the
+		// event either waited for this transaction, or parked before this
+		// snapshot and is found here. $1 workflow_id, $2 key.
+		wakeEventWaiters: r(`WITH woke AS (
 	UPDATE {{schema}}.workflows
 	SET wake_at = CASE WHEN status = 'pending' THEN now() ELSE wake_at END,
 		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END
-	WHERE wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $5::text]
-		AND executor_id IS NULL AND status IN ('pending', 'enqueued') AND EXISTS (SELECT 1 FROM ev)
+	WHERE wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $2::text]
+		AND executor_id IS NULL AND status IN ('pending', 'enqueued')
+		AND EXISTS (SELECT 1 FROM {{schema}}.events WHERE workflow_id = $1 AND key = $2)
 	RETURNING id, status, queue_name)
-SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev
-UNION ALL
 SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM woke`),
+
+		// LockRun waits for the writes in flight that hold run $1's row
+		// (a SetEvent, a step): a Select that parked on the run's event
+		// takes it before it looks for the event, so a SetEvent is either
+		// committed when it looks or sees its park (see wakeEventWaiters).
+		lockRun: r(`SELECT 1 FROM {{schema}}.workflows WHERE id = $1 FOR NO KEY UPDATE`),
 
 		// $1 workflow_id, $2 key. Returns the workflow's status too.
 		getEvent: r(`SELECT w.status, e.value::text, e.workflow_id IS NOT NULL, w.notify
@@ -399,17 +415,43 @@ type SetEventParams struct {
 	StartedAt  time.Time
 }
 
-// SetEvent records the step and publishes the value, both or neither.
-// false: nothing was written (the run is not pending at p.Epoch, or the
-// step is already recorded).
-func (q *WaitQueries) SetEvent(ctx context.Context, db DBTX, p SetEventParams) (bool, error) {
-	rows, err := db.Query(ctx, q.setEvent, p.WorkflowID, p.Epoch, p.Pos, p.Name, p.Key, p.Value, p.StartedAt)
-	if err != nil {
+// Batcher runs a batch of statements: a pool, a connection or a
+// transaction.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// SetEvent records the step and publishes the value, both or neither,
+// then wakes the runs parked on the event, in one transaction (db's, if
+// it is one) sent as one batch. false: nothing was written (the run is not
+// pending at p.Epoch, or the step is already recorded).
+func (q *WaitQueries) SetEvent(ctx context.Context, db Batcher, p SetEventParams) (written bool, err error) {
+	_, inTx := db.(pgx.Tx)
+	b := &pgx.Batch{}
+	if !inTx {
+		b.Queue("BEGIN")
+	}
+	set := b.Queue(q.setEvent, p.WorkflowID, p.Epoch, p.Pos, p.Name, p.Key, p.Value, p.StartedAt)
+	set.Query(func(rows pgx.Rows) error {
+		written = rows.Next()
+		rows.Close()
+		return rows.Err()
+	})
+	b.Queue(q.wakeEventWaiters, p.WorkflowID, p.Key)
+	if !inTx {
+		b.Queue("COMMIT")
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return false, err
 	}
-	written := rows.Next()
-	rows.Close()
-	return written, rows.Err()
+	return written, nil
+}
+
+// LockRun waits for the writes in flight that hold run id's row (see
+// wakeEventWaiters); it holds the row only for its statement.
+func (q *WaitQueries) LockRun(ctx context.Context, db DBTX, id string) error {
+	_, err := db.Exec(ctx, q.lockRun, id)
+	return err
 }
 
 // GetEventParams name an event of a run.

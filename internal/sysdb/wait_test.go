@@ -528,6 +528,8 @@ SELECT 'filler-' || g, 'w', 'pending', 'v', 1, now() + interval '1 hour' FROM ge
 	for _, mode := range planModes {
 		n, plan := pgtest.ExplainRows(d.ctx, t, d.pool, mode, Render(d.wq.setEvent, d.schema),
 			[]any{"pub", int64(2), 99, "event", "ready", json.RawMessage(`2`), time.Now()})
+		require.Less(t, n, 50, "%s: the event's write reads its run, not every run:\n%s", mode, plan)
+		n, plan = pgtest.ExplainRows(d.ctx, t, d.pool, mode, Render(d.wq.wakeEventWaiters, d.schema), []any{"pub", "ready"})
 		require.Less(t, n, 50, "%s: the wake-up reads the runs waiting, not every run:\n%s", mode, plan)
 	}
 
@@ -742,4 +744,61 @@ SELECT 'filler-' || g, 'w', 'pending', 'v', 1, now() + interval '1 hour' FROM ge
 		n, plan := pgtest.ExplainRows(d.ctx, t, d.pool, mode, q.wakeWatchers, []any{[]string{"done:watched"}})
 		require.Less(t, n, 50, "%s: WakeWatchers reads the runs waiting, not every run:\n%s", mode, plan)
 	}
+}
+
+// TestWaitSetEventMeetsPark: a SetEvent and a Select that parks on the
+// event cannot miss each other. The Select looks for the event after it
+// parked, once it held the setter's row (LockRun), which waits for a
+// SetEvent in flight; and the SetEvent looks for parked Selects in a
+// statement of its own, after its first one holds that row, so it sees a
+// park that committed meanwhile.
+func TestWaitSetEventMeetsPark(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	keys := WaitKeys(nil, nil, [][2]string{{"pub", "k"}})
+	d.run("pub", "")
+
+	// LockRun waits for a SetEvent in flight, then the event is there.
+	tx, err := d.pool.Begin(d.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(d.ctx) }()
+	ok, err := d.wq.SetEvent(d.ctx, tx, SetEventParams{WorkflowID: "pub", Epoch: 2, Pos: 0, Name: "event", Key: "k",
+		Value: json.RawMessage(`1`), StartedAt: time.Now()})
+	require.NoError(t, err)
+	require.True(t, ok)
+	conn, err := d.pool.Acquire(d.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	var pid int
+	require.NoError(t, conn.QueryRow(d.ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	locked := make(chan error, 1)
+	go func() { locked <- d.wq.LockRun(d.ctx, conn, "pub") }()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		d.scan(`SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = $1`, []any{pid}, &waiting)
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond, "LockRun waits for the SetEvent in flight")
+	require.NoError(t, tx.Commit(d.ctx))
+	require.NoError(t, <-locked)
+	ev, err := d.wq.GetEvent(d.ctx, d.pool, GetEventParams{WorkflowID: "pub", Key: "k2"})
+	require.NoError(t, err)
+	require.False(t, ev.Found)
+	ev, err = d.wq.GetEvent(d.ctx, d.pool, GetEventParams{WorkflowID: "pub", Key: "k"})
+	require.NoError(t, err)
+	require.True(t, ev.Found, "then the event is there")
+
+	// A park that commits between SetEvent's two statements is woken.
+	d.run("selector", "")
+	tx, err = d.pool.Begin(d.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(d.ctx) }()
+	_, err = tx.Exec(d.ctx, d.wq.setEvent, "pub", int64(2), 1, "event", "k", json.RawMessage(`2`), time.Now())
+	require.NoError(t, err)
+	parked, err := d.wq.Park(d.ctx, d.pool, ParkParams{ID: "selector", Epoch: 2, WakeAt: time.Now().Add(time.Hour), Any: keys})
+	require.NoError(t, err)
+	require.True(t, parked)
+	_, err = tx.Exec(d.ctx, d.wq.wakeEventWaiters, "pub", "k")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(d.ctx))
+	require.True(t, d.recent(d.row("selector").WakeAt), "the SetEvent's wake-up saw the park")
 }
