@@ -283,6 +283,7 @@ func selectWait(r *run, pos int, name string, cs []*selCase, deadlines []time.Ti
 		// No timer: wait in memory up to the park threshold, as Await does.
 		waitUntil = s.started.Add(r.e.cfg.ParkThreshold)
 	}
+	marked := false // the waits are written on the run's row (mark)
 	for {
 		keys := s.hubKeys()
 		subs := make([]<-chan struct{}, len(keys))
@@ -302,7 +303,19 @@ func selectWait(r *run, pos int, name string, cs []*selCase, deadlines []time.Ti
 			if err != nil {
 				return nil, err
 			}
+			if marked {
+				s.unmark()
+			}
 			return &stepRecord{pos: pos, name: name, status: stepDone, output: out}, nil
+		}
+		if !marked {
+			// Nothing came yet: write the waits on the row, then look again.
+			unsubscribe()
+			if err := s.mark(); err != nil {
+				return nil, err
+			}
+			marked = true
+			continue
 		}
 		if !deadline.IsZero() && r.e.parks(r.e.clock.until(deadline)) || deadline.IsZero() && r.e.clock.until(waitUntil) <= 0 {
 			unsubscribe()
@@ -337,6 +350,42 @@ type selectState struct {
 	topics     []string       // the message cases' topics ...
 	topicCases []int          // ... and their cases
 	ids        map[int]string // the run each result case waits for now (the last of its chain)
+}
+
+// mark writes the Select's waits on its run's row while it executes, as a
+// park would: a SetEvent or the finish of a watched run then nudges the
+// run (see sysdb's MarkWaits), so a park of it that lands after its
+// process died is due at once. It then holds each event's run's row a
+// moment (LockRun), so a SetEvent in flight has committed before the
+// next look, or sees the mark.
+func (s *selectState) mark() error {
+	r := s.r
+	err := r.retryDB("mark the Select's waits", func(ctx context.Context) error {
+		if _, err := r.e.wq.MarkWaits(ctx, r.e.pool, r.id, r.epoch, s.waitKeys()); err != nil {
+			return err
+		}
+		for _, c := range s.cs {
+			if c.kind == caseEvent {
+				if err := r.e.wq.LockRun(ctx, r.e.pool, c.id); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return r.halt(err)
+	}
+	return nil
+}
+
+// unmark removes what mark wrote, once the Select chose; a failure only
+// costs the run a spurious wake-up of a later park (see Park).
+func (s *selectState) unmark() {
+	r := s.r
+	if err := r.e.wq.ClearWaits(r.e.hardCtx, r.e.pool, r.id, r.epoch); err != nil {
+		r.log().Warn("durable: clear the Select's waits", "err", err)
+	}
 }
 
 // hubKeys are the in-process notifications that may make a case ready.

@@ -109,6 +109,12 @@ func TestSelect(t *testing.T) {
 			_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT notify FROM %q.workflows WHERE id = 'quiet'`, b.schema)).Scan(&watched)
 			return watched
 		}, 10*time.Second, 2*time.Millisecond, "the Select watches the run")
+		marked := func() (n int) {
+			_ = b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND executor_id IS NOT NULL AND wait_any IS NOT NULL`, b.schema), h.ID()).Scan(&n)
+			return n
+		}
+		require.Eventually(t, func() bool { return marked() == 1 }, 10*time.Second, 2*time.Millisecond,
+			"waiting in memory, the Select writes its waits on its row")
 		require.NoError(t, durable.Send(ctx, e, q.ID(), "go", "", nil))
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -118,6 +124,9 @@ func TestSelect(t *testing.T) {
 		var rec string
 		require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT output::text FROM %q.steps WHERE workflow_id = $1 AND name = 'durable.select'`, b.schema), h.ID()).Scan(&rec))
 		require.JSONEq(t, `{"case": 1, "unset": true}`, rec)
+		var left int
+		require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.workflows WHERE id = $1 AND wait_any IS NOT NULL`, b.schema), h.ID()).Scan(&left))
+		require.Zero(t, left, "and removes them once it chose")
 	})
 
 	// ResultOfAnyRun: a parked Select on the result of a run that is not

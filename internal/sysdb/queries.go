@@ -163,12 +163,11 @@ SELECT ` + n(`'n:' || id`) + `::text FROM u WHERE woken`),
 		// waiter watched, after they committed. A GIN lookup of
 		// workflows_wait_any_idx.
 		wakeWatchers: r(`WITH u AS (
-	UPDATE {{schema}}.workflows
-	SET wake_at = CASE WHEN status = 'pending' THEN now() ELSE wake_at END,
-		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END
-	WHERE wait_any && $1::text[] AND executor_id IS NULL AND status IN ('pending', 'enqueued')
-	RETURNING id, status, queue_name)
-SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM u`),
+	UPDATE {{schema}}.workflows SET ` + wakeOrNudge + `
+	WHERE wait_any && $1::text[] AND status IN ('pending', 'enqueued')
+	RETURNING id, status, queue_name, executor_id)
+SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM u
+WHERE executor_id IS NULL`),
 
 		notifyDone: "SELECT " + n("'d:' || $1::text"),
 

@@ -29,6 +29,8 @@ type WaitQueries struct {
 	lockRun          string
 	getEvent         string
 	setWaitTopic     string
+	markWaits        string
+	clearWaits       string
 	clearWaitTopic   string
 }
 
@@ -154,14 +156,13 @@ SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev`),
 		// event either waited for this transaction, or parked before this
 		// snapshot and is found here. $1 workflow_id, $2 key.
 		wakeEventWaiters: r(`WITH woke AS (
-	UPDATE {{schema}}.workflows
-	SET wake_at = CASE WHEN status = 'pending' THEN now() ELSE wake_at END,
-		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END
+	UPDATE {{schema}}.workflows SET ` + wakeOrNudge + `
 	WHERE wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $2::text]
-		AND executor_id IS NULL AND status IN ('pending', 'enqueued')
+		AND status IN ('pending', 'enqueued')
 		AND EXISTS (SELECT 1 FROM {{schema}}.events WHERE workflow_id = $1 AND key = $2)
-	RETURNING id, status, queue_name)
-SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM woke`),
+	RETURNING id, status, queue_name, executor_id)
+SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM woke
+WHERE executor_id IS NULL`),
 
 		// LockRun waits for the writes in flight that hold run $1's row
 		// (a SetEvent, a step): a Select that parked on the run's event
@@ -181,6 +182,17 @@ WHERE w.id = $1`),
 		// Owned, tested through coalesce: "status = 'pending' AND
 		// executor_id IS NOT NULL" is the predicate of workflows_owned_idx,
 		// which would let the planner scan every owned run for this one.
+		// MarkWaits writes the waits of a Select that waits in memory on
+		// its run's row (wait_any, as a park would): SetEvent and
+		// WakeWatchers then find it and nudge it (see wakeOrNudge), so a
+		// park of it that lands late is due at once. ClearWaits removes
+		// them once the Select chose. Both fenced by the epoch.
+		// $1 id, $2 epoch, $3 waits.
+		markWaits: r(`UPDATE {{schema}}.workflows SET wait_any = $3
+WHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL`),
+		clearWaits: r(`UPDATE {{schema}}.workflows SET wait_any = NULL
+WHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL AND wait_any IS NOT NULL`),
+
 		setWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = $3
 WHERE id = $1 AND epoch = $2 AND status = 'pending' AND coalesce(executor_id, '') <> ''`),
 		clearWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = NULL
@@ -210,6 +222,29 @@ upd AS (
 	WHERE workflow_id = $1 AND id IN (SELECT id FROM msg) AND EXISTS (SELECT 1 FROM ins)
 	RETURNING id)
 SELECT output::text FROM ins, upd`
+}
+
+// wakeOrNudge is the SET list of a wake-up found through wait_any: a
+// parked run is due at once (a parked queued run through its queue), an
+// executing Select that marked its waits (MarkWaits) is nudged.
+const wakeOrNudge = `wake_at = CASE WHEN executor_id IS NULL AND status = 'pending' THEN now() ELSE wake_at END,
+		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END,
+		nudged = CASE WHEN executor_id IS NOT NULL THEN true ELSE nudged END`
+
+// MarkWaits writes the waits of a Select waiting in memory on its row
+// (see markWaits). false: the run is not owned and pending at epoch.
+func (q *WaitQueries) MarkWaits(ctx context.Context, db DBTX, id string, epoch int64, waits []string) (bool, error) {
+	tag, err := db.Exec(ctx, q.markWaits, id, epoch, waits)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// ClearWaits removes what MarkWaits wrote.
+func (q *WaitQueries) ClearWaits(ctx context.Context, db DBTX, id string, epoch int64) error {
+	_, err := db.Exec(ctx, q.clearWaits, id, epoch)
+	return err
 }
 
 // WaitKeys are what a run parked in a Select waits for, as its wait_any

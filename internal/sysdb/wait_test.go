@@ -802,3 +802,49 @@ func TestWaitSetEventMeetsPark(t *testing.T) {
 	require.NoError(t, tx.Commit(d.ctx))
 	require.True(t, d.recent(d.row("selector").WakeAt), "the SetEvent's wake-up saw the park")
 }
+
+// TestWaitSelectMarked: a Select waiting in memory writes its waits on
+// its row (MarkWaits); a SetEvent or WakeWatchers then nudges it, without
+// waking it (it executes) or telling the sweepers, and a park of it is due
+// at once. ClearWaits removes the mark; a stale epoch marks nothing.
+func TestWaitSelectMarked(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	q := New(d.schema, true)
+	keys := WaitKeys(nil, []string{"other"}, [][2]string{{"pub", "k"}})
+	waits := func(id string) []string {
+		var w []string
+		d.scan(`SELECT wait_any FROM {{schema}}.workflows WHERE id = $1`, []any{id}, &w)
+		return w
+	}
+	d.run("pub", "")
+	d.run("sel", "")
+	ok, err := d.wq.MarkWaits(d.ctx, d.pool, "sel", 1, keys)
+	require.NoError(t, err)
+	require.False(t, ok, "a stale epoch marks nothing")
+	ok, err = d.wq.MarkWaits(d.ctx, d.pool, "sel", 2, keys)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, keys, waits("sel"))
+	written, err := d.wq.SetEvent(d.ctx, d.pool, SetEventParams{WorkflowID: "pub", Epoch: 2, Pos: 0, Name: "event", Key: "k",
+		Value: json.RawMessage(`1`), StartedAt: time.Now()})
+	require.NoError(t, err)
+	require.True(t, written)
+	require.True(t, d.nudged("sel"), "the event nudges the executing Select")
+	r := d.row("sel")
+	require.Nil(t, r.WakeAt, "an executing run gets no wake-up time")
+	require.Equal(t, "x", *r.Executor)
+	ok, err = d.wq.Park(d.ctx, d.pool, ParkParams{ID: "sel", Epoch: 2, WakeAt: time.Now().Add(time.Hour), Any: keys})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, d.recent(d.row("sel").WakeAt), "its park is due at once")
+
+	d.run("sel2", "")
+	_, err = d.wq.MarkWaits(d.ctx, d.pool, "sel2", 2, keys)
+	require.NoError(t, err)
+	require.NoError(t, q.WakeWatchers(d.ctx, d.pool, []string{"other"}))
+	require.True(t, d.nudged("sel2"), "a watched finish nudges the executing Select")
+	require.Nil(t, d.row("sel2").WakeAt)
+	require.NoError(t, d.wq.ClearWaits(d.ctx, d.pool, "sel2", 2))
+	require.Nil(t, waits("sel2"))
+}
