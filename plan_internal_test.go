@@ -101,6 +101,12 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 				Key: "k", Value: "v", StartedAt: now, MaxTags: MaxTags})
 			return err
 		}),
+		typedCase(t, "MarkWaits", func(db sysdb.DBTX) error {
+			_, err := wq.MarkWaits(ctx, db, "r7", 2, []string{"msg:t"})
+			return err
+		}),
+		typedCase(t, "ClearWaits", func(db sysdb.DBTX) error { return wq.ClearWaits(ctx, db, "r7", 2) }),
+		typedCase(t, "LockRun", func(db sysdb.DBTX) error { return wq.LockRun(ctx, db, "r7") }),
 		{"Park", park, parkArgs},
 		{"HandBack", handBack, handBackArgs},
 		{"Append", appendSQL, appendArgs},
@@ -138,7 +144,7 @@ func typedCase(t *testing.T, name string, call func(db sysdb.DBTX) error) planCa
 
 // batchCase is typedCase for a call that sends a batch: the statement at
 // index of the batch is the case.
-func batchCase(t *testing.T, name string, index int, call func(db sysdb.Batcher) error) planCase {
+func batchCase(t *testing.T, name string, index int, call func(db sysdb.BatchDB) error) planCase {
 	t.Helper()
 	c := capture{batchIndex: index}
 	if err := call(&c); !errors.Is(err, errCaptured) {
@@ -147,7 +153,7 @@ func batchCase(t *testing.T, name string, index int, call func(db sysdb.Batcher)
 	return planCase{name: name, sql: c.sql, args: c.args}
 }
 
-// capture is a sysdb.DBTX (and a sysdb.Batcher) that keeps the statement
+// capture is a sysdb.DBTX (and a sysdb.BatchDB) that keeps the statement
 // sent to it instead of running it: every call fails with errCaptured.
 type capture struct {
 	sql        string

@@ -122,14 +122,17 @@ func TestHotPathKeyedByRunID(t *testing.T) {
 			_, err := wq.Receive(ctx, db, sysdb.ReceiveParams{WorkflowID: "r", Epoch: 2, Topic: "t", Pos: 1, Name: "durable.recv", StartedAt: now})
 			return err
 		}),
-		batchCase(t, "SetEvent", 1, func(db sysdb.Batcher) error {
+		batchCase(t, "SetEvent", 1, func(db sysdb.BatchDB) error {
 			_, err := wq.SetEvent(ctx, db, sysdb.SetEventParams{WorkflowID: "r", Epoch: 2, Key: "k", Value: out, StartedAt: now})
 			return err
 		}),
-		batchCase(t, "SetEvent's wake-up", 2, func(db sysdb.Batcher) error {
+		batchCase(t, "SetEvent's wake-up", 2, func(db sysdb.BatchDB) error {
 			_, err := wq.SetEvent(ctx, db, sysdb.SetEventParams{WorkflowID: "r", Epoch: 2, Key: "k", Value: out, StartedAt: now})
 			return err
 		}),
+		typedCase(t, "MarkWaits", func(db sysdb.DBTX) error { _, err := wq.MarkWaits(ctx, db, "r", 2, []string{"msg:t"}); return err }),
+		typedCase(t, "ClearWaits", func(db sysdb.DBTX) error { return wq.ClearWaits(ctx, db, "r", 2) }),
+		typedCase(t, "LockRun", func(db sysdb.DBTX) error { return wq.LockRun(ctx, db, "r") }),
 		typedCase(t, "GetEvent", func(db sysdb.DBTX) error {
 			_, err := wq.GetEvent(ctx, db, sysdb.GetEventParams{WorkflowID: "r", Key: "k"})
 			return err

@@ -283,6 +283,10 @@ func selectWait(r *run, pos int, name string, cs []*selCase, deadlines []time.Ti
 		// No timer: wait in memory up to the park threshold, as Await does.
 		waitUntil = s.started.Add(r.e.cfg.ParkThreshold)
 	}
+	// A Select on runs (their events or results) writes its waits on its
+	// row before it waits; one on messages and timers needs not: a Send
+	// nudges any run that executes.
+	mark := slices.ContainsFunc(cs, func(c *selCase) bool { return c.kind == caseEvent || c.kind == caseResult })
 	marked := false // the waits are written on the run's row (mark)
 	for {
 		keys := s.hubKeys()
@@ -308,7 +312,7 @@ func selectWait(r *run, pos int, name string, cs []*selCase, deadlines []time.Ti
 			}
 			return &stepRecord{pos: pos, name: name, status: stepDone, output: out}, nil
 		}
-		if !marked {
+		if mark && !marked {
 			// Nothing came yet: write the waits on the row, then look again.
 			unsubscribe()
 			if err := s.mark(); err != nil {

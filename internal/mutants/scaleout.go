@@ -17,9 +17,17 @@ func init() {
 			Name:      "scaleout/wait-topic-keyed",
 			Mechanism: "marking what a run waits for finds the run by its ID, not through the index of owned runs",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
-				Find:    "AND status = 'pending' AND coalesce(executor_id, '') <> ''`),",
-				Replace: "AND status = 'pending' AND executor_id IS NOT NULL`),"}},
+				Find:    "SET wait_topic = $3\nWHERE id = $1 AND epoch = $2 AND status = 'pending' AND coalesce(executor_id, '') <> ''`),",
+				Replace: "SET wait_topic = $3\nWHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL`),"}},
 			Pkg: ".", Tests: "TestHotPathKeyedByRunID",
+		},
+		Mutant{
+			Name:      "scaleout/select-waits-keyed",
+			Mechanism: "a Select's mark of its waits finds the run by its ID, not through the index of owned runs",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "SET wait_any = $3\nWHERE id = $1 AND epoch = $2 AND status = 'pending' AND coalesce(executor_id, '') <> ''`),",
+				Replace: "SET wait_any = $3\nWHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL`),"}},
+			Pkg: ".", Tests: "TestHotPathKeyedByRunID|TestHotWritesFindRunsByPrimaryKey",
 		},
 	)
 }

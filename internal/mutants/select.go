@@ -17,8 +17,8 @@ func init() {
 			Name:      "select/event-wakes",
 			Mechanism: "an event being set wakes the Selects parked on it",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
-				Find:    "\tWHERE wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $2::text]",
-				Replace: "\tWHERE wait_any @> ARRAY['event:' || $1::text || $2::text]"}},
+				Find:    "wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $2::text]",
+				Replace: "wait_any @> ARRAY['event:' || $1::text || $2::text]"}},
 			Pkg: "./internal/sysdb", Tests: "TestWaitSelect",
 		},
 		Mutant{
@@ -27,8 +27,8 @@ func init() {
 			Edits: []Edit{{File: "internal/sysdb/queries.go",
 				Find:    "AND coalesce(p.wait_topic = ANY(k.keys) OR p.wait_any && k.keys, false) AS wake",
 				Replace: "AND coalesce(p.wait_topic = ANY(k.keys), false) AS wake"}, {File: "internal/sysdb/queries.go",
-				Find:    "coalesce(wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any), false)\n\t\t\tTHEN now()",
-				Replace: "coalesce(wait_topic = 'child:' || $1::text, false)\n\t\t\tTHEN now()"}, {File: "internal/sysdb/wait_queries.go",
+				Find:    "const parkedOnChild = `executor_id IS NULL AND coalesce(wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any), false)`",
+				Replace: "const parkedOnChild = `executor_id IS NULL AND coalesce(wait_topic = 'child:' || $1::text, false)`"}, {File: "internal/sysdb/wait_queries.go",
 				// and not through the watchers of its finish either
 				Find:    "\t\tkeys = append(keys, \"child:\"+id)\n\t\tdone[id] = true\n",
 				Replace: "\t\tkeys = append(keys, \"child:\"+id)\n"}},
@@ -118,8 +118,8 @@ func init() {
 			Name:      "select/wake-watchers",
 			Mechanism: "WakeWatchers wakes the runs parked in a Select on a finish",
 			Edits: []Edit{{File: "internal/sysdb/queries.go",
-				Find:    "\tWHERE wait_any && $1::text[] AND status IN ('pending', 'enqueued')",
-				Replace: "\tWHERE wait_any && $1::text[] AND false AND status IN ('pending', 'enqueued')"}},
+				Find:    "wakeWatchers: r(wakeWaiters(n, `wait_any && $1::text[]`)),",
+				Replace: "wakeWatchers: r(wakeWaiters(n, `wait_any && $1::text[] AND false`)),"}},
 			Pkg: "internal/sysdb", Tests: "^TestWaitFinishWakesWatchers$",
 		},
 		Mutant{
@@ -158,8 +158,8 @@ func init() {
 			Name:      "select/marks-waits",
 			Mechanism: "a Select waiting in memory writes its waits on its row, so a SetEvent or a watched finish can nudge it",
 			Edits: []Edit{{File: "select.go",
-				Find:    "\t\tif !marked {\n\t\t\t// Nothing came yet",
-				Replace: "\t\tif false {\n\t\t\t// Nothing came yet"}},
+				Find:    "\tmark := slices.ContainsFunc(cs,",
+				Replace: "\tmark := false && slices.ContainsFunc(cs,"}},
 			Pkg: ".", Tests: "^TestSelect$/^EventNeverSet$",
 		},
 		Mutant{

@@ -151,23 +151,17 @@ SELECT notify, parent_id, watched FROM upd`),
 		// pending parent, so it also sees a park that commits concurrently.
 		wakeParent: r(`WITH u AS (
 	UPDATE {{schema}}.workflows SET
-		wake_at = CASE WHEN executor_id IS NULL AND coalesce(wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any), false)
-			THEN now() ELSE wake_at END,
+		wake_at = CASE WHEN ` + parkedOnChild + ` THEN now() ELSE wake_at END,
 		nudged = CASE WHEN executor_id IS NOT NULL THEN true ELSE nudged END
 	WHERE id = $2 AND status = 'pending'
-	RETURNING id, executor_id IS NULL AND coalesce(wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any), false) AS woken)
+	RETURNING id, ` + parkedOnChild + ` AS woken)
 SELECT ` + n(`'n:' || id`) + `::text FROM u WHERE woken`),
 
 		// Wakes the runs parked in a Select on the finish of the runs $1
 		// names ("done:" ID entries, see WaitKeys): for finishes of runs a
 		// waiter watched, after they committed. A GIN lookup of
 		// workflows_wait_any_idx.
-		wakeWatchers: r(`WITH u AS (
-	UPDATE {{schema}}.workflows SET ` + wakeOrNudge + `
-	WHERE wait_any && $1::text[] AND status IN ('pending', 'enqueued')
-	RETURNING id, status, queue_name, executor_id)
-SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM u
-WHERE executor_id IS NULL`),
+		wakeWatchers: r(wakeWaiters(n, `wait_any && $1::text[]`)),
 
 		notifyDone: "SELECT " + n("'d:' || $1::text"),
 
@@ -316,6 +310,11 @@ WHERE s.workflow_id = $1 AND s.workflow_id = w.id AND s.pos = $2 AND s.status = 
 		listen: "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 	}
 }
+
+// parkedOnChild is WakeParent's test of a parent parked in Await, or in
+// a Select, on child $1 (read on the row the update writes: the columns
+// it tests are not written).
+const parkedOnChild = `executor_id IS NULL AND coalesce(wait_topic = 'child:' || $1::text OR 'child:' || $1::text = ANY(wait_any), false)`
 
 // finishMany is FinishWorkflows, or FinishStepsMany with withSteps. The
 // runs are found and locked by primary key (see InsertSteps), then updated

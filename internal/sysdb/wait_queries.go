@@ -155,14 +155,8 @@ SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev`),
 		// that parked and then locked that row (LockRun) to look for the
 		// event either waited for this transaction, or parked before this
 		// snapshot and is found here. $1 workflow_id, $2 key.
-		wakeEventWaiters: r(`WITH woke AS (
-	UPDATE {{schema}}.workflows SET ` + wakeOrNudge + `
-	WHERE wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $2::text]
-		AND status IN ('pending', 'enqueued')
-		AND EXISTS (SELECT 1 FROM {{schema}}.events WHERE workflow_id = $1 AND key = $2)
-	RETURNING id, status, queue_name, executor_id)
-SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM woke
-WHERE executor_id IS NULL`),
+		wakeEventWaiters: r(wakeWaiters(n, `wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $2::text]
+		AND EXISTS (SELECT 1 FROM {{schema}}.events WHERE workflow_id = $1 AND key = $2)`)),
 
 		// LockRun waits for the writes in flight that hold run $1's row
 		// (a SetEvent, a step): a Select that parked on the run's event
@@ -175,6 +169,18 @@ WHERE executor_id IS NULL`),
 FROM {{schema}}.workflows w LEFT JOIN {{schema}}.events e ON e.workflow_id = w.id AND e.key = $2
 WHERE w.id = $1`),
 
+		// MarkWaits writes the waits of a Select that waits in memory on
+		// its run's row (wait_any, as a park would): SetEvent and
+		// WakeWatchers then find it and nudge it (see wakeOrNudge), so a
+		// park of it that lands late is due at once. ClearWaits removes
+		// them once the Select chose. Both fenced by the epoch; owned is
+		// tested through coalesce, as SetWaitTopic's is (see there).
+		// $1 id, $2 epoch, $3 waits.
+		markWaits: r(`UPDATE {{schema}}.workflows SET wait_any = $3
+WHERE id = $1 AND epoch = $2 AND status = 'pending' AND coalesce(executor_id, '') <> ''`),
+		clearWaits: r(`UPDATE {{schema}}.workflows SET wait_any = NULL
+WHERE id = $1 AND epoch = $2 AND status = 'pending' AND coalesce(executor_id, '') <> '' AND wait_any IS NOT NULL`),
+
 		// SetWaitTopic records the topic a run waits on in memory (Recv
 		// found no message), so listings can show it; ClearWaitTopic
 		// removes it once the wait is over. Both are fenced by the epoch.
@@ -182,17 +188,6 @@ WHERE w.id = $1`),
 		// Owned, tested through coalesce: "status = 'pending' AND
 		// executor_id IS NOT NULL" is the predicate of workflows_owned_idx,
 		// which would let the planner scan every owned run for this one.
-		// MarkWaits writes the waits of a Select that waits in memory on
-		// its run's row (wait_any, as a park would): SetEvent and
-		// WakeWatchers then find it and nudge it (see wakeOrNudge), so a
-		// park of it that lands late is due at once. ClearWaits removes
-		// them once the Select chose. Both fenced by the epoch.
-		// $1 id, $2 epoch, $3 waits.
-		markWaits: r(`UPDATE {{schema}}.workflows SET wait_any = $3
-WHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL`),
-		clearWaits: r(`UPDATE {{schema}}.workflows SET wait_any = NULL
-WHERE id = $1 AND epoch = $2 AND status = 'pending' AND executor_id IS NOT NULL AND wait_any IS NOT NULL`),
-
 		setWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = $3
 WHERE id = $1 AND epoch = $2 AND status = 'pending' AND coalesce(executor_id, '') <> ''`),
 		clearWaitTopic: r(`UPDATE {{schema}}.workflows SET wait_topic = NULL
@@ -230,6 +225,19 @@ SELECT output::text FROM ins, upd`
 const wakeOrNudge = `wake_at = CASE WHEN executor_id IS NULL AND status = 'pending' THEN now() ELSE wake_at END,
 		not_before = CASE WHEN status = 'enqueued' THEN now() ELSE not_before END,
 		nudged = CASE WHEN executor_id IS NOT NULL THEN true ELSE nudged END`
+
+// wakeWaiters is the statement that wakes (or nudges, see wakeOrNudge)
+// the waiting runs that match waits, a condition on wait_any, and tells
+// the sweepers or the queue's dispatchers of the parked ones it woke.
+func wakeWaiters(n func(payload string) string, waits string) string {
+	return `WITH u AS (
+	UPDATE {{schema}}.workflows SET ` + wakeOrNudge + `
+	WHERE ` + waits + `
+		AND status IN ('pending', 'enqueued')
+	RETURNING id, status, queue_name, executor_id)
+SELECT ` + n(`CASE WHEN status = 'enqueued' THEN 'q:' || queue_name ELSE 'n:' || id END`) + `::text FROM u
+WHERE executor_id IS NULL`
+}
 
 // MarkWaits writes the waits of a Select waiting in memory on its row
 // (see markWaits). false: the run is not owned and pending at epoch.
@@ -450,9 +458,9 @@ type SetEventParams struct {
 	StartedAt  time.Time
 }
 
-// Batcher runs a batch of statements: a pool, a connection or a
+// BatchDB runs a batch of statements: a pool, a connection or a
 // transaction.
-type Batcher interface {
+type BatchDB interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
@@ -460,7 +468,7 @@ type Batcher interface {
 // then wakes the runs parked on the event, in one transaction (db's, if
 // it is one) sent as one batch. false: nothing was written (the run is not
 // pending at p.Epoch, or the step is already recorded).
-func (q *WaitQueries) SetEvent(ctx context.Context, db Batcher, p SetEventParams) (written bool, err error) {
+func (q *WaitQueries) SetEvent(ctx context.Context, db BatchDB, p SetEventParams) (written bool, err error) {
 	_, inTx := db.(pgx.Tx)
 	b := &pgx.Batch{}
 	if !inTx {
