@@ -360,8 +360,10 @@ type selectState struct {
 // park would: a SetEvent or the finish of a watched run then nudges the
 // run (see sysdb's MarkWaits), so a park of it that lands after its
 // process died is due at once. It then holds each event's run's row a
-// moment (LockRun), so a SetEvent in flight has committed before the
-// next look, or sees the mark.
+// moment (LockRun): a SetEvent that wrote before the lock has committed
+// before the next look, which sees its event; one that writes after it
+// finds the mark in its wake-up and wakes or nudges the run. So no later
+// look, after a park included, needs the lock again.
 func (s *selectState) mark() error {
 	r := s.r
 	err := r.retryDB("mark the Select's waits", func(ctx context.Context) error {
@@ -542,10 +544,8 @@ func (s *selectState) ready(ctx context.Context) (bool, error) {
 				return done, err
 			}
 		case caseEvent:
-			// A SetEvent in flight has seen the park, or is waited for here.
-			if err := r.e.wq.LockRun(ctx, r.e.pool, c.id); err != nil {
-				return false, err
-			}
+			// No lock needed here: a SetEvent that missed this look saw
+			// the Select's mark (see mark) and woke or nudged the run.
 			ev, err := r.e.wq.GetEvent(ctx, r.e.pool, sysdb.GetEventParams{WorkflowID: c.id, Key: c.key})
 			if err != nil || ev.Found || Status(ev.Status).Finished() {
 				return err == nil, err

@@ -129,6 +129,70 @@ func TestSelect(t *testing.T) {
 		require.Zero(t, left, "and removes them once it chose")
 	})
 
+	// EventInFlight: a SetEvent whose transaction is open when the Select
+	// first looks is waited for before its next look (once it marked its
+	// waits, it holds the setter's row a moment), so the Select sees the
+	// event at once. Nothing else could end it in time: the engine polls
+	// every 10 minutes (PollOnly), and the SetEvent's wake-up ran before
+	// the mark.
+	t.Run("EventInFlight", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		release := make(chan struct{})
+		var waiter, pub *durable.Workflow[string, string]
+		e := b.engine(t, func(c *durable.Config) {
+			c.PollOnly, c.PollInterval, c.ParkThreshold = true, 10*time.Minute, time.Hour
+		}, func(e *durable.Engine) {
+			pub = durable.Register(e, "pub", func(wctx durable.Context, _ string) (string, error) {
+				<-release
+				return "", nil
+			}, nil)
+			waiter = durable.Register(e, "waiter", func(wctx durable.Context, id string) (string, error) {
+				ev := durable.OnEvent[string](id, "quote")
+				if _, err := durable.Select(wctx, ev); err != nil {
+					return "", err
+				}
+				return ev.Value()
+			}, nil)
+		})
+		ctx := ctxT(t)
+		p, err := pub.Start(ctx, "", &durable.StartOpts{ID: "pub"})
+		require.NoError(t, err)
+		var epoch int64
+		require.Eventually(t, func() bool {
+			return b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT epoch FROM %q.workflows WHERE id = 'pub' AND executor_id IS NOT NULL`, b.schema)).Scan(&epoch) == nil
+		}, 10*time.Second, 2*time.Millisecond)
+		// Watched already (as by an earlier waiter), so the Select's first
+		// look does not write on the setter's row: that write too would
+		// wait for the SetEvent in flight.
+		_, err = b.pool.Exec(ctx, fmt.Sprintf(`UPDATE %q.workflows SET notify = true WHERE id = 'pub'`, b.schema))
+		require.NoError(t, err)
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		written, err := durable.SetEventTx(ctx, e, tx, "pub", epoch, 100, "quote", []byte(`"42"`))
+		require.NoError(t, err)
+		require.True(t, written)
+
+		h, err := waiter.Start(ctx, "pub", nil)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var n int
+			_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE%' AND query LIKE '%' || $1 || '%'`, b.schema).Scan(&n)
+			return n == 1
+		}, 10*time.Second, 2*time.Millisecond, "the Select waits for the SetEvent in flight before it looks again")
+		require.NoError(t, tx.Commit(ctx))
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		out, err := h.Result(rctx)
+		require.NoError(t, err)
+		require.Equal(t, "42", out)
+		close(release)
+		_, err = p.Result(rctx)
+		require.NoError(t, err)
+	})
+
 	// ResultOfAnyRun: a parked Select on the result of a run that is not
 	// its child is woken by that run's finish, far before its timer.
 	t.Run("ResultOfAnyRun", func(t *testing.T) {

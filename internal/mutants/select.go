@@ -147,6 +147,14 @@ func init() {
 			Pkg: "internal/sysdb", Tests: "^TestWaitSetEventMeetsPark$",
 		},
 		Mutant{
+			Name:      "select/mark-locks-event-runs",
+			Mechanism: "a Select that marked its waits holds each event's run's row before it looks again, so a SetEvent in flight has committed by then",
+			Edits: []Edit{{File: "select.go",
+				Find:    "\t\t\tif c.kind == caseEvent {\n\t\t\t\tif err := r.e.wq.LockRun(",
+				Replace: "\t\t\tif c.kind == caseEvent && false {\n\t\t\t\tif err := r.e.wq.LockRun("}},
+			Pkg: ".", Tests: "^TestSelect$/^EventInFlight$",
+		},
+		Mutant{
 			Name:      "select/set-event-wakes",
 			Mechanism: "SetEvent's transaction wakes the Selects parked on the event",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",

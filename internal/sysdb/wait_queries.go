@@ -152,16 +152,18 @@ SELECT ` + n(`'e:' || workflow_id`) + `::text FROM ev`),
 		// parked in a Select with a case on the event, if it is set (a GIN
 		// lookup of workflows_wait_any_idx). Its own statement, so its
 		// snapshot is taken once the first holds the run's row: a Select
-		// that parked and then locked that row (LockRun) to look for the
-		// event either waited for this transaction, or parked before this
-		// snapshot and is found here. $1 workflow_id, $2 key.
+		// that marked its waits (MarkWaits) and then locked that row
+		// (LockRun) either waited for this transaction, and sees the event
+		// when it looks next, or marked before this snapshot and is woken
+		// or nudged here. $1 workflow_id, $2 key.
 		wakeEventWaiters: r(wakeWaiters(n, `wait_any @> ARRAY['event:' || length($1::text) || ':' || $1::text || $2::text]
 		AND EXISTS (SELECT 1 FROM {{schema}}.events WHERE workflow_id = $1 AND key = $2)`)),
 
 		// LockRun waits for the writes in flight that hold run $1's row
-		// (a SetEvent, a step): a Select that parked on the run's event
-		// takes it before it looks for the event, so a SetEvent is either
-		// committed when it looks or sees its park (see wakeEventWaiters).
+		// (a SetEvent, a step): a Select with a case on the run's event
+		// takes it once it marked its waits, before it looks again, so a
+		// SetEvent is either committed when it looks or sees its mark (see
+		// wakeEventWaiters).
 		lockRun: r(`SELECT 1 FROM {{schema}}.workflows WHERE id = $1 FOR NO KEY UPDATE`),
 
 		// $1 workflow_id, $2 key. Returns the workflow's status too.
