@@ -37,8 +37,9 @@ type ListParams struct {
 	// IDPrefix keeps runs whose ID starts with this string. Defaults to all.
 	IDPrefix string
 	// WaitTopicPrefix keeps the pending or queued runs waiting for a
-	// message on a topic that starts with this string (see
-	// WorkflowInfo.WaitTopic). Defaults to all.
+	// message on a topic that starts with this string: in Recv, or in a
+	// Select on any of its message cases (see WorkflowInfo.WaitTopic).
+	// Defaults to all.
 	WaitTopicPrefix string
 	// From keeps runs created at or after this time. Defaults to no bound.
 	From time.Time
@@ -85,10 +86,12 @@ type WorkflowInfo struct {
 	Output      json.RawMessage // as stored; nil until it succeeds or with ListParams.OmitPayloads
 	// WaitTopic is the message topic a pending or queued run is blocked on
 	// in Recv ("child:<id>" while it is parked awaiting a child), so an
-	// operator can see who waits for an answer; "" otherwise. A Recv that
-	// finds its message at once writes nothing for it; one that blocks in
-	// memory records the topic and clears it when the wait ends (two small
-	// writes); a parked wait records it as part of parking.
+	// operator can see who waits for an answer; "" otherwise. For a
+	// Select, the first of its message topics, or with
+	// ListParams.WaitTopicPrefix the first that matches it. A Recv or a
+	// Select that finds its message at once writes nothing for it; one that
+	// blocks in memory records the topic and clears it when the wait ends
+	// (two small writes); a parked wait records it as part of parking.
 	WaitTopic string
 	// TraceID is the OpenTelemetry trace of the run (every execution of
 	// it joins the trace of the span that started it), as 32 hex digits;

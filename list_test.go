@@ -448,6 +448,57 @@ func TestList(t *testing.T) {
 		_, _, err = e.ListWorkflows(ctx, &durable.ListParams{WaitTopicPrefix: "a\x00"})
 		require.ErrorIs(t, err, durable.ErrInvalidArgument)
 	})
+
+	// WaitTopicSelect: a Select on messages is listed by any of its
+	// topics, waiting in memory and parked alike, and shows the first of
+	// them that matches.
+	t.Run("WaitTopicSelect", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var wf *durable.Workflow[time.Duration, string]
+		e := b.engine(t, func(c *durable.Config) { c.ParkThreshold = time.Hour }, func(e *durable.Engine) {
+			wf = durable.Register(e, "picker", func(wctx durable.Context, timeout time.Duration) (string, error) {
+				other, approval := durable.OnMessage[string]("other"), durable.OnMessage[string]("approval:2")
+				if _, err := durable.Select(wctx, other, approval, durable.After(timeout)); err != nil {
+					return "", err
+				}
+				return approval.Value()
+			}, nil)
+		})
+		ctx := ctxT(t)
+		inMemory, err := wf.Start(ctx, 30*time.Minute, &durable.StartOpts{ID: "mem"})
+		require.NoError(t, err)
+		parked, err := wf.Start(ctx, 2*time.Hour, &durable.StartOpts{ID: "parked"})
+		require.NoError(t, err)
+		waiting := func(prefix, topic string) []string {
+			runs, _, err := e.ListWorkflows(ctx, &durable.ListParams{WaitTopicPrefix: prefix, OmitPayloads: true})
+			require.NoError(t, err)
+			var ids []string
+			for _, r := range runs {
+				require.Equal(t, topic, r.WaitTopic)
+				ids = append(ids, r.ID)
+			}
+			return ids
+		}
+		require.Eventually(t, func() bool { return len(waiting("approval:", "approval:2")) == 2 }, 30*time.Second, 10*time.Millisecond)
+		require.ElementsMatch(t, []string{"mem", "parked"}, waiting("oth", "other"))
+		for id, owned := range map[string]bool{"mem": true, "parked": false} {
+			var has bool
+			require.NoError(t, b.pool.QueryRow(ctx, fmt.Sprintf(`SELECT executor_id IS NOT NULL FROM %q.workflows WHERE id = $1`, b.schema), id).Scan(&has))
+			require.Equal(t, owned, has, "%s waits in memory: %v", id, owned)
+		}
+		info, err := e.Inspect(ctx, "mem")
+		require.NoError(t, err)
+		require.Equal(t, "other", info.WaitTopic, "unfiltered, the first topic")
+
+		for _, h := range []*durable.Handle[string]{inMemory, parked} {
+			require.NoError(t, durable.Send(ctx, e, h.ID(), "approval:2", "yes", nil))
+			got, err := h.Result(ctx)
+			require.NoError(t, err)
+			require.Equal(t, "yes", got)
+		}
+		require.Empty(t, waiting("approval:", ""))
+	})
 }
 
 func countAt(runs []durable.WorkflowInfo, at time.Time) int {

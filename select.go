@@ -283,10 +283,16 @@ func selectWait(r *run, pos int, name string, cs []*selCase, deadlines []time.Ti
 		// No timer: wait in memory up to the park threshold, as Await does.
 		waitUntil = s.started.Add(r.e.cfg.ParkThreshold)
 	}
-	// A Select on runs (their events or results) writes its waits on its
-	// row before it waits; one on messages and timers needs not: a Send
-	// nudges any run that executes.
-	mark := slices.ContainsFunc(cs, func(c *selCase) bool { return c.kind == caseEvent || c.kind == caseResult })
+	// parksNow: the Select parks rather than wait (on) in memory.
+	parksNow := func() bool {
+		return !deadline.IsZero() && r.e.parks(r.e.clock.until(deadline)) || deadline.IsZero() && r.e.clock.until(waitUntil) <= 0
+	}
+	// A Select writes its waits on its row before it waits: one on runs
+	// (their events or results) always, so a SetEvent or a watched run's
+	// finish nudges it (see mark), even in the park that follows; one on
+	// messages before it waits in memory, so listings show its topics (a
+	// Send nudges any run that executes, and a park writes the waits).
+	onRuns := slices.ContainsFunc(cs, func(c *selCase) bool { return c.kind == caseEvent || c.kind == caseResult })
 	marked := false // the waits are written on the run's row (mark)
 	for {
 		keys := s.hubKeys()
@@ -312,7 +318,7 @@ func selectWait(r *run, pos int, name string, cs []*selCase, deadlines []time.Ti
 			}
 			return &stepRecord{pos: pos, name: name, status: stepDone, output: out}, nil
 		}
-		if mark && !marked {
+		if !marked && (onRuns || len(s.topics) > 0 && !parksNow()) {
 			// Nothing came yet: write the waits on the row, then look again.
 			unsubscribe()
 			if err := s.mark(); err != nil {
@@ -321,7 +327,7 @@ func selectWait(r *run, pos int, name string, cs []*selCase, deadlines []time.Ti
 			marked = true
 			continue
 		}
-		if !deadline.IsZero() && r.e.parks(r.e.clock.until(deadline)) || deadline.IsZero() && r.e.clock.until(waitUntil) <= 0 {
+		if parksNow() {
 			unsubscribe()
 			wake := deadline
 			if wake.IsZero() {

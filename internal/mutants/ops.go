@@ -122,8 +122,8 @@ func init() {
 			Name:      "list/wait-topic-live",
 			Mechanism: "a listing by awaited topic keeps only pending or queued runs",
 			Edits: []Edit{{File: list,
-				Find:    "statusCond(liveStatuses)+\" AND wait_topic LIKE \"",
-				Replace: "\"wait_topic LIKE \""}},
+				Find:    "statusCond(liveStatuses)+\" AND (wait_topic LIKE \"",
+				Replace: "\"(wait_topic LIKE \""}},
 			Pkg: "internal/sysdb", Tests: "TestList$",
 		},
 		Mutant{

@@ -106,8 +106,19 @@ func listSQL(schema string, f ListFilter) (string, []any) {
 	if f.IDPrefix != "" {
 		where = append(where, "id LIKE "+arg(likePrefix(f.IDPrefix))+` ESCAPE '\'`)
 	}
+	// A run's topics: wait_topic (a Recv, a parked Await or Select) and a
+	// Select's message cases in wait_any (marked while it waits in memory,
+	// all of them once it parked), in case order. The listing shows the
+	// first one that matches the prefix.
+	waitTopic := "wait_topic"
 	if f.WaitTopicPrefix != "" {
-		where = append(where, statusCond(liveStatuses)+" AND wait_topic LIKE "+arg(likePrefix(f.WaitTopicPrefix))+` ESCAPE '\'`)
+		pattern := arg(likePrefix(f.WaitTopicPrefix))
+		msgPattern := arg("msg:" + likePrefix(f.WaitTopicPrefix))
+		waitTopic = selectTopic(msgPattern) + ", CASE WHEN wait_topic LIKE " + pattern + ` ESCAPE '\' THEN wait_topic END`
+		where = append(where, statusCond(liveStatuses)+" AND (wait_topic LIKE "+pattern+` ESCAPE '\'`+
+			" OR EXISTS (SELECT 1 FROM unnest(wait_any) k WHERE k LIKE "+msgPattern+` ESCAPE '\'))`)
+	} else {
+		waitTopic = selectTopic("'msg:%'") + ", wait_topic"
 	}
 	if len(f.Tags) > 0 {
 		// Containment, which workflows_tags_idx serves (a run with no tags
@@ -152,7 +163,7 @@ func listSQL(schema string, f ListFilter) (string, []any) {
 	}
 	b.WriteString(`SELECT id, name, status, app_version, executor_id, parent_id, queue_name, created_at, updated_at,
 	recovery_attempts, coalesce(retries, 0), deadline, error, started_at, ` + payloads + `,
-	CASE WHEN status IN ('pending', 'enqueued') THEN wait_topic END, trace_context,
+	CASE WHEN status IN ('pending', 'enqueued') THEN coalesce(` + waitTopic + `) END, trace_context,
 	CASE WHEN status = 'success' THEN continued_as END, tags
 FROM {{schema}}.workflows`)
 	if len(where) > 0 {
@@ -172,6 +183,13 @@ FROM {{schema}}.workflows`)
 	// its execution). Known, the statement is planned once per connection.
 	b.WriteString("\nORDER BY created_at DESC, id DESC LIMIT " + strconv.Itoa(f.Limit))
 	return Render(b.String(), schema), args
+}
+
+// selectTopic is the first message topic of a Select's waits (wait_any)
+// that matches the LIKE pattern msgPattern ("msg:" and a prefix).
+func selectTopic(msgPattern string) string {
+	return `(SELECT substr(k, 5) FROM unnest(wait_any) WITH ORDINALITY u(k, i) WHERE k LIKE ` + msgPattern +
+		` ESCAPE '\' ORDER BY i LIMIT 1)`
 }
 
 // minStatusPlanRows is the fewest rows a listing by status, awaited topic,

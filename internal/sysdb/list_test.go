@@ -65,6 +65,10 @@ func TestList(t *testing.T) {
 			VALUES ($1, $2, $3, 'v', $4, $5, $6, $7, $8, $9, '{"in":1}', '{"out":2}')`,
 			r.id, r.status, r.name, r.executor, r.queue, r.parent, r.wake, r.topic, at(r.created))
 	}
+	// A Select waiting in memory on two topics (its waits marked on its
+	// row, no wait_topic), and a finished run that still has waits.
+	opsExec(t, pool, schema, `UPDATE {{schema}}.workflows SET wait_any = ARRAY['msg:first', 'msg:ask:5', 'done:x'] WHERE id = 'pa1'`)
+	opsExec(t, pool, schema, `UPDATE {{schema}}.workflows SET wait_any = ARRAY['msg:ask:6'] WHERE id = 'p_1'`)
 	all := []string{"pa1", "p_1", "dead-1", "enq-1", "can-1", "park-1", "own-1", "err-1", "ok-1"}
 	keep := func(ids ...string) []string {
 		return slices.DeleteFunc(slices.Clone(all), func(id string) bool { return !slices.Contains(ids, id) })
@@ -88,7 +92,9 @@ func TestList(t *testing.T) {
 		{"no IDs", ListFilter{IDs: []string{}}, keep()},
 		{"ID prefix", ListFilter{IDPrefix: "p"}, keep("p_1", "pa1", "park-1")},
 		{"ID prefix with a wildcard", ListFilter{IDPrefix: "p_"}, keep("p_1")},
-		{"wait topic of live runs", ListFilter{WaitTopicPrefix: "ask:"}, keep("own-1", "park-1", "enq-1")},
+		{"wait topic of live runs", ListFilter{WaitTopicPrefix: "ask:"}, keep("own-1", "park-1", "enq-1", "pa1")},
+		{"a Select's first topic", ListFilter{WaitTopicPrefix: "first"}, keep("pa1")},
+		{"a wait that is not a topic", ListFilter{WaitTopicPrefix: "x"}, keep()},
 		{"from, to", ListFilter{From: at(2), To: at(6)}, keep("err-1", "own-1", "park-1", "enq-1", "can-1")},
 		{"after a cursor", ListFilter{HasAfter: true, AfterAt: at(5), AfterID: "can-1"}, keep("park-1", "own-1", "err-1", "ok-1")},
 		{"after a cursor on a tie", ListFilter{HasAfter: true, AfterAt: at(5), AfterID: "enq-1"}, keep("can-1", "park-1", "own-1", "err-1", "ok-1")},
@@ -114,6 +120,12 @@ func TestList(t *testing.T) {
 	}
 	require.Nil(t, rows[0].WaitTopic, "the topic of a finished run")
 	require.Equal(t, "ask:2", *rows[1].WaitTopic)
+	for prefix, want := range map[string]string{"": "first", "ask:": "ask:5", "first": "first"} {
+		rows, err := q.List(ctx, pool, ListFilter{IDs: []string{"pa1"}, WaitTopicPrefix: prefix, Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, rows, 1)
+		require.Equal(t, want, *rows[0].WaitTopic, "a Select shows its first topic that matches the prefix %q", prefix)
+	}
 	opsExec(t, pool, schema, `UPDATE {{schema}}.workflows SET recovery_attempts = 3, deadline = $2, started_at = $3,
 		error = '{"msg":"boom"}', trace_context = 'tc', updated_at = $4 WHERE id = $1`, "err-1", at(100), at(50), at(60))
 	rows, err = q.List(ctx, pool, ListFilter{IDs: []string{"err-1"}, Limit: 1, Payloads: true})
@@ -210,6 +222,9 @@ func TestListByRareStatusReadsOnlyThoseRuns(t *testing.T) {
 			SELECT '%s' || i, 'w', '%s', 'v', %s, %s, %s, %s, %s, now() - interval '1 day' + (%d * %d + i) * interval '1 second'
 			FROM generate_series(1, %d) i`, kind.id, kind.status, kind.executor, kind.queue, kind.wake, kind.topic, kind.parent, k, each, each))
 	}
+	// The owned runs wait in a Select instead, on two topics.
+	opsExec(t, pool, schema, `UPDATE {{schema}}.workflows SET wait_any = ARRAY['msg:other', 'msg:' || wait_topic], wait_topic = NULL
+		WHERE id LIKE 'own%'`)
 	opsExec(t, pool, schema, fmt.Sprintf(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, created_at)
 		SELECT 'r' || i, 'w', 'success', 'v', now() - (%[1]d - i) * interval '1 second' FROM generate_series(1, %[1]d) i`, history))
 	opsExec(t, pool, schema, `ANALYZE {{schema}}.workflows`)
@@ -229,7 +244,7 @@ func TestListByRareStatusReadsOnlyThoseRuns(t *testing.T) {
 		}
 		cases = append(cases, listing{ListFilter{Statuses: statuses}, "status IN (" + strings.Join(names, ", ") + ")"})
 	}
-	cases = append(cases, listing{ListFilter{WaitTopicPrefix: "ask:"}, "status IN ('pending', 'enqueued') AND wait_topic LIKE 'ask:%'"},
+	cases = append(cases, listing{ListFilter{WaitTopicPrefix: "ask:"}, "status IN ('pending', 'enqueued') AND (wait_topic LIKE 'ask:%' OR EXISTS (SELECT 1 FROM unnest(wait_any) k WHERE k LIKE 'msg:ask:%'))"},
 		listing{ListFilter{Parent: "mom"}, "parent_id = 'mom'"},
 		listing{ListFilter{IDPrefix: "park"}, "id LIKE 'park%'"})
 	for _, c := range cases {
