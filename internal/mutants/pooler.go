@@ -25,12 +25,20 @@ func init() {
 		Mutant{
 			Name:      "pooler/json-payloads",
 			Mechanism: "payloads go to json columns as json.RawMessage, which every pgx exec mode sends as json",
-			Edits: []Edit{{File: "internal/sysdb/core_runs.go",
-				Find:    "inputs := make([]json.RawMessage, n)",
-				Replace: "inputs := make([][]byte, n)"}, {File: "internal/sysdb/wait_queries.go",
+			Edits: []Edit{{File: "internal/sysdb/arrays.go",
+				Find:    "func (a jsonArray) Value() (driver.Value, error) { return []json.RawMessage(a), nil }",
+				Replace: "func (a jsonArray) Value() (driver.Value, error) { b := make([][]byte, len(a)); for i := range a { b[i] = a[i] }; return b, nil }"}, {File: "internal/sysdb/wait_queries.go",
 				Find:    "q.send, p.WorkflowID, p.Topic, p.Payload, key)",
 				Replace: "q.send, p.WorkflowID, p.Topic, []byte(p.Payload), key)"}},
 			Pkg: ".", Tests: "^TestPoolers$/^ExecModes$",
+		},
+		Mutant{
+			Name:      "pooler/array-valuers",
+			Mechanism: "the batch statements' array types are driver.Valuers of plain slices, which the exec modes that know no parameter type can send",
+			Edits: []Edit{{File: "internal/sysdb/arrays.go",
+				Find:    "func (a textArray) Value() (driver.Value, error) { return []string(a), nil }",
+				Replace: "func (a textArray) value() (driver.Value, error) { return []string(a), nil }"}},
+			Pkg: "./internal/sysdb", Tests: "^TestArrays$",
 		},
 		Mutant{
 			Name:      "pooler/poll-only-silent",

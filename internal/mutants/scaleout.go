@@ -6,6 +6,14 @@ package main
 func init() {
 	register(
 		Mutant{
+			Name:      "scaleout/arrays-unboxed",
+			Mechanism: "the batch statements' array parameters hand pgx a pointer per element, which boxes for free",
+			Edits: []Edit{{File: "internal/sysdb/arrays.go",
+				Find:    "func (a textArray) Index(i int) any                     { return (*textElem)(&a[i]) }",
+				Replace: "func (a textArray) Index(i int) any                     { return a[i] }"}},
+			Pkg: "./internal/sysdb", Tests: "^TestArraysEncodeWithoutBoxing$",
+		},
+		Mutant{
 			Name:      "scaleout/intent-keyed",
 			Mechanism: "the completion of an intent step finds the step by the run's ID (a statement of a run's path stays on its shard)",
 			Edits: []Edit{{File: "internal/sysdb/queries.go",

@@ -100,12 +100,12 @@ type EnqueueManyRow struct {
 // exist.
 func (q *BatchQueries) EnqueueMany(ctx context.Context, db DBTX, p EnqueueManyParams) (EnqueueManyRow, error) {
 	n := len(p.Runs)
-	ids := make([]string, n)
-	inputs := make([]json.RawMessage, n)
-	prios := make([]int32, n)
-	keys, dedups := make([]pgtype.Text, n), make([]pgtype.Text, n)
-	notBefore, deadlines := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
-	var tags []json.RawMessage // nil (NULL: none for all) unless a run has some
+	ids := make(textArray, n)
+	inputs := make(jsonArray, n)
+	prios := make(int4Array, n)
+	keys, dedups := make(valuerArray[pgtype.Text], n), make(valuerArray[pgtype.Text], n)
+	notBefore, deadlines := make(valuerArray[pgtype.Timestamptz], n), make(valuerArray[pgtype.Timestamptz], n)
+	var tags jsonArray // nil (NULL: none for all) unless a run has some
 	for i, r := range p.Runs {
 		ids[i], inputs[i], prios[i] = r.ID, r.Input, r.Priority
 		keys[i] = pgtype.Text{String: r.PartitionKey, Valid: r.PartitionKey != ""}
@@ -145,10 +145,10 @@ type StartManyParams struct {
 // commit sends one notification, which wakes the executors' sweepers.
 func (q *BatchQueries) StartMany(ctx context.Context, db DBTX, p StartManyParams) (inserted []bool, err error) {
 	n := len(p.Runs)
-	ids := make([]string, n)
-	inputs := make([]json.RawMessage, n)
-	deadlines := make([]pgtype.Timestamptz, n)
-	var tags []json.RawMessage // nil (NULL: none for all) unless a run has some
+	ids := make(textArray, n)
+	inputs := make(jsonArray, n)
+	deadlines := make(valuerArray[pgtype.Timestamptz], n)
+	var tags jsonArray // nil (NULL: none for all) unless a run has some
 	for i, r := range p.Runs {
 		ids[i], inputs[i], deadlines[i] = r.ID, r.Input, timestamptz(r.Deadline)
 		tags = addTags(tags, n, i, r.Tags)
@@ -165,12 +165,12 @@ func (q *BatchQueries) StartMany(ctx context.Context, db DBTX, p StartManyParams
 
 // addTags sets the tags of run i of n in the batch column col, made on
 // the first run with tags: a batch without any sends NULL.
-func addTags(col []json.RawMessage, n, i int, tags json.RawMessage) []json.RawMessage {
+func addTags(col jsonArray, n, i int, tags json.RawMessage) jsonArray {
 	if tags == nil {
 		return col
 	}
 	if col == nil {
-		col = make([]json.RawMessage, n)
+		col = make(jsonArray, n)
 	}
 	col[i] = tags
 	return col

@@ -92,12 +92,12 @@ type InsertWorkflowsParams struct {
 // statement failed as a whole.
 func (q *Queries) InsertWorkflows(ctx context.Context, db DBTX, p InsertWorkflowsParams) (inserted []bool, err error) {
 	n := len(p.Runs)
-	ids, names := make([]string, n), make([]string, n)
-	inputs := make([]json.RawMessage, n)
-	parents := make([]pgtype.Text, n)
-	deadlines := make([]pgtype.Timestamptz, n)
-	var traces []pgtype.Text   // nil (NULL: none for all) unless a run has one
-	var tags []json.RawMessage // likewise
+	ids, names := make(textArray, n), make(textArray, n)
+	inputs := make(jsonArray, n)
+	parents := make(valuerArray[pgtype.Text], n)
+	deadlines := make(valuerArray[pgtype.Timestamptz], n)
+	var traces valuerArray[pgtype.Text] // nil (NULL: none for all) unless a run has one
+	var tags jsonArray                  // likewise
 	index := make(map[string]int, n)
 	for i, r := range p.Runs {
 		ids[i], names[i], inputs[i] = r.ID, r.Name, r.Input
@@ -107,7 +107,7 @@ func (q *Queries) InsertWorkflows(ctx context.Context, db DBTX, p InsertWorkflow
 		}
 		if r.TraceContext != "" {
 			if traces == nil {
-				traces = make([]pgtype.Text, n)
+				traces = make(valuerArray[pgtype.Text], n)
 			}
 			traces[i] = pgtype.Text{String: r.TraceContext, Valid: true}
 		}
@@ -298,16 +298,16 @@ const oneShotPlan = pgx.QueryExecModeCacheDescribe
 // finishColumns are runs' outcomes as the arguments of the batch finish
 // statements.
 type finishColumns struct {
-	ids, statuses []string
-	epochs        []int64
-	outputs, errs []json.RawMessage
+	ids, statuses textArray
+	epochs        int8Array
+	outputs, errs jsonArray
 	index         map[string]int
 }
 
 func newFinishColumns(runs []*FinishOneParams) *finishColumns {
 	n := len(runs)
-	f := &finishColumns{ids: make([]string, n), statuses: make([]string, n), epochs: make([]int64, n),
-		outputs: make([]json.RawMessage, n), errs: make([]json.RawMessage, n), index: make(map[string]int, n)}
+	f := &finishColumns{ids: make(textArray, n), statuses: make(textArray, n), epochs: make(int8Array, n),
+		outputs: make(jsonArray, n), errs: make(jsonArray, n), index: make(map[string]int, n)}
 	for i, r := range runs {
 		f.ids[i], f.epochs[i], f.statuses[i], f.outputs[i], f.errs[i] = r.ID, r.Epoch, r.Status, r.Output, r.Error
 		f.index[r.ID] = i

@@ -52,7 +52,7 @@ func (q *Queries) InsertSteps(ctx context.Context, db DBTX, steps []*InsertStepP
 	n := len(steps)
 	var c stepColumns
 	c.make(n)
-	epochs := make([]int64, n)
+	epochs := make(int8Array, n)
 	type key struct {
 		id  string
 		pos int32
@@ -165,16 +165,16 @@ func (q *Queries) LoadStepsMany(ctx context.Context, db DBTX, p LoadStepsManyPar
 // stepColumns are step checkpoints as the array arguments of the batch
 // statements.
 type stepColumns struct {
-	ids, names, statuses []string
-	pos, attempts        []int32
-	outputs, errs        []json.RawMessage
-	started              []time.Time
+	ids, names, statuses textArray
+	pos, attempts        int4Array
+	outputs, errs        jsonArray
+	started              timeArray
 }
 
 func (c *stepColumns) make(n int) {
-	*c = stepColumns{ids: make([]string, 0, n), names: make([]string, 0, n), statuses: make([]string, 0, n),
-		pos: make([]int32, 0, n), attempts: make([]int32, 0, n), outputs: make([]json.RawMessage, 0, n),
-		errs: make([]json.RawMessage, 0, n), started: make([]time.Time, 0, n)}
+	*c = stepColumns{ids: make(textArray, 0, n), names: make(textArray, 0, n), statuses: make(textArray, 0, n),
+		pos: make(int4Array, 0, n), attempts: make(int4Array, 0, n), outputs: make(jsonArray, 0, n),
+		errs: make(jsonArray, 0, n), started: make(timeArray, 0, n)}
 }
 
 func (c *stepColumns) add(s *InsertStepParams) {
