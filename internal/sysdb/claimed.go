@@ -31,14 +31,23 @@ func (c *ClaimedRow) dest() []any {
 	return []any{&c.ID, &c.Name, &c.Input, &c.Epoch, &c.Attempts, &c.Deadline, &c.Queue, &c.Trace, &c.Queued, &c.CancelRequested}
 }
 
-// collectClaimed reads the runs of a claim statement.
+// collectClaimed reads the runs of a claim statement, each row into one
+// ClaimedRow whose destinations are made once (a claim reads up to a
+// thousand runs).
 func collectClaimed(rows pgx.Rows, err error) ([]ClaimedRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedRow, error) {
-		var c ClaimedRow
-		err := row.Scan(c.dest()...)
-		return c, err
-	})
+	defer rows.Close()
+	var out []ClaimedRow
+	var c ClaimedRow
+	dest := c.dest()
+	for rows.Next() {
+		c = ClaimedRow{}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }

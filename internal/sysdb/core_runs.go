@@ -320,10 +320,10 @@ func newFinishColumns(runs []*FinishOneParams) *finishColumns {
 // woken (an empty ID). watched are the runs finished that a waiter
 // watches: a Select may be parked on them (WakeWatchers).
 func (f *finishColumns) finished(rows pgx.Rows, err error) (finished []bool, watched []string, _ error) {
+	var id string // scanned into row after row: they escape once per batch
+	var ignored *string
+	var w bool
 	finished, err = markWritten(rows, err, len(f.ids), func(rows pgx.Rows) (int, error) {
-		var id string
-		var ignored *string
-		var w bool
 		err := rows.Scan(&id, &ignored, &w)
 		i, ok := f.index[id]
 		if !ok {

@@ -64,8 +64,8 @@ func (q *Queries) InsertSteps(ctx context.Context, db DBTX, steps []*InsertStepP
 		index[key{s.WorkflowID, int32(s.Pos)}] = i
 	}
 	rows, err := db.Query(ctx, q.insertSteps, c.ids, c.pos, c.names, c.statuses, c.outputs, c.errs, c.attempts, c.started, epochs)
+	var k key // scanned into row after row: its fields escape once per batch
 	return markWritten(rows, err, n, func(rows pgx.Rows) (int, error) {
-		var k key
 		err := rows.Scan(&k.id, &k.pos)
 		i, ok := index[k]
 		if !ok {
