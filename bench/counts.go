@@ -251,13 +251,37 @@ ORDER BY calls DESC, query`, db)
 
 // countBatch runs n units of op, counts what they cost and logs it; the
 // statements are those of database db ("": the bench's own), when stmts.
+// It counts two passes of n units and keeps the one that wrote less WAL:
+// the WAL is the cluster's, and the first change of a page after a
+// checkpoint writes the whole page (a DROP DATABASE of the peer phases
+// forces one): a checkpoint that lands in or just before one pass
+// inflates it by megabytes, and checkpoints are minutes apart.
 func (b *bench) countBatch(ctx context.Context, name string, n int, op, settle opFunc, db string, stmts bool) (Batch, error) {
-	bt := Batch{Name: name, N: n, Calls: -1}
 	for i := 0; i < b.o.Warmup; i++ {
 		if err := op(ctx); err != nil {
-			return bt, err
+			return Batch{Name: name}, err
 		}
 	}
+	var best Batch
+	var wals []int64
+	for pass := 0; pass < 2; pass++ {
+		bt, err := b.countPass(ctx, name, n, op, settle, db, stmts)
+		if err != nil {
+			return bt, err
+		}
+		wals = append(wals, bt.WALBytes)
+		if pass == 0 || bt.WALBytes < best.WALBytes {
+			best = bt
+		}
+	}
+	b.o.logf("count %-13s calls %6d  xids %6d  wal %9d B  (%d units, %d ms; WAL of the two passes %d and %d B)",
+		best.Name, best.Calls, best.XIDs, best.WALBytes, best.N, best.DurationMS, wals[0], wals[1])
+	return best, nil
+}
+
+// countPass is one pass of countBatch.
+func (b *bench) countPass(ctx context.Context, name string, n int, op, settle opFunc, db string, stmts bool) (Batch, error) {
+	bt := Batch{Name: name, N: n, Calls: -1}
 	if settle != nil {
 		if err := settle(ctx); err != nil {
 			return bt, err
@@ -294,7 +318,6 @@ func (b *bench) countBatch(ctx context.Context, name string, n int, op, settle o
 		return bt, err
 	}
 	bt.WALBytes, bt.XIDs = wal1-wal0, xid1-xid0
-	b.o.logf("count %-13s calls %6d  xids %6d  wal %9d B  (%d units, %d ms)", bt.Name, bt.Calls, bt.XIDs, bt.WALBytes, bt.N, bt.DurationMS)
 	return bt, nil
 }
 
