@@ -182,8 +182,8 @@ func init() {
 			Name:      "select/listed-by-any-topic",
 			Mechanism: "a listing by topic prefix finds a Select by any of its message topics, not only the first",
 			Edits: []Edit{{File: "internal/sysdb/list_queries.go",
-				Find:    "\" OR EXISTS (SELECT 1 FROM unnest(wait_any) k WHERE k LIKE \"+msgPattern",
-				Replace: "\" OR false AND EXISTS (SELECT 1 FROM unnest(wait_any) k WHERE k LIKE \"+msgPattern"}},
+				Find:    "\" OR EXISTS (SELECT 1 FROM unnest(wait_any) k WHERE k LIKE 'msg:' || \"+pattern",
+				Replace: "\" OR false AND EXISTS (SELECT 1 FROM unnest(wait_any) k WHERE k LIKE 'msg:' || \"+pattern"}},
 			Pkg: "./internal/sysdb", Tests: "^TestList$",
 		},
 		Mutant{

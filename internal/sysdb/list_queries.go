@@ -110,15 +110,12 @@ func listSQL(schema string, f ListFilter) (string, []any) {
 	// Select's message cases in wait_any (marked while it waits in memory,
 	// all of them once it parked), in case order. The listing shows the
 	// first one that matches the prefix.
-	waitTopic := "wait_topic"
+	waitTopic := selectTopic("'%'") + ", wait_topic"
 	if f.WaitTopicPrefix != "" {
 		pattern := arg(likePrefix(f.WaitTopicPrefix))
-		msgPattern := arg("msg:" + likePrefix(f.WaitTopicPrefix))
-		waitTopic = selectTopic(msgPattern) + ", CASE WHEN wait_topic LIKE " + pattern + ` ESCAPE '\' THEN wait_topic END`
+		waitTopic = selectTopic(pattern) + ", CASE WHEN wait_topic LIKE " + pattern + ` ESCAPE '\' THEN wait_topic END`
 		where = append(where, statusCond(liveStatuses)+" AND (wait_topic LIKE "+pattern+` ESCAPE '\'`+
-			" OR EXISTS (SELECT 1 FROM unnest(wait_any) k WHERE k LIKE "+msgPattern+` ESCAPE '\'))`)
-	} else {
-		waitTopic = selectTopic("'msg:%'") + ", wait_topic"
+			" OR EXISTS (SELECT 1 FROM unnest(wait_any) k WHERE k LIKE 'msg:' || "+pattern+` ESCAPE '\'))`)
 	}
 	if len(f.Tags) > 0 {
 		// Containment, which workflows_tags_idx serves (a run with no tags
@@ -185,10 +182,10 @@ FROM {{schema}}.workflows`)
 	return Render(b.String(), schema), args
 }
 
-// selectTopic is the first message topic of a Select's waits (wait_any)
-// that matches the LIKE pattern msgPattern ("msg:" and a prefix).
-func selectTopic(msgPattern string) string {
-	return `(SELECT substr(k, 5) FROM unnest(wait_any) WITH ORDINALITY u(k, i) WHERE k LIKE ` + msgPattern +
+// selectTopic is the first message topic of a Select's waits (wait_any,
+// "msg:" entries) that matches the LIKE pattern.
+func selectTopic(pattern string) string {
+	return `(SELECT substr(k, 5) FROM unnest(wait_any) WITH ORDINALITY u(k, i) WHERE k LIKE 'msg:' || ` + pattern +
 		` ESCAPE '\' ORDER BY i LIMIT 1)`
 }
 
