@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/proccpu"
 )
 
 // BenchmarkDrain drains b.N queued one-step runs on one engine: what the
@@ -95,59 +92,8 @@ func benchDrain(b *testing.B, opts *durable.QueueOpts, keys int) {
 // on this machine (0 if none) have used so far: the drain is CPU-bound on
 // a small machine, so its CPU per run is steadier than its time per run.
 func cpuNow() (client, server time.Duration) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
-		client = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	for _, p := range proccpu.Postgres() {
+		server += p.CPU
 	}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		if comm, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err != nil || strings.TrimSpace(string(comm)) != "postgres" {
-			continue
-		}
-		st, err := os.ReadFile("/proc/" + e.Name() + "/schedstat") // nanoseconds on the CPU
-		if f := strings.Fields(string(st)); err == nil && len(f) > 0 {
-			ns, _ := strconv.ParseInt(f[0], 10, 64)
-			server += time.Duration(ns)
-		}
-	}
-	return client, server
-}
-
-// BenchmarkEnqueueMany enqueues b.N runs in batches of 1,000 from one
-// goroutine on a paused queue, as bench/ does against River's InsertMany:
-// what a batch costs the client per run (allocs/op) and the server.
-func BenchmarkEnqueueMany(b *testing.B) {
-	var wf *durable.Workflow[int, int]
-	var q *durable.Queue
-	setup(b).engine(b, func(c *durable.Config) { c.Logger = slog.New(slog.DiscardHandler) }, func(e *durable.Engine) {
-		wf = durable.Register(e, "bulk", func(wctx durable.Context, i int) (int, error) { return i, nil }, nil)
-		q = durable.RegisterQueue(e, "bulk", nil)
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := q.Pause(ctx); err != nil {
-		b.Fatal(err)
-	}
-	items := make([]durable.EnqueueItem[int], 1000)
-	b.ReportAllocs()
-	b.ResetTimer()
-	client, server := cpuNow()
-	for done := 0; done < b.N; done += len(items) {
-		batch := items[:min(len(items), b.N-done)]
-		for i := range batch {
-			batch[i] = durable.EnqueueItem[int]{Input: done + i}
-		}
-		if _, err := wf.EnqueueMany(ctx, q, batch); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	client2, server2 := cpuNow()
-	b.ReportMetric(float64((client2-client).Microseconds())/float64(b.N), "client-cpu-µs/op")
-	if server > 0 {
-		b.ReportMetric(float64((server2-server).Microseconds())/float64(b.N), "server-cpu-µs/op")
-	}
+	return proccpu.Self(), server
 }

@@ -3,10 +3,10 @@ package main
 import (
 	"os"
 	"runtime/pprof"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/durable-go/durable/internal/proccpu"
 )
 
 // cpuSample is the CPU time used so far by each Postgres server process on
@@ -27,43 +27,11 @@ type procCPU struct {
 // serverKinds are the kinds of server process, in report order.
 var serverKinds = []string{"backend", "autovacuum", "background"}
 
-// sampleCPU reads /proc/<pid>/schedstat (nanoseconds on the CPU) of every
-// postgres process, which is exact where /proc/<pid>/stat's clock ticks
-// would add up a tick of error per process, and getrusage for this one.
+// sampleCPU samples every postgres process and this one.
 func sampleCPU() cpuSample {
-	s := cpuSample{procs: map[int]procCPU{}}
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
-		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return s
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		dir := "/proc/" + e.Name()
-		comm, err := os.ReadFile(dir + "/comm")
-		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
-			continue
-		}
-		st, err := os.ReadFile(dir + "/schedstat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(st))
-		if len(f) == 0 {
-			continue
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		title, _ := os.ReadFile(dir + "/cmdline")
-		s.procs[pid] = procCPU{kind: processKind(string(title)), cpu: time.Duration(ns)}
+	s := cpuSample{procs: map[int]procCPU{}, self: proccpu.Self()}
+	for pid, p := range proccpu.Postgres() {
+		s.procs[pid] = procCPU{kind: processKind(p.Title), cpu: p.CPU}
 		s.ok = true
 	}
 	return s
