@@ -75,9 +75,9 @@ func TestLayering(t *testing.T) {
 				src++
 			}
 		}
-		// Test-only packages (chaos) and commands (mutants) are outside
-		// the engine.
-		if src == 0 || d == "internal/mutants" || d == "internal/chaos" || d == "internal/sysdbtest" || d == "internal/pgtest" || d == "internal/proctest" {
+		// Test-only packages (chaos, the benchmarks' proccpu) and commands
+		// (mutants) are outside the engine.
+		if src == 0 || d == "internal/mutants" || d == "internal/chaos" || d == "internal/sysdbtest" || d == "internal/pgtest" || d == "internal/proctest" || d == "internal/proccpu" {
 			continue
 		}
 		if _, ok := level[d]; !ok {
@@ -91,7 +91,7 @@ func TestLayering(t *testing.T) {
 		for imp := range moduleImports(t, pkg) {
 			il, known := level[imp]
 			switch {
-			case imp == "internal/pgtest" || imp == "internal/proctest" || imp == "internal/sysdbtest":
+			case imp == "internal/pgtest" || imp == "internal/proctest" || imp == "internal/sysdbtest" || imp == "internal/proccpu":
 				t.Errorf("%s imports the test-only package %s", pkg, imp)
 			case !known:
 				continue // a package of the same subtree (agentkit's own), checked by its own rules
