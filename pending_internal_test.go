@@ -3,8 +3,10 @@ package durable
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,9 +157,12 @@ func TestDeferredCheckpointTimer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Far longer than the delay and a write: a checkpoint left for the
+	// run's next write would wait for the release.
+	deadline := time.Now().Add(10 * time.Second)
 	for fmt.Sprint(sysdbtest.RecordedSteps(ctx, t, pool, schema, "blocked")) != "[a]" {
-		if ctx.Err() != nil {
-			t.Fatal("the deferred checkpoint was never written")
+		if time.Now().After(deadline) {
+			t.Fatal("the deferred checkpoint was not written while the run was blocked")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -167,6 +172,39 @@ func TestDeferredCheckpointTimer(t *testing.T) {
 	close(release)
 	if got, err := h.Result(ctx); err != nil || got != 2 {
 		t.Fatalf("result %d, %v", got, err)
+	}
+}
+
+// TestDeferredCheckpointsKeptAcrossRetry: the deferred checkpoints of an
+// attempt whose code fails and is retried (WorkflowOpts.Retry) are written
+// before the retry is scheduled (the timer is too long to matter): the
+// next attempt replays the step, it does not run it again.
+func TestDeferredCheckpointsKeptAcrossRetry(t *testing.T) {
+	t.Parallel()
+	var ran, attempts atomic.Int32
+	// A short poll: the retry's parked run is due 10 ms later.
+	ctx, _, _, e := newEngine(t, &Config{ExecutorID: "defer-retry-exec", DeferStepCheckpoints: true, PollInterval: 50 * time.Millisecond})
+	e.stepDelay = time.Hour
+	wf := Register(e, "w", func(wctx Context, n int) (int, error) {
+		v, err := Step(wctx, "a", func(context.Context) (int, error) { return int(ran.Add(1)), nil }, nil)
+		if err != nil {
+			return 0, err
+		}
+		if attempts.Add(1) == 1 {
+			return 0, errors.New("the first attempt fails after its step")
+		}
+		return v, nil
+	}, &WorkflowOpts{Retry: &RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, Jitter: -1}})
+	launchUntilCleanup(ctx, t, e)
+	h, err := wf.Start(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.Result(ctx); err != nil || got != 1 {
+		t.Fatalf("result %d, %v; want 1", got, err)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Errorf("the step ran %d times, want once: the retry replays it", n)
 	}
 }
 
@@ -183,6 +221,75 @@ func TestDeferredCheckpointRefused(t *testing.T) {
 			t.Parallel()
 			deferredCheckpointRefused(t, delay)
 		})
+	}
+	t.Run("InFlight", func(t *testing.T) {
+		t.Parallel()
+		deferredCheckpointRefusedInFlight(t)
+	})
+}
+
+// deferredCheckpointRefusedInFlight: the timer's write of a deferred
+// checkpoint is held in flight (the steps table is locked) when the
+// workflow returns; the finish must wait for that write, which then fails
+// (the table is renamed under the lock), and fail the run with its error.
+// A finish that went ahead would commit the run without its step.
+func deferredCheckpointRefusedInFlight(t *testing.T) {
+	proceed := make(chan struct{})
+	var wf *Workflow[int, int]
+	ctx, pool, schema := deferringEngine(t, 0, func(e *Engine) {
+		wf = Register(e, "w", func(wctx Context, n int) (int, error) {
+			v, err := Step(wctx, "s", func(context.Context) (int, error) { return 1, nil }, nil)
+			<-proceed
+			return v, err
+		}, nil)
+	})
+	steps := pgx.Identifier{schema, "steps"}.Sanitize()
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(ctx) }()
+	if _, err := lock.Exec(ctx, "LOCK TABLE "+steps+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := wf.Start(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The timer's write waits for the lock.
+	for {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = $1::regclass AND NOT granted)`,
+			steps).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the deferred checkpoint's write never started")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(proceed)
+	// A finish that does not wait commits within this wait; one that waits
+	// cannot before the lock is released.
+	time.Sleep(500 * time.Millisecond)
+	if st, err := h.Status(ctx); err != nil || st != StatusPending {
+		t.Fatalf("status %s, %v: the run ended while its checkpoint's write was in flight", st, err)
+	}
+	if _, err := lock.Exec(ctx, "ALTER TABLE "+steps+" RENAME TO steps_gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.Result(ctx)
+	if _, rerr := pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema, "steps_gone"}.Sanitize()+" RENAME TO steps"); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err == nil || !strings.Contains(err.Error(), "record step 0") {
+		t.Fatalf("result error %v, want the refused checkpoint's", err)
 	}
 }
 
