@@ -617,3 +617,104 @@ SELECT 'long', i, 's', 'done', '"ok"', 1 FROM generate_series(0, $1::int - 1) i`
 		}
 	}
 }
+
+// TestCheckpointHoldsRunAgainstTakeover: a step checkpoint locks its run's
+// row from its epoch check to its commit, so a takeover (the epoch bump of
+// a new owner) waits for it, and the new owner, reading the run's steps
+// after its bump, sees the old owner's checkpoint: a checkpoint that
+// passed its check can never land in the new execution's history unseen.
+// The checkpoint is held open between its check and its commit by a
+// trigger that sleeps (InsertStep, InsertSteps), or by the transaction it
+// is part of (QueueInsertStepTx); the takeover runs meanwhile.
+func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
+	c := newCore(t)
+	c.exec(`CREATE FUNCTION {{schema}}.slow_step() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.name = 'slow' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`)
+	c.exec(`CREATE TRIGGER slow BEFORE INSERT ON {{schema}}.steps FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_step()`)
+	for _, how := range []string{"InsertStep", "InsertSteps", "QueueInsertStepTx"} {
+		id := "run-" + how
+		c.run(id, 1, "pending")
+		// The checkpoint, held open: done once committed (or failed).
+		release := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			switch how {
+			case "InsertStep":
+				_, err = c.q.InsertStep(c.ctx, c.pool, *step(id, 0, "slow", 1))
+			case "InsertSteps":
+				_, err = c.q.InsertSteps(c.ctx, c.pool, []*InsertStepParams{step(id, 0, "slow", 1), step(id, 1, "next", 1)})
+			default:
+				err = pgx.BeginFunc(c.ctx, c.pool, func(tx pgx.Tx) error {
+					b := &pgx.Batch{}
+					c.q.QueueInsertStepTx(b, *step(id, 0, "held", 1))
+					if err := tx.SendBatch(c.ctx, b).Close(); err != nil {
+						return err
+					}
+					<-release
+					return nil
+				})
+			}
+			done <- err
+		}()
+		// Past its check: sleeping in the trigger, or its statement done.
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE (wait_event = 'PgSleep' OR state = 'idle in transaction') AND position($1 in query) > 0`,
+				pgx.Identifier{c.schema}.Sanitize()+".steps").Scan(&n))
+			return n > 0
+		}, 10*time.Second, 2*time.Millisecond)
+		if how == "QueueInsertStepTx" {
+			time.AfterFunc(300*time.Millisecond, func() { close(release) })
+		}
+		// The takeover, then what its new owner reads.
+		var seen int
+		require.NoError(t, pgx.BeginFunc(c.ctx, c.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(c.ctx, Render(`UPDATE {{schema}}.workflows SET epoch = epoch + 1, executor_id = 'y' WHERE id = $1`, c.schema), id); err != nil {
+				return err
+			}
+			return tx.QueryRow(c.ctx, Render(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`, c.schema), id).Scan(&seen)
+		}))
+		require.NoError(t, <-done, how)
+		want := 1
+		if how == "InsertSteps" {
+			want = 2
+		}
+		require.Equal(t, want, seen, "%s: the new owner reads the checkpoint that passed its check before the takeover", how)
+	}
+}
+
+// TestFinishBatchHoldsRunsAgainstTakeover: a batch finish locks every run
+// it finishes when it checks their epochs, before it updates any, so a
+// takeover of a run later in the batch waits for the batch's commit and
+// then finds the run finished: the batch never finishes a run that a new
+// owner took over after the check. The update of the first run sleeps in
+// a trigger while the second is taken over.
+func TestFinishBatchHoldsRunsAgainstTakeover(t *testing.T) {
+	c := newCore(t)
+	c.exec(`CREATE FUNCTION {{schema}}.slow_finish() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.id = 'a-slow' AND NEW.status = 'success' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`)
+	c.exec(`CREATE TRIGGER slow BEFORE UPDATE ON {{schema}}.workflows FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_finish()`)
+	c.run("a-slow", 1, "pending")
+	c.run("b-taken", 1, "pending")
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := c.q.FinishWorkflows(c.ctx, c.pool, []*FinishOneParams{
+			{ID: "a-slow", Epoch: 1, Status: "success", Output: json.RawMessage(`1`)},
+			{ID: "b-taken", Epoch: 1, Status: "success", Output: json.RawMessage(`2`)},
+		})
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND position($1 in query) > 0`,
+			pgx.Identifier{c.schema}.Sanitize()+".workflows").Scan(&n))
+		return n > 0
+	}, 10*time.Second, 2*time.Millisecond)
+	// A new owner takes b-taken over (as recovery does: only a pending run).
+	c.exec(`UPDATE {{schema}}.workflows SET epoch = epoch + 1, executor_id = 'y' WHERE id = 'b-taken' AND status = 'pending'`)
+	require.NoError(t, <-done)
+	require.Equal(t, "success 1", c.text(`SELECT status || ' ' || epoch FROM {{schema}}.workflows WHERE id = 'b-taken'`),
+		"finished by the batch, which held it from its check; the takeover then found it finished")
+}
