@@ -77,6 +77,14 @@ func init() {
 			Pkg: "./internal/sysdb", Tests: "^TestFinishBatchHoldsRunsAgainstTakeover$",
 		},
 		Mutant{
+			Name:      "fence/stream-lock",
+			Mechanism: "the lock a stream append holds on its runs from its epoch check to its commit (Append)",
+			Edits: []Edit{{File: "internal/sysdb/stream_queries.go",
+				Find:    "WHERE w.id = x.workflow_id AND w.epoch = x.epoch AND w.status = 'pending' FOR SHARE) w),",
+				Replace: "WHERE w.id = x.workflow_id AND w.epoch = x.epoch AND w.status = 'pending' LIMIT 1) w),"}},
+			Pkg: "./internal/sysdb", Tests: "^TestCheckpointHoldsRunAgainstTakeover$",
+		},
+		Mutant{
 			Name:      "fence/park",
 			Mechanism: "epoch check of parking a run (Park)",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",

@@ -624,14 +624,19 @@ SELECT 'long', i, 's', 'done', '"ok"', 1 FROM generate_series(0, $1::int - 1) i`
 // after its bump, sees the old owner's checkpoint: a checkpoint that
 // passed its check can never land in the new execution's history unseen.
 // The checkpoint is held open between its check and its commit by a
-// trigger that sleeps (InsertStep, InsertSteps), or by the transaction it
-// is part of (QueueInsertStepTx); the takeover runs meanwhile.
+// trigger that sleeps (InsertStep, InsertSteps, and a stream entry's
+// Append, which holds its run the same way), or by the transaction it is
+// part of (QueueInsertStepTx); the takeover runs meanwhile.
 func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 	c := newCore(t)
 	c.exec(`CREATE FUNCTION {{schema}}.slow_step() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN IF NEW.name = 'slow' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`)
 	c.exec(`CREATE TRIGGER slow BEFORE INSERT ON {{schema}}.steps FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_step()`)
-	for _, how := range []string{"InsertStep", "InsertSteps", "QueueInsertStepTx"} {
+	c.exec(`CREATE FUNCTION {{schema}}.slow_entry() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.key = 'slow' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`)
+	c.exec(`CREATE TRIGGER slow BEFORE INSERT ON {{schema}}.streams FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_entry()`)
+	sq := NewStreamQueries(c.schema, c.q.Channel)
+	for _, how := range []string{"InsertStep", "InsertSteps", "QueueInsertStepTx", "Append"} {
 		id := "run-" + how
 		c.run(id, 1, "pending")
 		// The checkpoint, held open: done once committed (or failed).
@@ -644,6 +649,9 @@ func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 				_, err = c.q.InsertStep(c.ctx, c.pool, *step(id, 0, "slow", 1))
 			case "InsertSteps":
 				_, err = c.q.InsertSteps(c.ctx, c.pool, []*InsertStepParams{step(id, 0, "slow", 1), step(id, 1, "next", 1)})
+			case "Append": // a stream entry
+				_, err = sq.Append(c.ctx, c.pool, AppendParams{WorkflowIDs: []string{id}, Keys: []string{"slow"}, Offsets: []int64{0},
+					Values: []json.RawMessage{json.RawMessage(`1`)}, Closed: []bool{false}, Wseqs: []*int64{nil}, Epochs: []int64{1}})
 			default:
 				err = pgx.BeginFunc(c.ctx, c.pool, func(tx pgx.Tx) error {
 					b := &pgx.Batch{}
@@ -662,7 +670,7 @@ func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 			var n int
 			require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE (wait_event = 'PgSleep' OR state = 'idle in transaction') AND position($1 in query) > 0`,
-				pgx.Identifier{c.schema}.Sanitize()+".steps").Scan(&n))
+				pgx.Identifier{c.schema}.Sanitize()).Scan(&n))
 			return n > 0
 		}, 10*time.Second, 2*time.Millisecond)
 		if how == "QueueInsertStepTx" {
@@ -674,7 +682,8 @@ func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 			if _, err := tx.Exec(c.ctx, Render(`UPDATE {{schema}}.workflows SET epoch = epoch + 1, executor_id = 'y' WHERE id = $1`, c.schema), id); err != nil {
 				return err
 			}
-			return tx.QueryRow(c.ctx, Render(`SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1`, c.schema), id).Scan(&seen)
+			return tx.QueryRow(c.ctx, Render(`SELECT (SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1)
+				+ (SELECT count(*) FROM {{schema}}.streams WHERE workflow_id = $1)`, c.schema), id).Scan(&seen)
 		}))
 		require.NoError(t, <-done, how)
 		want := 1

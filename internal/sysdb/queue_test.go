@@ -375,7 +375,9 @@ func TestQueueClaimSimple(t *testing.T) {
 	_, err = tx.Exec(f.ctx, Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'c' FOR UPDATE`, f.schema))
 	require.NoError(t, err)
 	p.Limit, p.Rated = 100, true
-	got, err = f.q.ClaimSimple(f.ctx, f.pool, p)
+	bounded, cancel := context.WithTimeout(f.ctx, 10*time.Second) // a claim that waits fails
+	defer cancel()
+	got, err = f.q.ClaimSimple(bounded, f.pool, p)
 	require.NoError(t, err)
 	sortClaimed(got)
 	// Not: c (locked), e (workflow x), f (delayed), g (re-queued under v0),
