@@ -42,6 +42,22 @@ func init() {
 			Pkg: "./internal/sysdb", Tests: "^TestPruneBatch$",
 		},
 		Mutant{
+			Name:      "queue/key-claim-skips-locked",
+			Mechanism: "a keyed claim skips runs another transaction holds instead of waiting for them (Candidates)",
+			Edits: []Edit{{File: "internal/sysdb/partition_queries.go",
+				Find:    "ORDER BY priority, created_at, id LIMIT q.n FOR UPDATE SKIP LOCKED) c",
+				Replace: "ORDER BY priority, created_at, id LIMIT q.n FOR UPDATE) c"}},
+			Pkg: "./internal/sysdb", Tests: "^TestPartitionCandidates$",
+		},
+		Mutant{
+			Name:      "recovery/skips-locked",
+			Mechanism: "the sweep's claim of unowned runs skips runs another transaction holds instead of waiting for them (ClaimOrphans)",
+			Edits: []Edit{{File: "internal/sysdb/recovery_queries.go",
+				Find:    "ORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) unowned",
+				Replace: "ORDER BY o.created_at LIMIT $4 FOR UPDATE) unowned"}},
+			Pkg: "./internal/sysdb", Tests: "^TestClaimOrphansLimitAndLocks$",
+		},
+		Mutant{
 			Name:      "queue/counts-after-lock",
 			Mechanism: "a dispatch counts its queue's runs once the queue's row lock is held, seeing what the previous holder claimed",
 			Edits: []Edit{{File: "internal/sysdb/queue_queries.go",

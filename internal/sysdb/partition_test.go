@@ -1,6 +1,7 @@
 package sysdb
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -80,10 +81,13 @@ func TestPartitionCandidates(t *testing.T) {
 		('k1late', 'w', 'enqueued', 'v1', 'q', 'k1', now())`)
 	cands := func(keys []string, quotas []int) []string {
 		t.Helper()
-		tx, err := f.pool.Begin(f.ctx)
+		// Bounded: a candidate that waits for a locked run fails.
+		ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+		defer cancel()
+		tx, err := f.pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(f.ctx) }()
-		rows, err := pq.Candidates(f.ctx, tx, PartitionCandidatesParams{Queue: "q", Keys: keys, Quotas: quotas,
+		rows, err := pq.Candidates(ctx, tx, PartitionCandidatesParams{Queue: "q", Keys: keys, Quotas: quotas,
 			AppVersion: "v1", Workflows: []string{"w"}})
 		require.NoError(t, err)
 		var ids []string
