@@ -624,9 +624,11 @@ SELECT 'long', i, 's', 'done', '"ok"', 1 FROM generate_series(0, $1::int - 1) i`
 // after its bump, sees the old owner's checkpoint: a checkpoint that
 // passed its check can never land in the new execution's history unseen.
 // The checkpoint is held open between its check and its commit by a
-// trigger that sleeps (InsertStep, InsertSteps, and a stream entry's
-// Append, which holds its run the same way), or by the transaction it is
-// part of (QueueInsertStepTx); the takeover runs meanwhile.
+// trigger that sleeps (InsertStep, InsertSteps, and the other writes that
+// hold their run the same way: a stream entry's Append, a failed
+// attempt's RecordAttempt, the steps of SetEvent, Receive and SetTag), or
+// by the transaction it is part of (QueueInsertStepTx); the takeover runs
+// meanwhile.
 func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 	c := newCore(t)
 	c.exec(`CREATE FUNCTION {{schema}}.slow_step() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -635,8 +637,11 @@ func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 	c.exec(`CREATE FUNCTION {{schema}}.slow_entry() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN IF NEW.key = 'slow' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`)
 	c.exec(`CREATE TRIGGER slow BEFORE INSERT ON {{schema}}.streams FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_entry()`)
+	c.exec(`CREATE TRIGGER slow BEFORE INSERT ON {{schema}}.step_attempts FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_step()`)
 	sq := NewStreamQueries(c.schema, c.q.Channel)
-	for _, how := range []string{"InsertStep", "InsertSteps", "QueueInsertStepTx", "Append"} {
+	wq := NewWaitQueries(c.schema, c.q.Channel)
+	aq, tq := NewAttemptQueries(c.schema), NewTagQueries(c.schema)
+	for _, how := range []string{"InsertStep", "InsertSteps", "QueueInsertStepTx", "Append", "RecordAttempt", "SetEvent", "Receive", "SetTag"} {
 		id := "run-" + how
 		c.run(id, 1, "pending")
 		// The checkpoint, held open: done once committed (or failed).
@@ -649,6 +654,17 @@ func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 				_, err = c.q.InsertStep(c.ctx, c.pool, *step(id, 0, "slow", 1))
 			case "InsertSteps":
 				_, err = c.q.InsertSteps(c.ctx, c.pool, []*InsertStepParams{step(id, 0, "slow", 1), step(id, 1, "next", 1)})
+			case "RecordAttempt": // a failed attempt of a step
+				_, err = aq.RecordAttempt(c.ctx, c.pool, RecordAttemptParams{WorkflowID: id, Pos: 0, Name: "slow", Attempts: 1, Epoch: 1})
+			case "SetEvent":
+				_, err = wq.SetEvent(c.ctx, c.pool, SetEventParams{WorkflowID: id, Epoch: 1, Pos: 0, Name: "slow", Key: "k",
+					Value: json.RawMessage(`1`), StartedAt: time.Now()})
+			case "Receive":
+				c.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload) VALUES ($1, 't', '1')`, id)
+				_, err = wq.Receive(c.ctx, c.pool, ReceiveParams{WorkflowID: id, Epoch: 1, Topic: "t", Pos: 0, Name: "slow", StartedAt: time.Now()})
+			case "SetTag":
+				_, err = tq.SetTag(c.ctx, c.pool, SetTagParams{WorkflowID: id, Epoch: 1, Pos: 0, Name: "slow", Key: "k", Value: "v",
+					StartedAt: time.Now(), MaxTags: 10})
 			case "Append": // a stream entry
 				_, err = sq.Append(c.ctx, c.pool, AppendParams{WorkflowIDs: []string{id}, Keys: []string{"slow"}, Offsets: []int64{0},
 					Values: []json.RawMessage{json.RawMessage(`1`)}, Closed: []bool{false}, Wseqs: []*int64{nil}, Epochs: []int64{1}})
@@ -683,7 +699,8 @@ func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 				return err
 			}
 			return tx.QueryRow(c.ctx, Render(`SELECT (SELECT count(*) FROM {{schema}}.steps WHERE workflow_id = $1)
-				+ (SELECT count(*) FROM {{schema}}.streams WHERE workflow_id = $1)`, c.schema), id).Scan(&seen)
+				+ (SELECT count(*) FROM {{schema}}.streams WHERE workflow_id = $1)
+				+ (SELECT count(*) FROM {{schema}}.step_attempts WHERE workflow_id = $1)`, c.schema), id).Scan(&seen)
 		}))
 		require.NoError(t, <-done, how)
 		want := 1
