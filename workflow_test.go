@@ -461,8 +461,8 @@ func TestWorkflow(t *testing.T) {
 	t.Run("PanicsAreRecorded", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		var stepPanic, wfPanic *durable.Workflow[int, int]
-		b.engine(t, nil, func(e *durable.Engine) {
+		var stepPanic, txPanic, wfPanic *durable.Workflow[int, int]
+		e := b.engine(t, nil, func(e *durable.Engine) {
 			stepPanic = durable.Register(e, "step-panic", func(wctx durable.Context, in int) (int, error) {
 				return durable.Step(wctx, "boom", func(ctx context.Context) (int, error) {
 					var m map[string]int
@@ -470,12 +470,17 @@ func TestWorkflow(t *testing.T) {
 					return 0, nil
 				}, nil)
 			}, nil)
+			txPanic = durable.Register(e, "tx-panic", func(wctx durable.Context, in int) (int, error) {
+				return durable.TxStep(wctx, "tx-boom", func(ctx context.Context, tx pgx.Tx) (int, error) {
+					panic("transaction step exploded")
+				}, nil)
+			}, nil)
 			wfPanic = durable.Register(e, "wf-panic", func(wctx durable.Context, in int) (int, error) {
 				panic("workflow exploded")
 			}, nil)
 		})
 		ctx := ctxT(t)
-		for _, wf := range []*durable.Workflow[int, int]{stepPanic, wfPanic} {
+		for _, wf := range []*durable.Workflow[int, int]{stepPanic, txPanic, wfPanic} {
 			h, err := wf.Start(ctx, 1, nil)
 			require.NoError(t, err)
 			_, err = h.Result(ctx)
@@ -483,6 +488,14 @@ func TestWorkflow(t *testing.T) {
 			var rec *durable.RecordedError
 			require.ErrorAs(t, err, &rec)
 			require.True(t, strings.Contains(rec.Stack, "goroutine"), "stack recorded: %q", rec.Stack)
+			if wf != wfPanic {
+				// The step's own outcome: its panic is the step's error,
+				// recorded, and returned to the workflow code.
+				steps, err := e.ListSteps(ctx, h.ID())
+				require.NoError(t, err)
+				require.Len(t, steps, 1)
+				require.Equal(t, "error", steps[0].Status)
+			}
 		}
 	})
 

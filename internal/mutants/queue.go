@@ -58,6 +58,22 @@ func init() {
 			Pkg: "./internal/sysdb", Tests: "^TestClaimOrphansLimitAndLocks$",
 		},
 		Mutant{
+			Name:      "recovery/due-skips-locked",
+			Mechanism: "the sweep's claim of due parked runs skips runs another transaction holds (ClaimOrphans)",
+			Edits: []Edit{{File: "internal/sysdb/recovery_queries.go",
+				Find:    "ORDER BY o.wake_at LIMIT $4 FOR UPDATE SKIP LOCKED) due",
+				Replace: "ORDER BY o.wake_at LIMIT $4 FOR UPDATE) due"}},
+			Pkg: "./internal/sysdb", Tests: "^TestClaimOrphansLimitAndLocks$",
+		},
+		Mutant{
+			Name:      "recovery/orphaned-skips-locked",
+			Mechanism: "the sweep's takeover of a dead executor's runs skips runs another transaction holds (ClaimOrphans)",
+			Edits: []Edit{{File: "internal/sysdb/recovery_queries.go",
+				Find:    "\t\tORDER BY o.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) orphaned",
+				Replace: "\t\tORDER BY o.created_at LIMIT $4 FOR UPDATE) orphaned"}},
+			Pkg: "./internal/sysdb", Tests: "^TestClaimOrphansLimitAndLocks$",
+		},
+		Mutant{
 			Name:      "queue/counts-after-lock",
 			Mechanism: "a dispatch counts its queue's runs once the queue's row lock is held, seeing what the previous holder claimed",
 			Edits: []Edit{{File: "internal/sysdb/queue_queries.go",

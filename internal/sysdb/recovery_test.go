@@ -96,17 +96,24 @@ func TestClaimOrphansLimitAndLocks(t *testing.T) {
 	ctx := context.Background()
 	on(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, created_at)
 SELECT 'r' || i, 'w', 'pending', 'v', now() - (10 - i) * interval '1 minute' FROM generate_series(1, 5) i`)
+	// Older still, of the two other kinds: parked and due, and owned by an
+	// executor with no live lease.
+	on(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, wake_at, created_at) VALUES
+		('due', 'w', 'pending', 'v', NULL, now() - interval '1 hour', now() - interval '1 day'),
+		('orphan', 'w', 'pending', 'v', 'dead', NULL, now() - interval '1 day')`)
 	q := NewRecoveryQueries(schema, "")
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Bounded: a claim that waits for a locked run fails.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 
-	// A run another transaction holds is skipped, not waited for.
+	// Runs another transaction holds are skipped, not waited for.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'r1' FOR UPDATE`, schema))
+	_, err = tx.Exec(ctx, Render(`SELECT 1 FROM {{schema}}.workflows WHERE id IN ('r1', 'due', 'orphan') FOR UPDATE`, schema))
 	require.NoError(t, err)
-	got, err := q.ClaimOrphans(ctx, pool, ClaimOrphansParams{ExecutorID: "me", AppVersion: "v", Names: []string{"w"}, Limit: 2})
+	got, err := q.ClaimOrphans(ctx, pool, ClaimOrphansParams{ExecutorID: "me", AppVersion: "v", Names: []string{"w"}, Limit: 2,
+		TakeExpired: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{"r2", "r3"}, sortedClaimedIDs(got), "oldest first, at most Limit, skipping locked rows")
 }
