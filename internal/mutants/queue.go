@@ -74,6 +74,22 @@ func init() {
 			Pkg: "./internal/sysdb", Tests: "^TestClaimOrphansLimitAndLocks$",
 		},
 		Mutant{
+			Name:      "queue/keyless-claim-skips-locked",
+			Mechanism: "a keyed claim's runs without a key skip runs another transaction holds (Candidates)",
+			Edits: []Edit{{File: "internal/sysdb/partition_queries.go",
+				Find:    "\tFOR UPDATE SKIP LOCKED) c`),",
+				Replace: "\tFOR UPDATE) c`),"}},
+			Pkg: "./internal/sysdb", Tests: "^TestPartitionCandidates$",
+		},
+		Mutant{
+			Name:      "recovery/own-skips-locked",
+			Mechanism: "boot recovery's claim of its own runs skips runs another transaction holds (ClaimOwn)",
+			Edits: []Edit{{File: "internal/sysdb/recovery_queries.go",
+				Find:    "\tORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))",
+				Replace: "\tORDER BY created_at, id LIMIT $4 FOR UPDATE))"}},
+			Pkg: "./internal/sysdb", Tests: "^TestClaimOwn$",
+		},
+		Mutant{
 			Name:      "queue/counts-after-lock",
 			Mechanism: "a dispatch counts its queue's runs once the queue's row lock is held, seeing what the previous holder claimed",
 			Edits: []Edit{{File: "internal/sysdb/queue_queries.go",

@@ -101,13 +101,14 @@ func TestPartitionCandidates(t *testing.T) {
 	require.Equal(t, []string{":d"}, cands([]string{""}, []int{1}))
 	require.Empty(t, cands([]string{"nope"}, []int{3}))
 
-	// A run locked by another dispatch is skipped.
+	// Runs locked by another dispatch are skipped, with a key or without.
 	tx, err := f.pool.Begin(f.ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(f.ctx) }()
-	_, err = tx.Exec(f.ctx, Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'a' FOR UPDATE`, f.schema))
+	_, err = tx.Exec(f.ctx, Render(`SELECT 1 FROM {{schema}}.workflows WHERE id IN ('a', 'd') FOR UPDATE`, f.schema))
 	require.NoError(t, err)
 	require.Equal(t, []string{"k1:b", "k1:k1late"}, cands([]string{"k1"}, []int{2}))
+	require.Equal(t, []string{":h", ":i"}, cands([]string{""}, []int{2}))
 }
 
 func TestPartitionCursorAndLimits(t *testing.T) {

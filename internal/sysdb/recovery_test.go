@@ -130,8 +130,18 @@ func TestClaimOwn(t *testing.T) {
 	('other-version', 'w', 'pending', 'v2', 'me', 1, now(), NULL, NULL),
 	('other-name', 'x', 'pending', 'v', 'me', 1, now(), NULL, NULL),
 	('of-peer', 'w', 'pending', 'v', 'peer', 1, now(), NULL, NULL),
-	('finished', 'w', 'success', 'v', 'me', 1, now(), NULL, NULL)`)
+	('finished', 'w', 'success', 'v', 'me', 1, now(), NULL, NULL),
+	('locked', 'w', 'pending', 'v', 'me', 1, now() - interval '4 minutes', NULL, NULL)`)
 	q := NewRecoveryQueries(schema, "")
+	// A run another transaction holds is skipped, not waited for (bounded:
+	// a claim that waits fails).
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'locked' FOR UPDATE`, schema))
+	require.NoError(t, err)
 	p := ClaimOwnParams{ExecutorID: "me", AppVersion: "v", Names: []string{"w"}, Limit: 2}
 	first, err := q.ClaimOwn(ctx, pool, p)
 	require.NoError(t, err)
@@ -151,8 +161,9 @@ func TestClaimOwn(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rest, 1, "the walk goes on after the last run of the batch")
 	require.Equal(t, "c", rest[0].ID)
+	require.NoError(t, tx.Rollback(ctx))
 	for id, want := range map[string]string{"queued": "pending me 1 0", "other-version": "pending me 1 0",
-		"other-name": "pending me 1 0", "of-peer": "pending peer 1 0", "finished": "success me 1 0"} {
+		"other-name": "pending me 1 0", "of-peer": "pending peer 1 0", "finished": "success me 1 0", "locked": "pending me 1 0"} {
 		require.Equal(t, want, runState(t, pool, schema, id), "%s is not claimed", id)
 	}
 }
