@@ -631,65 +631,68 @@ SELECT 'long', i, 's', 'done', '"ok"', 1 FROM generate_series(0, $1::int - 1) i`
 // meanwhile.
 func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 	c := newCore(t)
-	c.exec(`CREATE FUNCTION {{schema}}.slow_step() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.name = 'slow' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`)
-	c.exec(`CREATE TRIGGER slow BEFORE INSERT ON {{schema}}.steps FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_step()`)
-	c.exec(`CREATE FUNCTION {{schema}}.slow_entry() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.key = 'slow' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`)
-	c.exec(`CREATE TRIGGER slow BEFORE INSERT ON {{schema}}.streams FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_entry()`)
-	c.exec(`CREATE TRIGGER slow BEFORE INSERT ON {{schema}}.step_attempts FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_step()`)
+	c.sleepIn("INSERT", "steps", "NEW.name = 'slow'")
+	c.sleepIn("INSERT", "step_attempts", "NEW.name = 'slow'")
+	c.sleepIn("INSERT", "streams", "NEW.key = 'slow'")
 	sq := NewStreamQueries(c.schema, c.q.Channel)
 	wq := NewWaitQueries(c.schema, c.q.Channel)
 	aq, tq := NewAttemptQueries(c.schema), NewTagQueries(c.schema)
-	for _, how := range []string{"InsertStep", "InsertSteps", "QueueInsertStepTx", "Append", "RecordAttempt", "SetEvent", "Receive", "SetTag"} {
-		id := "run-" + how
+	release := make(chan struct{}) // ends the transaction step's transaction
+	for _, tc := range []struct {
+		name  string
+		write func(id string) error // held open past its check
+		rows  int                   // it writes
+	}{
+		{"InsertStep", func(id string) error {
+			_, err := c.q.InsertStep(c.ctx, c.pool, *step(id, 0, "slow", 1))
+			return err
+		}, 1},
+		{"InsertSteps", func(id string) error {
+			_, err := c.q.InsertSteps(c.ctx, c.pool, []*InsertStepParams{step(id, 0, "slow", 1), step(id, 1, "next", 1)})
+			return err
+		}, 2},
+		{"QueueInsertStepTx", func(id string) error {
+			return pgx.BeginFunc(c.ctx, c.pool, func(tx pgx.Tx) error {
+				b := &pgx.Batch{}
+				c.q.QueueInsertStepTx(b, *step(id, 0, "held", 1))
+				if err := tx.SendBatch(c.ctx, b).Close(); err != nil {
+					return err
+				}
+				<-release
+				return nil
+			})
+		}, 1},
+		{"Append", func(id string) error { // a stream entry
+			_, err := sq.Append(c.ctx, c.pool, AppendParams{WorkflowIDs: []string{id}, Keys: []string{"slow"}, Offsets: []int64{0},
+				Values: []json.RawMessage{json.RawMessage(`1`)}, Closed: []bool{false}, Wseqs: []*int64{nil}, Epochs: []int64{1}})
+			return err
+		}, 1},
+		{"RecordAttempt", func(id string) error { // a failed attempt of a step
+			_, err := aq.RecordAttempt(c.ctx, c.pool, RecordAttemptParams{WorkflowID: id, Pos: 0, Name: "slow", Attempts: 1, Epoch: 1})
+			return err
+		}, 1},
+		{"SetEvent", func(id string) error {
+			_, err := wq.SetEvent(c.ctx, c.pool, SetEventParams{WorkflowID: id, Epoch: 1, Pos: 0, Name: "slow", Key: "k",
+				Value: json.RawMessage(`1`), StartedAt: time.Now()})
+			return err
+		}, 1},
+		{"Receive", func(id string) error {
+			c.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload) VALUES ($1, 't', '1')`, id)
+			_, err := wq.Receive(c.ctx, c.pool, ReceiveParams{WorkflowID: id, Epoch: 1, Topic: "t", Pos: 0, Name: "slow", StartedAt: time.Now()})
+			return err
+		}, 1},
+		{"SetTag", func(id string) error {
+			_, err := tq.SetTag(c.ctx, c.pool, SetTagParams{WorkflowID: id, Epoch: 1, Pos: 0, Name: "slow", Key: "k", Value: "v",
+				StartedAt: time.Now(), MaxTags: 10})
+			return err
+		}, 1},
+	} {
+		id := "run-" + tc.name
 		c.run(id, 1, "pending")
-		// The checkpoint, held open: done once committed (or failed).
-		release := make(chan struct{})
-		done := make(chan error, 1)
-		go func() {
-			var err error
-			switch how {
-			case "InsertStep":
-				_, err = c.q.InsertStep(c.ctx, c.pool, *step(id, 0, "slow", 1))
-			case "InsertSteps":
-				_, err = c.q.InsertSteps(c.ctx, c.pool, []*InsertStepParams{step(id, 0, "slow", 1), step(id, 1, "next", 1)})
-			case "RecordAttempt": // a failed attempt of a step
-				_, err = aq.RecordAttempt(c.ctx, c.pool, RecordAttemptParams{WorkflowID: id, Pos: 0, Name: "slow", Attempts: 1, Epoch: 1})
-			case "SetEvent":
-				_, err = wq.SetEvent(c.ctx, c.pool, SetEventParams{WorkflowID: id, Epoch: 1, Pos: 0, Name: "slow", Key: "k",
-					Value: json.RawMessage(`1`), StartedAt: time.Now()})
-			case "Receive":
-				c.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload) VALUES ($1, 't', '1')`, id)
-				_, err = wq.Receive(c.ctx, c.pool, ReceiveParams{WorkflowID: id, Epoch: 1, Topic: "t", Pos: 0, Name: "slow", StartedAt: time.Now()})
-			case "SetTag":
-				_, err = tq.SetTag(c.ctx, c.pool, SetTagParams{WorkflowID: id, Epoch: 1, Pos: 0, Name: "slow", Key: "k", Value: "v",
-					StartedAt: time.Now(), MaxTags: 10})
-			case "Append": // a stream entry
-				_, err = sq.Append(c.ctx, c.pool, AppendParams{WorkflowIDs: []string{id}, Keys: []string{"slow"}, Offsets: []int64{0},
-					Values: []json.RawMessage{json.RawMessage(`1`)}, Closed: []bool{false}, Wseqs: []*int64{nil}, Epochs: []int64{1}})
-			default:
-				err = pgx.BeginFunc(c.ctx, c.pool, func(tx pgx.Tx) error {
-					b := &pgx.Batch{}
-					c.q.QueueInsertStepTx(b, *step(id, 0, "held", 1))
-					if err := tx.SendBatch(c.ctx, b).Close(); err != nil {
-						return err
-					}
-					<-release
-					return nil
-				})
-			}
-			done <- err
-		}()
-		// Past its check: sleeping in the trigger, or its statement done.
-		require.Eventually(t, func() bool {
-			var n int
-			require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE (wait_event = 'PgSleep' OR state = 'idle in transaction') AND position($1 in query) > 0`,
-				pgx.Identifier{c.schema}.Sanitize()).Scan(&n))
-			return n > 0
-		}, 10*time.Second, 2*time.Millisecond)
-		if how == "QueueInsertStepTx" {
+		done := make(chan error, 1) // once the write committed (or failed)
+		go func() { done <- tc.write(id) }()
+		c.awaitHeld()
+		if tc.name == "QueueInsertStepTx" {
 			time.AfterFunc(300*time.Millisecond, func() { close(release) })
 		}
 		// The takeover, then what its new owner reads.
@@ -702,13 +705,33 @@ func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 				+ (SELECT count(*) FROM {{schema}}.streams WHERE workflow_id = $1)
 				+ (SELECT count(*) FROM {{schema}}.step_attempts WHERE workflow_id = $1)`, c.schema), id).Scan(&seen)
 		}))
-		require.NoError(t, <-done, how)
-		want := 1
-		if how == "InsertSteps" {
-			want = 2
-		}
-		require.Equal(t, want, seen, "%s: the new owner reads the checkpoint that passed its check before the takeover", how)
+		require.NoError(t, <-done, tc.name)
+		require.Equal(t, tc.rows, seen, "%s: the new owner reads the checkpoint that passed its check before the takeover", tc.name)
 	}
+}
+
+// sleepIn makes every row written to table by event (INSERT, UPDATE) for
+// which cond holds (on NEW) sleep a second in a trigger: the statement has
+// passed its checks and holds its locks meanwhile.
+func (c *coreDB) sleepIn(event, table, cond string) {
+	c.t.Helper()
+	c.exec(`CREATE FUNCTION {{schema}}.sleep_in_` + table + `() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF ` + cond + ` THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`)
+	c.exec(`CREATE TRIGGER sleep BEFORE ` + event + ` ON {{schema}}.` + table +
+		` FOR EACH ROW EXECUTE FUNCTION {{schema}}.sleep_in_` + table + `()`)
+}
+
+// awaitHeld waits until a statement on this schema sleeps in a sleepIn
+// trigger, or a transaction that wrote to it idles before its commit.
+func (c *coreDB) awaitHeld() {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		var n int
+		require.NoError(c.t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE (wait_event = 'PgSleep' OR state = 'idle in transaction') AND position($1 in query) > 0`,
+			pgx.Identifier{c.schema}.Sanitize()).Scan(&n))
+		return n > 0
+	}, 10*time.Second, 2*time.Millisecond)
 }
 
 // TestFinishBatchHoldsRunsAgainstTakeover: a batch finish locks every run
@@ -719,9 +742,7 @@ func TestCheckpointHoldsRunAgainstTakeover(t *testing.T) {
 // a trigger while the second is taken over.
 func TestFinishBatchHoldsRunsAgainstTakeover(t *testing.T) {
 	c := newCore(t)
-	c.exec(`CREATE FUNCTION {{schema}}.slow_finish() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.id = 'a-slow' AND NEW.status = 'success' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`)
-	c.exec(`CREATE TRIGGER slow BEFORE UPDATE ON {{schema}}.workflows FOR EACH ROW EXECUTE FUNCTION {{schema}}.slow_finish()`)
+	c.sleepIn("UPDATE", "workflows", "NEW.id = 'a-slow' AND NEW.status = 'success'")
 	c.run("a-slow", 1, "pending")
 	c.run("b-taken", 1, "pending")
 	done := make(chan error, 1)
@@ -732,12 +753,7 @@ func TestFinishBatchHoldsRunsAgainstTakeover(t *testing.T) {
 		})
 		done <- err
 	}()
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND position($1 in query) > 0`,
-			pgx.Identifier{c.schema}.Sanitize()+".workflows").Scan(&n))
-		return n > 0
-	}, 10*time.Second, 2*time.Millisecond)
+	c.awaitHeld()
 	// A new owner takes b-taken over (as recovery does: only a pending run).
 	c.exec(`UPDATE {{schema}}.workflows SET epoch = epoch + 1, executor_id = 'y' WHERE id = 'b-taken' AND status = 'pending'`)
 	require.NoError(t, <-done)
