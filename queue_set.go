@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/durable-go/durable/internal/dispatch"
 	"github.com/durable-go/durable/internal/sysdb"
 )
@@ -88,6 +90,15 @@ func (qs *queueSet) newDispatcher() *dispatch.Dispatcher {
 		Requeued:     qs.e.met.requeuedFunc(),
 		Logger:       qs.e.log,
 	})
+}
+
+// transfer hands the slots of runs finished in tx to the next runs of
+// their queues (dispatch.Dispatcher.Transfer).
+func (qs *queueSet) transfer(ctx context.Context, tx pgx.Tx, finished map[string]int) (func(bool), error) {
+	if qs.dispatcher == nil {
+		return func(bool) {}, nil
+	}
+	return qs.dispatcher.Transfer(ctx, tx, finished)
 }
 
 // requeue returns queued runs without a live owner to their queues (with

@@ -358,8 +358,12 @@ type outcome struct {
 // finishWrite is the finish of r with outcome o, carrying the checkpoints
 // of its last steps, fenced by the run's epoch.
 func finishWrite(r *run, o *outcome, steps []*sysdb.InsertStepParams) *sysdb.FinishOneStepsParams {
-	return &sysdb.FinishOneStepsParams{FinishOneParams: sysdb.FinishOneParams{ID: r.id, Epoch: r.epoch, Status: string(o.status),
+	f := &sysdb.FinishOneStepsParams{FinishOneParams: sysdb.FinishOneParams{ID: r.id, Epoch: r.epoch, Status: string(o.status),
 		Output: o.output, Error: o.err}, Steps: steps}
+	if r.queue != nil && o.status != StatusCancelled && r.queue.lane.HandsOn() {
+		f.HandOn = r.queue.name // its slot may go to the queue's next run at once
+	}
+	return f
 }
 
 // handBack parks a run that Shutdown stopped at a step boundary, due at

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -30,6 +32,12 @@ type Config struct {
 	// have committed without its wake-up being sent.
 	WakeParentOfFinished func(ctx context.Context, id string)
 	Log                  *slog.Logger
+	// Transfer, if not nil, hands the slots of the runs a finish batch
+	// finished to the next runs of their queues, in the finish's
+	// transaction tx (dispatch.Dispatcher.Transfer): finished counts the
+	// finished runs per queue named by their HandOn. Its after is called
+	// once tx ended. Defaults to nil: no hand-on.
+	Transfer func(ctx context.Context, tx pgx.Tx, finished map[string]int) (after func(committed bool), err error)
 	// OnBatch, if not nil, is told the size of each batch a flush writes
 	// (1: a write that went alone), with its kind (Starts, Steps or
 	// Finishes). Defaults to nil.
@@ -144,6 +152,9 @@ func (w *Writer) flushFinishes(items []*Item[*sysdb.FinishOneStepsParams]) {
 	if w.cfg.OnBatch != nil {
 		w.cfg.OnBatch(Finishes, len(items))
 	}
+	if w.cfg.Transfer != nil && handsOn(items) && w.finishHandingOn(ctx, items) {
+		return
+	}
 	if len(items) == 1 {
 		items[0].OK, items[0].Err = w.finishOne(ctx, items[0].V)
 		return
@@ -177,6 +188,72 @@ func (w *Writer) flushFinishes(items []*Item[*sysdb.FinishOneStepsParams]) {
 	if watched != nil {
 		w.wakeWatchers(ctx, watched)
 	}
+}
+
+func handsOn(items []*Item[*sysdb.FinishOneStepsParams]) bool {
+	for _, it := range items {
+		if it.V.HandOn != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// finishHandingOn writes the finishes of items in one transaction with
+// the claim of the next runs of the queues whose slots they free
+// (Config.Transfer), and reports whether it did; on an error it did not,
+// and the caller writes them without a hand-on.
+func (w *Writer) finishHandingOn(ctx context.Context, items []*Item[*sysdb.FinishOneStepsParams]) bool {
+	runs := make([]*sysdb.FinishOneParams, len(items))
+	var steps []*sysdb.InsertStepParams
+	for i, it := range items {
+		runs[i] = &it.V.FinishOneParams
+		steps = append(steps, it.V.Steps...)
+	}
+	db, ok := w.cfg.DB.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return false
+	}
+	var written []bool
+	var watched []string
+	var after func(bool)
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		if steps == nil {
+			written, watched, err = w.cfg.Queries.FinishWorkflows(ctx, tx, runs)
+		} else {
+			written, watched, err = w.cfg.Queries.FinishStepsMany(ctx, tx, sysdb.FinishStepsManyParams{Runs: runs, Steps: steps})
+		}
+		if err != nil {
+			return err
+		}
+		finished := map[string]int{}
+		for i, it := range items {
+			if written[i] && it.V.HandOn != "" {
+				finished[it.V.HandOn]++
+			}
+		}
+		after, err = w.cfg.Transfer(ctx, tx, finished)
+		return err
+	})
+	if after != nil {
+		after(err == nil)
+	}
+	if err != nil {
+		return false
+	}
+	SetWritten(items, written)
+	for _, it := range items {
+		if !it.OK {
+			w.cfg.WakeParentOfFinished(ctx, it.V.ID)
+		}
+	}
+	if watched != nil {
+		w.wakeWatchers(ctx, watched)
+	}
+	return true
 }
 
 // wakeWatchers wakes the runs parked in a Select on the finish of runs

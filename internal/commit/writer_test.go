@@ -283,3 +283,64 @@ func TestFinishWakesWatchers(t *testing.T) {
 		t.Fatal("a watcher of another run was woken")
 	}
 }
+
+// TestFinishHandsOn: finishes that name their queue (HandOn) are written
+// in one transaction with Config.Transfer, told how many runs of each
+// queue the batch finished (not those it did not: fenced, or of no
+// queue), and see the finishes it wrote; after learns whether the
+// transaction committed. A failing Transfer rolls the finishes back and
+// they are written without it.
+func TestFinishHandsOn(t *testing.T) {
+	ctx, w, pool, schema := testWriter(t)
+	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+		start(ctx, t, w, id)
+	}
+	finish := func(id string, epoch int64, queue string) *Item[*sysdb.FinishOneStepsParams] {
+		return &Item[*sysdb.FinishOneStepsParams]{V: &sysdb.FinishOneStepsParams{
+			FinishOneParams: sysdb.FinishOneParams{ID: id, Epoch: epoch, Status: "success", Output: json.RawMessage("1")},
+			HandOn:          queue}}
+	}
+	var told map[string]int
+	var seen int
+	var committed []bool
+	transferErr := error(nil)
+	w.cfg.Transfer = func(ctx context.Context, tx pgx.Tx, finished map[string]int) (func(bool), error) {
+		told = finished
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+
+			" WHERE status = 'success'").Scan(&seen); err != nil {
+			return nil, err
+		}
+		return func(c bool) { committed = append(committed, c) }, transferErr
+	}
+	items := []*Item[*sysdb.FinishOneStepsParams]{finish("a", 1, "q"), finish("b", 1, "q"), finish("c", 9, "q"),
+		finish("d", 1, "r"), finish("e", 1, "")}
+	w.flushFinishes(items)
+	for i, it := range items {
+		if want := i != 2; it.OK != want || it.Err != nil {
+			t.Errorf("item %d: written %v (%v), want %v", i, it.OK, it.Err, want)
+		}
+	}
+	if told["q"] != 2 || told["r"] != 1 || len(told) != 2 {
+		t.Errorf("Transfer told %v, want q:2 r:1", told)
+	}
+	if seen != 4 {
+		t.Errorf("Transfer saw %d finished runs in its transaction, want 4", seen)
+	}
+	if len(committed) != 1 || !committed[0] {
+		t.Errorf("after told %v, want [true]", committed)
+	}
+
+	told, committed, transferErr = nil, nil, errors.New("transfer failed")
+	items = []*Item[*sysdb.FinishOneStepsParams]{finish("f", 1, "q")}
+	w.flushFinishes(items)
+	if !items[0].OK || items[0].Err != nil {
+		t.Errorf("written %v (%v) after a failed transfer, want written without it", items[0].OK, items[0].Err)
+	}
+	if told["q"] != 1 || len(committed) != 1 || committed[0] {
+		t.Errorf("told %v, after %v: want q:1 and [false]", told, committed)
+	}
+	var status string
+	if err := pool.QueryRow(ctx, "SELECT status FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+" WHERE id = 'f'").Scan(&status); err != nil || status != "success" {
+		t.Errorf("f is %q (%v)", status, err)
+	}
+}

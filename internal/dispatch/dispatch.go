@@ -80,6 +80,12 @@ type Dispatcher struct {
 	cfg     Config
 	byName  map[string]*Queue
 	signals Signals
+
+	// handOns is held (read) by each Transfer from its claim until its
+	// runs are launched, and (write) by Stop to set stopped: no hand-on
+	// launches runs once Stop returned, as no pass does.
+	handOns sync.RWMutex
+	stopped bool // not started, or stopped: Transfer claims nothing
 }
 
 // Signals tell tests what a Dispatcher did.
@@ -110,7 +116,7 @@ func New(cfg Config) *Dispatcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	d := &Dispatcher{cfg: cfg, byName: make(map[string]*Queue, len(cfg.Queues))}
+	d := &Dispatcher{cfg: cfg, byName: make(map[string]*Queue, len(cfg.Queues)), stopped: true}
 	for _, q := range cfg.Queues {
 		d.byName[q.name] = q
 	}
@@ -120,6 +126,9 @@ func New(cfg Config) *Dispatcher {
 // Start starts the dispatch loop of every queue. Each makes a pass at
 // once, then whenever its queue is woken or its wait is over.
 func (d *Dispatcher) Start(ctx context.Context) error {
+	d.handOns.Lock()
+	d.stopped = false
+	d.handOns.Unlock()
 	return d.StartLoop(ctx, func(ctx context.Context) {
 		var wg sync.WaitGroup
 		for _, q := range d.cfg.Queues {
@@ -130,8 +139,16 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Stop stops every loop and waits for them to end: a pass in flight is
-// cancelled, and its claimed runs, if any, are handed to Launch first.
-func (d *Dispatcher) Stop(ctx context.Context) error { return d.Loop.Stop(ctx) }
+// cancelled, and its claimed runs, if any, are handed to Launch first. A
+// hand-on in flight (Transfer) launches its runs before Stop returns;
+// later ones claim nothing.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	err := d.Loop.Stop(ctx)
+	d.handOns.Lock()
+	d.stopped = true
+	d.handOns.Unlock()
+	return err
+}
 
 // Requeue returns the queued runs without a live owner to their queues
 // (with own, also this executor's runs left by its previous incarnation)
@@ -215,10 +232,15 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %q was deleted", errs.QueueNotFound, q.name)
 		}
-		if err != nil || row.Paused {
+		if err != nil {
 			return err
 		}
 		s := row.Settings
+		q.handsOn.Store(!row.Paused && (s.GlobalConcurrency > 0 || s.WorkerConcurrency > 0) && s.RateLimit == 0 &&
+			!s.FairShare && s.PartitionConcurrency == 0 && s.PartitionRateLimit == 0 && !row.PartitionLimits)
+		if row.Paused {
+			return nil
+		}
 		n := batch
 		if s.WorkerConcurrency > 0 {
 			n = min(n, s.WorkerConcurrency-running)
@@ -278,4 +300,58 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 	}
 	d.signals.Pass.Signal(Pass{Queue: q.name, Claimed: len(got), More: more, Wait: wait})
 	return wait, more
+}
+
+// Transfer hands the slots of runs just finished in tx to the next ready
+// runs of their queues, claimed in tx for this executor: finished counts
+// the finished runs per queue. A queue qualifies when the last pass found
+// its limits to be concurrency limits only (the statement checks the live
+// settings again): the swap leaves its running count as it was, so no
+// dispatch pass has to wait for the finish to see a free slot. after must
+// be called once tx ended: committed, it launches the claimed runs as a
+// pass would; else it marks the database trouble (the claim may have
+// committed unseen).
+func (d *Dispatcher) Transfer(ctx context.Context, tx sysdb.DBTX, finished map[string]int) (after func(committed bool), err error) {
+	p := sysdb.TransferParams{ExecutorID: d.cfg.ExecutorID, AppVersion: d.cfg.AppVersion, Workflows: d.cfg.Workflows}
+	for name, n := range finished {
+		if q := d.byName[name]; q != nil && q.HandsOn() && n > 0 {
+			p.Queues = append(p.Queues, name)
+			p.Finished = append(p.Finished, n)
+			p.Executing = append(p.Executing, max(q.Running()-n, 0))
+		}
+	}
+	if p.Queues == nil {
+		return func(bool) {}, nil
+	}
+	d.handOns.RLock()
+	if d.stopped {
+		d.handOns.RUnlock()
+		return func(bool) {}, nil
+	}
+	done := d.cfg.Launching()
+	got, err := d.cfg.Queries.Transfer(ctx, tx, p)
+	return func(committed bool) {
+		defer d.handOns.RUnlock()
+		defer done()
+		if !committed || err != nil {
+			d.cfg.DBTrouble()
+			return
+		}
+		byQueue := map[string][]sysdb.ClaimedRow{}
+		for _, c := range got {
+			if c.Queue != nil {
+				byQueue[*c.Queue] = append(byQueue[*c.Queue], c)
+			}
+		}
+		for name, rows := range byQueue {
+			q := d.byName[name]
+			q.handOn(len(rows))
+			if err := d.cfg.Launch(ctx, q, rows); err != nil {
+				d.cfg.DBTrouble()
+				if ctx.Err() == nil {
+					d.cfg.Logger.Warn("durable: start claimed runs", "queue", name, "err", err)
+				}
+			}
+		}
+	}, err
 }

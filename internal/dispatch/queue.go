@@ -1,6 +1,9 @@
 package dispatch
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Queue is the state of one queue that this executor works: how many of
 // its runs execute here, and the wake-up of its dispatcher. A Queue is
@@ -10,7 +13,16 @@ type Queue struct {
 
 	mu      sync.Mutex
 	running int // runs of the queue claimed here and not ended
-	kick    chan struct{}
+	// handedOn counts the slots that finishes handed on here
+	// (Dispatcher.Transfer) and whose runs have not yet released them:
+	// such a release leaves no free slot, so it wakes nothing.
+	handedOn int
+	kick     chan struct{}
+
+	// handsOn: the last pass found the queue's limits to be concurrency
+	// limits only, so a finish may hand its slot to the next run
+	// (Dispatcher.Transfer).
+	handsOn atomic.Bool
 }
 
 // NewQueue returns the state of queue name, with no run executing.
@@ -36,8 +48,12 @@ func (q *Queue) Wake() {
 func (q *Queue) Release(n int) {
 	q.mu.Lock()
 	q.running -= n
+	covered := min(n, q.handedOn)
+	q.handedOn -= covered
 	q.mu.Unlock()
-	q.Wake()
+	if covered < n {
+		q.Wake()
+	}
 }
 
 // Running returns how many runs of the queue claimed here have not ended.
@@ -47,9 +63,23 @@ func (q *Queue) Running() int {
 	return q.running
 }
 
+// HandsOn reports whether a finish of one of the queue's runs may hand its
+// slot to the next run (see Dispatcher.Transfer), as the last pass found
+// the queue's settings.
+func (q *Queue) HandsOn() bool { return q.handsOn.Load() }
+
 // take counts n runs just claimed here.
 func (q *Queue) take(n int) {
 	q.mu.Lock()
 	q.running += n
+	q.mu.Unlock()
+}
+
+// handOn counts n runs claimed here with the slots of runs that finished
+// here and have not released them yet.
+func (q *Queue) handOn(n int) {
+	q.mu.Lock()
+	q.running += n
+	q.handedOn += n
 	q.mu.Unlock()
 }

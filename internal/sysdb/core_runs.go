@@ -221,6 +221,9 @@ func (q *Queries) FinishOne(ctx context.Context, db DBTX, p FinishOneParams) (ro
 type FinishOneStepsParams struct {
 	FinishOneParams
 	Steps []*InsertStepParams // of the run; their WorkflowID and Epoch are not read
+	// HandOn names the run's queue when its finish may hand the run's
+	// slot to the next run of the queue (commit.Writer); not written.
+	HandOn string
 }
 
 // FinishOneSteps is FinishOne that also records the run's last step

@@ -1,0 +1,184 @@
+package dispatch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/sysdb"
+)
+
+// handOn finishes the runs ids (owned here) and hands their slots on in
+// one transaction, as the engine's finish does, committing it if commit;
+// it returns what the transfer claimed in the transaction.
+func (f *fix) handOn(commit bool, ids ...string) []string {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second) // a wait for a lock ends
+	defer cancel()
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(f.t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	tag, err := tx.Exec(ctx, sysdb.Render(`UPDATE {{schema}}.workflows SET status = 'success'
+		WHERE id = ANY($1) AND status = 'pending'`, f.schema), ids)
+	require.NoError(f.t, err)
+	require.EqualValues(f.t, len(ids), tag.RowsAffected())
+	after, err := f.d.Transfer(ctx, tx, map[string]int{"q": len(ids)})
+	require.NoError(f.t, err)
+	var claimed []string
+	rows, err := tx.Query(ctx, sysdb.Render(`SELECT id FROM {{schema}}.workflows
+		WHERE status = 'pending' AND updated_at = now() ORDER BY id`, f.schema))
+	require.NoError(f.t, err)
+	claimed, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(f.t, err)
+	if commit {
+		require.NoError(f.t, tx.Commit(ctx))
+	} else {
+		require.NoError(f.t, tx.Rollback(ctx))
+	}
+	after(commit)
+	return claimed
+}
+
+// running returns the runs of the queue that hold a slot.
+func (f *fix) running() []string {
+	f.t.Helper()
+	rows, err := f.pool.Query(f.ctx, sysdb.Render(`SELECT id FROM {{schema}}.workflows
+		WHERE status = 'pending' ORDER BY id`, f.schema))
+	require.NoError(f.t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(f.t, err)
+	return ids
+}
+
+// TestTransfer: a finish hands its run's slot to the queue's next ready
+// run in its own transaction, launched as a pass's claim is, when the
+// queue's limits are concurrency limits only; never beyond what those
+// limits leave (a limit lowered meanwhile, the runs of other executors),
+// and never for a paused queue or one with a rate, partition or fair
+// dispatch, which go through the pass.
+func TestTransfer(t *testing.T) {
+	t.Run("global", func(t *testing.T) {
+		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 2})
+		f.enqueue(5)
+		f.start()
+		require.Equal(t, 2, f.pass().Claimed)
+		require.Equal(t, []string{"r0000", "r0001"}, ids(f.launch()))
+		require.True(t, f.q.HandsOn())
+
+		require.Equal(t, []string{"r0002"}, f.handOn(true, "r0000"))
+		got := f.launch()
+		require.Equal(t, []string{"r0002"}, ids(got), "launched after the commit")
+		require.Equal(t, int64(1), got[0].Epoch)
+		require.Equal(t, 3, f.q.Running(), "taken here; the finished run's release gives its own back")
+		require.Equal(t, []string{"r0001", "r0002"}, f.running())
+		require.Zero(t, f.trouble.Load())
+
+		// Another executor's run takes a slot: two finishes hand on one.
+		f.exec(`INSERT INTO {{schema}}.workflows (id, name, status, app_version, executor_id, queue_name) VALUES
+			('other', 'w', 'cancelled', 'v', 'peer', 'q')`)
+		require.Equal(t, []string{"r0003"}, f.handOn(true, "r0001", "r0002"))
+		require.Equal(t, []string{"r0003"}, ids(f.launch()))
+	})
+	t.Run("lowered", func(t *testing.T) {
+		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 3})
+		f.enqueue(6)
+		f.start()
+		require.Equal(t, 3, f.pass().Claimed)
+		f.launch()
+		f.exec(`UPDATE {{schema}}.queues SET global_concurrency = 1`)
+		require.Empty(t, f.handOn(true, "r0000"), "2 still run: over the new limit")
+		require.Empty(t, f.handOn(true, "r0001"), "1 still runs: the new limit is full")
+		require.Equal(t, []string{"r0003"}, f.handOn(true, "r0002"))
+		require.Equal(t, []string{"r0003"}, f.running())
+	})
+	t.Run("worker", func(t *testing.T) {
+		f := newFix(t, sysdb.QueueSettings{WorkerConcurrency: 2})
+		f.enqueue(5)
+		f.start()
+		require.Equal(t, 2, f.pass().Claimed)
+		f.launch()
+		require.True(t, f.q.HandsOn())
+		require.Equal(t, []string{"r0002"}, f.handOn(true, "r0000"))
+		f.launch()
+		require.Equal(t, 3, f.q.Running())
+		f.q.Release(1) // r0000's execution ended
+		require.Empty(t, f.q.kick, "its slot went to r0002: no pass is woken")
+		require.Equal(t, 2, f.q.Running())
+		f.exec(`UPDATE {{schema}}.queues SET worker_concurrency = 1`)
+		require.Empty(t, f.handOn(true, "r0001"), "r0002 still runs here: the new limit is full")
+		f.q.Release(1) // r0001's execution ended, its slot not handed on
+		require.Equal(t, Pass{Queue: "q", Wait: never}, f.pass(), "woken; and r0002 fills the new limit")
+	})
+	t.Run("stopped", func(t *testing.T) {
+		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
+		f.enqueue(3)
+		f.start()
+		require.Equal(t, 1, f.pass().Claimed)
+		f.launch()
+		require.NoError(t, f.d.Stop(f.ctx))
+		require.Empty(t, f.handOn(true, "r0000"), "a stopped dispatcher launches no run, by pass or hand-on")
+		require.NoError(t, f.d.Start(f.ctx))
+	})
+	t.Run("uncommitted", func(t *testing.T) {
+		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
+		f.enqueue(3)
+		f.start()
+		require.Equal(t, 1, f.pass().Claimed)
+		f.launch()
+		require.Equal(t, []string{"r0001"}, f.handOn(false, "r0000"))
+		require.Equal(t, int32(1), f.trouble.Load(), "a claim that may have committed unseen is trouble")
+		require.Empty(t, f.launched, "nothing launched")
+		require.Equal(t, 1, f.q.Running())
+		require.Equal(t, []string{"r0000"}, f.running())
+	})
+	for _, c := range []struct {
+		name, set string
+	}{
+		{"paused", `paused = true`},
+		{"rate", `rate_limit = 10, rate_period_ms = 1000`},
+		{"partition", `partition_concurrency = 1`},
+		{"partition-rate", `partition_rate_limit = 10, partition_rate_period_ms = 1000`},
+		{"fair", `fair_share = true`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
+			f.enqueue(3)
+			f.start()
+			require.Equal(t, 1, f.pass().Claimed)
+			f.launch()
+			require.Zero(t, f.pass().Claimed) // the queue is full
+			// Set behind the passes' back: the statement reads the live
+			// settings.
+			f.exec(`UPDATE {{schema}}.queues SET ` + c.set)
+			require.Empty(t, f.handOn(true, "r0000"))
+			f.q.Wake()
+			f.pass()
+			require.False(t, f.q.HandsOn(), "the next pass sees it too")
+		})
+	}
+	t.Run("partition-limits", func(t *testing.T) {
+		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
+		f.enqueue(3)
+		f.start()
+		require.Equal(t, 1, f.pass().Claimed)
+		f.launch()
+		f.exec(`INSERT INTO {{schema}}.queue_partitions (queue_name, partition_key, concurrency) VALUES ('q', 'k', 1)`)
+		require.Empty(t, f.handOn(true, "r0000"))
+	})
+	t.Run("locked", func(t *testing.T) {
+		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
+		f.enqueue(3)
+		f.start()
+		require.Equal(t, 1, f.pass().Claimed)
+		f.launch()
+		lock, err := f.pool.Begin(f.ctx)
+		require.NoError(t, err)
+		defer func() { _ = lock.Rollback(context.Background()) }()
+		_, err = lock.Exec(f.ctx, sysdb.Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'r0001' FOR UPDATE`, f.schema))
+		require.NoError(t, err)
+		require.Equal(t, []string{"r0002"}, f.handOn(true, "r0000"), "a run locked elsewhere is skipped, not waited for")
+	})
+}
