@@ -596,6 +596,15 @@ func init() {
 		},
 
 		Mutant{
+			Name:      "message/receive-waits-for-try",
+			Mechanism: "Recv waits for an earlier try that holds the oldest message instead of taking the next (order kept when that try rolls back)",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "LIMIT 1 FOR UPDATE OF m),",
+				Replace: "LIMIT 1 FOR UPDATE OF m SKIP LOCKED),"}},
+			Pkg: "./internal/sysdb", Tests: "^TestWaitReceiveWaitsForATryInFlight$",
+		},
+
+		Mutant{
 			Name:      "deadletter/limit",
 			Mechanism: "a claimed run over its recovery limit is dead-lettered, not run (startClaimed)",
 			Edits: []Edit{{File: "resume.go",

@@ -201,6 +201,12 @@ WHERE id = $1 AND epoch = $2 AND wait_topic = $3 AND executor_id IS NOT NULL`),
 // message matching topicCond (first by order, a prefix of the ORDER BY) and
 // records it as the step's output (built by output) in one statement: the
 // message is marked consumed only if the fenced checkpoint was written.
+// The message's lock is waited for, not skipped: the only other taker of
+// a run's unconsumed messages is an earlier try of the same receive whose
+// transaction is still open (its answer lost). If it commits, the retry
+// finds the message consumed and the step recorded; if it rolls back, the
+// retry takes that message. Skipping it would take the next message, and
+// consume the run's messages out of order.
 // $1 workflow_id, $2 epoch, $3 topic(s), $4 pos, $5 step name, $6 started_at.
 func receive(output, topicCond string, order ...string) string {
 	return `WITH w AS (
@@ -208,7 +214,7 @@ func receive(output, topicCond string, order ...string) string {
 msg AS (
 	SELECT m.id, m.topic, m.payload FROM {{schema}}.messages m, w
 	WHERE m.workflow_id = $1 AND m.workflow_id = w.id AND ` + topicCond + ` AND m.consumed_at IS NULL
-	ORDER BY ` + strings.Join(order, "") + `m.id LIMIT 1 FOR UPDATE OF m SKIP LOCKED),
+	ORDER BY ` + strings.Join(order, "") + `m.id LIMIT 1 FOR UPDATE OF m),
 ins AS (
 	INSERT INTO {{schema}}.steps (workflow_id, pos, name, status, output, attempts, started_at)
 	SELECT $1, $4, $5, 'done', ` + output + `, 1, $6 FROM msg

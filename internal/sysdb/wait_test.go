@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -364,6 +365,64 @@ func TestWaitReceive(t *testing.T) {
 	d.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload) VALUES ('done', 't', '1')`)
 	require.Nil(t, receive("done", 2, 0), "a finished run consumes nothing")
 	require.Equal(t, 1, unconsumed("done"))
+}
+
+// TestWaitReceiveWaitsForATryInFlight: a receive retried while its first
+// try's transaction is still open (its answer lost, its backend not yet
+// gone) waits for that try instead of taking the next message: if the
+// first try rolls back, the retry consumes the oldest message, in order;
+// if it commits, the retry consumes nothing (the step is recorded).
+func TestWaitReceiveWaitsForATryInFlight(t *testing.T) {
+	t.Parallel()
+	d := newWaitDB(t)
+	for _, commit := range []bool{false, true} {
+		id := fmt.Sprint("a-", commit)
+		d.run(id, "")
+		d.exec(`INSERT INTO {{schema}}.messages (workflow_id, topic, payload) VALUES ($1, 't', '"first"'), ($1, 't', '"second"')`, id)
+		p := ReceiveParams{WorkflowID: id, Epoch: 2, Topic: "t", Pos: 0, Name: "recv", StartedAt: time.Now()}
+		first, err := d.pool.Begin(d.ctx)
+		require.NoError(t, err)
+		out, err := d.wq.Receive(d.ctx, first, p)
+		require.NoError(t, err)
+		require.JSONEq(t, `{"ok": true, "msg": "first"}`, string(out))
+
+		ctx, cancel := context.WithTimeout(d.ctx, 10*time.Second) // a wait that never ends fails here
+		type result struct {
+			out []byte
+			err error
+		}
+		retry := make(chan result, 1)
+		go func() {
+			out, err := d.wq.Receive(ctx, d.pool, p)
+			retry <- result{out, err}
+		}()
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, d.pool.QueryRow(d.ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, pgx.Identifier{d.schema}.Sanitize()).Scan(&n))
+			return n > 0
+		}, 10*time.Second, 2*time.Millisecond, "the retry waits for the first try")
+		if commit {
+			require.NoError(t, first.Commit(d.ctx))
+		} else {
+			require.NoError(t, first.Rollback(d.ctx))
+		}
+		r := <-retry
+		cancel()
+		require.NoError(t, r.err)
+		var unconsumed []string
+		rows, err := d.pool.Query(d.ctx, Render(`SELECT payload::text FROM {{schema}}.messages
+			WHERE workflow_id = $1 AND consumed_at IS NULL ORDER BY id`, d.schema), id)
+		require.NoError(t, err)
+		unconsumed, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		if commit {
+			require.Nil(t, r.out, "the first try recorded the step")
+		} else {
+			require.JSONEq(t, `{"ok": true, "msg": "first"}`, string(r.out), "the oldest message, not the next")
+		}
+		require.Equal(t, []string{`"second"`}, unconsumed)
+	}
 }
 
 func TestWaitSetEvent(t *testing.T) {
