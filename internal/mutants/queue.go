@@ -596,6 +596,22 @@ func init() {
 		},
 
 		Mutant{
+			Name:      "message/send-idempotency-key",
+			Mechanism: "a Send repeated with its idempotency key stores nothing and fails nothing",
+			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
+				Find:    "\tON CONFLICT (workflow_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING\n",
+				Replace: "\n"}},
+			Pkg: "./internal/sysdb", Tests: "^TestWaitSend$",
+		},
+		Mutant{
+			Name:      "start/id-once",
+			Mechanism: "a start under an existing run's ID inserts nothing: the caller gets that run (InsertOwned)",
+			Edits: []Edit{{File: "internal/sysdb/queries.go",
+				Find:    "VALUES ($1, $2, 'pending', $3, $4, 1, $5, $6, $7, $8, $9::jsonb)\nON CONFLICT (id) DO NOTHING`),",
+				Replace: "VALUES ($1, $2, 'pending', $3, $4, 1, $5, $6, $7, $8, $9::jsonb)`),"}},
+			Pkg: ".", Tests: "^TestWorkflow$/^(StepsAndResult|IDConflict|StartIDInputMismatch)$",
+		},
+		Mutant{
 			Name:      "message/receive-waits-for-try",
 			Mechanism: "Recv waits for an earlier try that holds the oldest message instead of taking the next (order kept when that try rolls back)",
 			Edits: []Edit{{File: "internal/sysdb/wait_queries.go",
