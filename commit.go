@@ -19,6 +19,6 @@ func newCommitWriter(e *Engine) *commit.Writer {
 		WakeParentOfFinished: e.runner.wakeParentOfFinished,
 		Log:                  e.log,
 		OnBatch:              e.met.batchFunc(),
-		Transfer:             e.queues.transfer,
+		HandOn:               e.queues.handOn,
 	})
 }

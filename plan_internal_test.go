@@ -92,6 +92,11 @@ func TestHotWritesFindRunsByPrimaryKey(t *testing.T) {
 		}),
 		typedCase(t, "FinishOne", func(db sysdb.DBTX) error { _, _, err := q.FinishOne(ctx, db, *finishes[6]); return err }),
 		typedCase(t, "FinishWorkflows", func(db sysdb.DBTX) error { _, _, err := q.FinishWorkflows(ctx, db, finishes); return err }),
+		typedCase(t, "FinishHandOn", func(db sysdb.DBTX) error {
+			_, _, _, err := q.FinishHandOn(ctx, db, finishes, steps, sysdb.HandOnParams{IDs: ids, Queues: []string{"q"}, Running: []int{batch},
+				ExecutorID: "x", AppVersion: "v", Workflows: []string{"w"}})
+			return err
+		}),
 		typedCase(t, "WakeParent", func(db sysdb.DBTX) error {
 			_, err := q.WakeParent(ctx, db, sysdb.WakeParentParams{ChildID: "r7", ParentID: "p7"})
 			return err

@@ -397,7 +397,7 @@ func runWorkload(t *testing.T, b *bundle, mutate func(*durable.Config)) string {
 			}
 			return in + msg, nil
 		}, nil)
-		q = durable.RegisterQueue(e, "q", nil)
+		q = durable.RegisterQueue(e, "q", &durable.QueueOpts{GlobalConcurrency: 2}) // finishes hand slots on
 	})
 
 	// The whole tour in one run, fed by a message.

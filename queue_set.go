@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/durable-go/durable/internal/dispatch"
 	"github.com/durable-go/durable/internal/sysdb"
 )
@@ -92,13 +90,13 @@ func (qs *queueSet) newDispatcher() *dispatch.Dispatcher {
 	})
 }
 
-// transfer hands the slots of runs finished in tx to the next runs of
-// their queues (dispatch.Dispatcher.Transfer).
-func (qs *queueSet) transfer(ctx context.Context, tx pgx.Tx, finished map[string]int) (func(bool), error) {
+// handOn prepares the hand-on of a finish batch's queue slots
+// (dispatch.Dispatcher.HandOn).
+func (qs *queueSet) handOn(ctx context.Context, queues map[string]bool) (sysdb.HandOnParams, func([]sysdb.ClaimedRow, bool), bool) {
 	if qs.dispatcher == nil {
-		return func(bool) {}, nil
+		return sysdb.HandOnParams{}, nil, false
 	}
-	return qs.dispatcher.Transfer(ctx, tx, finished)
+	return qs.dispatcher.HandOn(ctx, queues)
 }
 
 // requeue returns queued runs without a live owner to their queues (with

@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
@@ -32,12 +30,14 @@ type Config struct {
 	// have committed without its wake-up being sent.
 	WakeParentOfFinished func(ctx context.Context, id string)
 	Log                  *slog.Logger
-	// Transfer, if not nil, hands the slots of the runs a finish batch
-	// finished to the next runs of their queues, in the finish's
-	// transaction tx (dispatch.Dispatcher.Transfer): finished counts the
-	// finished runs per queue named by their HandOn. Its after is called
-	// once tx ended. Defaults to nil: no hand-on.
-	Transfer func(ctx context.Context, tx pgx.Tx, finished map[string]int) (after func(committed bool), err error)
+	// HandOn, if not nil, prepares the hand-on of the slots of a finish
+	// batch's runs of queues (those that name one in HandOn) to the next
+	// runs of those queues, in the finish statement
+	// (dispatch.Dispatcher.HandOn): ok false when none qualifies, else
+	// after is called once the statement ended. Defaults to nil: no
+	// hand-on.
+	HandOn func(ctx context.Context, queues map[string]bool) (p sysdb.HandOnParams,
+		after func(claimed []sysdb.ClaimedRow, committed bool), ok bool)
 	// OnBatch, if not nil, is told the size of each batch a flush writes
 	// (1: a write that went alone), with its kind (Starts, Steps or
 	// Finishes). Defaults to nil.
@@ -152,7 +152,7 @@ func (w *Writer) flushFinishes(items []*Item[*sysdb.FinishOneStepsParams]) {
 	if w.cfg.OnBatch != nil {
 		w.cfg.OnBatch(Finishes, len(items))
 	}
-	if w.cfg.Transfer != nil && handsOn(items) && w.finishHandingOn(ctx, items) {
+	if w.cfg.HandOn != nil && handsOn(items) && w.finishHandingOn(ctx, items) {
 		return
 	}
 	if len(items) == 1 {
@@ -199,48 +199,31 @@ func handsOn(items []*Item[*sysdb.FinishOneStepsParams]) bool {
 	return false
 }
 
-// finishHandingOn writes the finishes of items in one transaction with
-// the claim of the next runs of the queues whose slots they free
-// (Config.Transfer), and reports whether it did; on an error it did not,
-// and the caller writes them without a hand-on.
+// finishHandingOn writes the finishes of items with the hand-on of their
+// queue slots (Config.HandOn) in one statement, and reports whether it
+// did; on an error it did not, and the caller writes them without one.
 func (w *Writer) finishHandingOn(ctx context.Context, items []*Item[*sysdb.FinishOneStepsParams]) bool {
+	queues := map[string]bool{}
+	var ids []string
+	for _, it := range items {
+		if it.V.HandOn != "" {
+			queues[it.V.HandOn] = true
+			ids = append(ids, it.V.ID)
+		}
+	}
+	p, after, ok := w.cfg.HandOn(ctx, queues)
+	if !ok {
+		return false
+	}
+	p.IDs = ids
 	runs := make([]*sysdb.FinishOneParams, len(items))
 	var steps []*sysdb.InsertStepParams
 	for i, it := range items {
 		runs[i] = &it.V.FinishOneParams
 		steps = append(steps, it.V.Steps...)
 	}
-	db, ok := w.cfg.DB.(interface {
-		Begin(context.Context) (pgx.Tx, error)
-	})
-	if !ok {
-		return false
-	}
-	var written []bool
-	var watched []string
-	var after func(bool)
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		if steps == nil {
-			written, watched, err = w.cfg.Queries.FinishWorkflows(ctx, tx, runs)
-		} else {
-			written, watched, err = w.cfg.Queries.FinishStepsMany(ctx, tx, sysdb.FinishStepsManyParams{Runs: runs, Steps: steps})
-		}
-		if err != nil {
-			return err
-		}
-		finished := map[string]int{}
-		for i, it := range items {
-			if written[i] && it.V.HandOn != "" {
-				finished[it.V.HandOn]++
-			}
-		}
-		after, err = w.cfg.Transfer(ctx, tx, finished)
-		return err
-	})
-	if after != nil {
-		after(err == nil)
-	}
+	written, watched, claimed, err := w.cfg.Queries.FinishHandOn(ctx, w.cfg.DB, runs, steps, p)
+	after(claimed, err == nil)
 	if err != nil {
 		return false
 	}

@@ -284,12 +284,12 @@ func TestFinishWakesWatchers(t *testing.T) {
 	}
 }
 
-// TestFinishHandsOn: finishes that name their queue (HandOn) are written
-// in one transaction with Config.Transfer, told how many runs of each
-// queue the batch finished (not those it did not: fenced, or of no
-// queue), and see the finishes it wrote; after learns whether the
-// transaction committed. A failing Transfer rolls the finishes back and
-// they are written without it.
+// TestFinishHandsOn: a finish batch with runs that name their queue
+// (HandOn) asks Config.HandOn about those queues, and writes the finishes
+// and the hand-on in one statement, told the runs that may hand on; after
+// learns the runs claimed and that the statement committed. A statement
+// that fails is written again without the hand-on, and after learns that
+// it may not have committed.
 func TestFinishHandsOn(t *testing.T) {
 	ctx, w, pool, schema := testWriter(t)
 	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
@@ -300,17 +300,18 @@ func TestFinishHandsOn(t *testing.T) {
 			FinishOneParams: sysdb.FinishOneParams{ID: id, Epoch: epoch, Status: "success", Output: json.RawMessage("1")},
 			HandOn:          queue}}
 	}
-	var told map[string]int
-	var seen int
-	var committed []bool
-	transferErr := error(nil)
-	w.cfg.Transfer = func(ctx context.Context, tx pgx.Tx, finished map[string]int) (func(bool), error) {
-		told = finished
-		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+
-			" WHERE status = 'success'").Scan(&seen); err != nil {
-			return nil, err
-		}
-		return func(c bool) { committed = append(committed, c) }, transferErr
+	var asked map[string]bool
+	var ended []bool
+	queue := "q"
+	w.cfg.HandOn = func(_ context.Context, queues map[string]bool) (sysdb.HandOnParams, func([]sysdb.ClaimedRow, bool), bool) {
+		asked = queues
+		return sysdb.HandOnParams{Queues: []string{queue}, Running: []int{2}, ExecutorID: "me", AppVersion: "test"},
+			func(claimed []sysdb.ClaimedRow, committed bool) {
+				if len(claimed) != 0 {
+					t.Errorf("claimed %v from a queue that does not exist", claimed)
+				}
+				ended = append(ended, committed)
+			}, true
 	}
 	items := []*Item[*sysdb.FinishOneStepsParams]{finish("a", 1, "q"), finish("b", 1, "q"), finish("c", 9, "q"),
 		finish("d", 1, "r"), finish("e", 1, "")}
@@ -320,24 +321,21 @@ func TestFinishHandsOn(t *testing.T) {
 			t.Errorf("item %d: written %v (%v), want %v", i, it.OK, it.Err, want)
 		}
 	}
-	if told["q"] != 2 || told["r"] != 1 || len(told) != 2 {
-		t.Errorf("Transfer told %v, want q:2 r:1", told)
+	if len(asked) != 2 || !asked["q"] || !asked["r"] {
+		t.Errorf("HandOn asked about %v, want q and r", asked)
 	}
-	if seen != 4 {
-		t.Errorf("Transfer saw %d finished runs in its transaction, want 4", seen)
-	}
-	if len(committed) != 1 || !committed[0] {
-		t.Errorf("after told %v, want [true]", committed)
+	if len(ended) != 1 || !ended[0] {
+		t.Errorf("after told %v, want [true]", ended)
 	}
 
-	told, committed, transferErr = nil, nil, errors.New("transfer failed")
+	asked, ended, queue = nil, nil, "bad\x00name" // refused by the server: the statement fails
 	items = []*Item[*sysdb.FinishOneStepsParams]{finish("f", 1, "q")}
 	w.flushFinishes(items)
 	if !items[0].OK || items[0].Err != nil {
-		t.Errorf("written %v (%v) after a failed transfer, want written without it", items[0].OK, items[0].Err)
+		t.Errorf("written %v (%v) after a failed hand-on, want written without it", items[0].OK, items[0].Err)
 	}
-	if told["q"] != 1 || len(committed) != 1 || committed[0] {
-		t.Errorf("told %v, after %v: want q:1 and [false]", told, committed)
+	if len(ended) != 1 || ended[0] {
+		t.Errorf("after told %v, want [false]", ended)
 	}
 	var status string
 	if err := pool.QueryRow(ctx, "SELECT status FROM "+pgx.Identifier{schema, "workflows"}.Sanitize()+" WHERE id = 'f'").Scan(&status); err != nil || status != "success" {

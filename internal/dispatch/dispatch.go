@@ -302,38 +302,38 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 	return wait, more
 }
 
-// Transfer hands the slots of runs just finished in tx to the next ready
-// runs of their queues, claimed in tx for this executor: finished counts
-// the finished runs per queue. A queue qualifies when the last pass found
-// its limits to be concurrency limits only (the statement checks the live
+// HandOn prepares the hand-on of the slots of a finish batch's runs of
+// queues to the next ready runs of those queues (sysdb's FinishHandOn):
+// it returns the statement's parameters but the runs' IDs, and ok false
+// when no queue qualifies. A queue qualifies when the last pass found its
+// limits to be concurrency limits only (the statement checks the live
 // settings again): the swap leaves its running count as it was, so no
-// dispatch pass has to wait for the finish to see a free slot. after must
-// be called once tx ended: committed, it launches the claimed runs as a
-// pass would; else it marks the database trouble (the claim may have
-// committed unseen).
-func (d *Dispatcher) Transfer(ctx context.Context, tx sysdb.DBTX, finished map[string]int) (after func(committed bool), err error) {
-	p := sysdb.TransferParams{ExecutorID: d.cfg.ExecutorID, AppVersion: d.cfg.AppVersion, Workflows: d.cfg.Workflows}
-	for name, n := range finished {
-		if q := d.byName[name]; q != nil && q.HandsOn() && n > 0 {
+// dispatch pass has to see a free slot. after must be called once the
+// statement ended: committed, it launches the claimed runs as a pass
+// would, holding their slots; else it marks the database trouble (the
+// statement may have committed unseen).
+func (d *Dispatcher) HandOn(ctx context.Context, queues map[string]bool) (p sysdb.HandOnParams,
+	after func(claimed []sysdb.ClaimedRow, committed bool), ok bool) {
+	p = sysdb.HandOnParams{ExecutorID: d.cfg.ExecutorID, AppVersion: d.cfg.AppVersion, Workflows: d.cfg.Workflows}
+	for name := range queues {
+		if q := d.byName[name]; q != nil && q.HandsOn() {
 			p.Queues = append(p.Queues, name)
-			p.Finished = append(p.Finished, n)
-			p.Executing = append(p.Executing, max(q.Running()-n, 0))
+			p.Running = append(p.Running, q.Running())
 		}
 	}
 	if p.Queues == nil {
-		return func(bool) {}, nil
+		return p, nil, false
 	}
 	d.handOns.RLock()
 	if d.stopped {
 		d.handOns.RUnlock()
-		return func(bool) {}, nil
+		return p, nil, false
 	}
 	done := d.cfg.Launching()
-	got, err := d.cfg.Queries.Transfer(ctx, tx, p)
-	return func(committed bool) {
+	return p, func(got []sysdb.ClaimedRow, committed bool) {
 		defer d.handOns.RUnlock()
 		defer done()
-		if !committed || err != nil {
+		if !committed {
 			d.cfg.DBTrouble()
 			return
 		}
@@ -353,5 +353,5 @@ func (d *Dispatcher) Transfer(ctx context.Context, tx sysdb.DBTX, finished map[s
 				}
 			}
 		}
-	}, err
+	}, true
 }

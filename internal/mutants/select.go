@@ -126,8 +126,8 @@ func init() {
 			Name:      "select/batch-finish-reports-watched",
 			Mechanism: "a batch finish reports the runs a waiter watches, whose watchers its writer then wakes",
 			Edits: []Edit{{File: "internal/sysdb/core_runs.go",
-				Find:    "\t\tif ok && w {\n",
-				Replace: "\t\tif ok && w && false {\n"}},
+				Find:    "\tif ok && w {\n",
+				Replace: "\tif ok && w && false {\n"}},
 			Pkg: "internal/commit", Tests: "^TestFinishWakesWatchers$",
 		},
 		Mutant{

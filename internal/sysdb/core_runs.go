@@ -285,6 +285,63 @@ func (q *Queries) FinishStepsMany(ctx context.Context, db DBTX, p FinishStepsMan
 	return f.finished(rows, err)
 }
 
+// HandOnParams hand the slots of the runs a batch finish finishes to the
+// next ready runs of their queues, claimed for executor ExecutorID.
+type HandOnParams struct {
+	IDs     []string // the runs of the batch whose slots may be handed on
+	Queues  []string
+	Running []int // per queue: its runs executing here, the finishing ones included
+	// ExecutorID and AppVersion are the claiming executor's; it runs
+	// Workflows.
+	ExecutorID, AppVersion string
+	Workflows              []string
+}
+
+// FinishHandOn is FinishWorkflows (FinishStepsMany with steps) that also,
+// in the same statement, claims for each queue of h as many of its next
+// ready runs as the runs of h.IDs it finished, within what the queue's
+// limits leave (see handOnQueue; a queue that does not qualify gets
+// none). The claimed runs are the executor's once the statement commits.
+func (q *Queries) FinishHandOn(ctx context.Context, db DBTX, runs []*FinishOneParams, steps []*InsertStepParams,
+	h HandOnParams) (finished []bool, watched []string, claimed []ClaimedRow, err error) {
+	f := newFinishColumns(runs)
+	hand := []any{h.IDs, h.Queues, h.Running, h.ExecutorID, h.AppVersion, h.Workflows}
+	var rows pgx.Rows
+	if steps == nil {
+		rows, err = db.Query(ctx, q.finishHandOn, append([]any{oneShotPlan, f.ids, f.epochs, f.statuses, f.outputs, f.errs}, hand...)...)
+	} else {
+		var c stepColumns
+		c.make(len(steps))
+		for _, s := range steps {
+			c.add(s)
+		}
+		rows, err = db.Query(ctx, q.finishStepsHandOn, append([]any{oneShotPlan, f.ids, f.epochs, f.statuses, f.outputs, f.errs,
+			c.ids, c.pos, c.names, c.statuses, c.outputs, c.errs, c.attempts, c.started}, hand...)...)
+	}
+	var id, ignored, cid *string // id is NULL on a claimed run's row, cid on the others
+	var w bool
+	var c ClaimedRow
+	dest := append([]any{&id, &ignored, &w}, c.dest()...)
+	dest[3] = &cid
+	finished, err = markWritten(rows, err, len(f.ids), func(rows pgx.Rows) (int, error) {
+		if err := rows.Scan(dest...); err != nil {
+			return -1, err
+		}
+		if id == nil { // a run claimed
+			if cid != nil {
+				c.ID = *cid
+				claimed = append(claimed, c)
+			}
+			return -1, nil
+		}
+		return f.at(*id, w, &watched), nil
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return finished, watched, claimed, nil
+}
+
 // oneShotPlan makes Postgres plan a statement at each execution, for the
 // table as it is then. The batch statements that update runs by
 // "id = ANY(...)" (the batch finish, the queue's and recovery's claims)
@@ -318,6 +375,19 @@ func newFinishColumns(runs []*FinishOneParams) *finishColumns {
 	return f
 }
 
+// at returns the index in the batch of the run of a finish's row (-1: a
+// parent's row) and adds it to watched if a waiter watches it.
+func (f *finishColumns) at(id string, w bool, watched *[]string) int {
+	i, ok := f.index[id]
+	if ok && w {
+		*watched = append(*watched, id)
+	}
+	if !ok {
+		return -1
+	}
+	return i
+}
+
 // finished reads the rows of a batch finish: one per run finished (its ID,
 // its notification and whether a waiter watches it), then one per parent
 // woken (an empty ID). watched are the runs finished that a waiter
@@ -328,14 +398,7 @@ func (f *finishColumns) finished(rows pgx.Rows, err error) (finished []bool, wat
 	var w bool
 	finished, err = markWritten(rows, err, len(f.ids), func(rows pgx.Rows) (int, error) {
 		err := rows.Scan(&id, &ignored, &w)
-		i, ok := f.index[id]
-		if !ok {
-			i = -1
-		}
-		if ok && w {
-			watched = append(watched, id)
-		}
-		return i, err
+		return f.at(id, w, &watched), err
 	})
 	if err != nil {
 		return nil, nil, err

@@ -3,6 +3,7 @@ package sysdb
 import (
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -73,9 +74,11 @@ type Queries struct {
 	insertWorkflows string
 	finishWorkflows string
 	finishStepsMany string
-	insertStepTx    string
-	completeIntent  string
-	listen          string
+	// The two above with the hand-on of the finished runs' queue slots.
+	finishHandOn, finishStepsHandOn string
+	insertStepTx                    string
+	completeIntent                  string
+	listen                          string
 }
 
 // New renders all statements for schema. With notify false
@@ -279,7 +282,8 @@ RETURNING workflow_id, pos`),
 		// FinishOne for many runs at once (group commit), waking parked
 		// parents and notifying in the same statement. See finishMany.
 		// $1 ids, $2 epochs, $3 statuses, $4 outputs, $5 errors.
-		finishWorkflows: r(finishMany(n, false)),
+		finishWorkflows: r(finishMany(n, false, false)),
+		finishHandOn:    r(finishMany(n, false, true)),
 
 		// FinishWorkflows that also records the runs' last step checkpoints
 		// (deferred to the finish, see pending.go in the engine) for the runs
@@ -287,7 +291,8 @@ RETURNING workflow_id, pos`),
 		// $1-$5 as FinishWorkflows; $6 the steps' workflow_ids, $7 positions,
 		// $8 names, $9 statuses, $10 outputs, $11 errors, $12 attempts,
 		// $13 started_at.
-		finishStepsMany: r(finishMany(n, true)),
+		finishStepsMany:   r(finishMany(n, true, false)),
+		finishStepsHandOn: r(finishMany(n, true, true)),
 
 		// InsertStep for a transaction step: instead of touching no row it
 		// raises SQLSTATE DU001, which aborts the transaction (see
@@ -330,7 +335,12 @@ const parkedOnChild = `executor_id IS NULL AND coalesce(wait_topic = 'child:' ||
 // either way. A parent the batch finishes too is left as upd wrote it: upd
 // runs first (parked reads its rows), and a row a statement already
 // updated is skipped by its later locks and updates.
-func finishMany(n func(payload string) string, withSteps bool) string {
+//
+// With handOn, the statement also hands the slots of the runs it finished
+// to the next ready runs of their queues (FinishHandOn). Its CTEs read
+// the table as it was before the statement: the runs it finishes still
+// count as running there, so each queue's count subtracts them.
+func finishMany(n func(payload string) string, withSteps, handOn bool) string {
 	steps := ""
 	if withSteps {
 		steps = `
@@ -340,7 +350,7 @@ ins AS (
 		AS s(workflow_id, pos, name, status, output, error, attempts, started_at)
 	WHERE s.workflow_id IN (SELECT id FROM upd)),`
 	}
-	return `WITH u AS (
+	q := `WITH u AS (
 	SELECT u.* FROM unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[]) AS u(id, epoch, status, output, error)
 	ORDER BY u.id),
 mine AS (
@@ -349,7 +359,7 @@ mine AS (
 upd AS (
 	UPDATE {{schema}}.workflows w SET status = mine.status, output = mine.output, error = mine.error, updated_at = now()
 	FROM mine WHERE w.id = mine.id AND w.id = ANY(ARRAY(SELECT id FROM mine))
-	RETURNING w.id, w.notify, w.parent_id),` + steps + `
+	RETURNING w.id, w.notify, w.parent_id, w.queue_name),` + steps + `
 parked AS (
 	SELECT p.id, p.executor_id IS NULL AND coalesce(p.wait_topic = ANY(k.keys) OR p.wait_any && k.keys, false) AS wake
 	FROM (SELECT parent_id, array_agg('child:' || id) AS keys FROM upd
@@ -361,8 +371,43 @@ parents AS (
 	UPDATE {{schema}}.workflows p SET wake_at = CASE WHEN parked.wake THEN now() ELSE p.wake_at END,
 		nudged = CASE WHEN p.executor_id IS NOT NULL THEN true ELSE p.nudged END
 	FROM parked WHERE p.id = parked.id
-	RETURNING p.id, parked.wake)
+	RETURNING p.id, parked.wake)`
+	if !handOn {
+		return q + `
 SELECT id, (CASE WHEN notify THEN ` + n(`'d:' || id`) + ` END)::text, notify FROM upd
 UNION ALL
 SELECT '', ` + n(`'n:' || id`) + `::text, false FROM parents WHERE wake`
+	}
+	k := 6 // the hand-on's parameters follow the others
+	if withSteps {
+		k = 14
+	}
+	p := func(i int) string { return "$" + strconv.Itoa(k+i) }
+	// The finish's rows carry empty claim columns: a NULL ID, and zero
+	// values where a claimed run has a value.
+	none := `, NULL::text, ''::text, NULL::json, 0::bigint, 0::int, NULL::timestamptz, NULL::text, NULL::text, NULL::interval, false`
+	return q + `,
+fin AS (
+	SELECT queue_name AS queue, count(*)::int AS finished FROM upd
+	WHERE id = ANY(` + p(0) + `::text[]) AND queue_name IS NOT NULL GROUP BY queue_name),
+handon AS (
+	UPDATE {{schema}}.workflows w
+	` + claimSet(p(3), p(4), "false") + `
+	WHERE w.id = ANY(ARRAY(SELECT c.id
+		FROM fin JOIN unnest(` + p(1) + `::text[], ` + p(2) + `::int[]) AS t(queue, here) ON t.queue = fin.queue
+		JOIN {{schema}}.queues q ON q.name = fin.queue AND ` + handOnQueue + `
+		CROSS JOIN LATERAL (SELECT least(fin.finished,
+			CASE WHEN q.global_concurrency > 0 THEN q.global_concurrency - ((` + running("q.name") + `) - fin.finished) ELSE fin.finished END,
+			CASE WHEN q.worker_concurrency > 0 THEN q.worker_concurrency - (t.here - fin.finished) ELSE fin.finished END) AS n) k
+		CROSS JOIN LATERAL (SELECT id FROM {{schema}}.workflows
+			WHERE queue_name = q.name AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
+				AND name = ANY(` + p(5) + `::text[]) AND (epoch = 0 OR app_version = ` + p(4) + `)
+			ORDER BY priority, created_at, id LIMIT greatest(k.n, 0) FOR UPDATE SKIP LOCKED) c))
+	RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
+		clock_timestamp() - w.created_at, w.cancel_requested IS TRUE)
+SELECT id, (CASE WHEN notify THEN ` + n(`'d:' || id`) + ` END)::text, notify` + none + ` FROM upd
+UNION ALL
+SELECT '', ` + n(`'n:' || id`) + `::text, false` + none + ` FROM parents WHERE wake
+UNION ALL
+SELECT NULL, NULL, false, h.* FROM handon h`
 }

@@ -19,7 +19,6 @@ type QueueQueries struct {
 	counts      string
 	claimSimple string
 	claimIDs    string
-	transfer    string
 	requeue     string
 	release     string
 	ownStopping string
@@ -41,6 +40,17 @@ func claimSet(exec, version, rated string) string {
 	app_version = ` + version + `, recovery_attempts = w.recovery_attempts + CASE WHEN w.epoch = 0 OR w.wake_at IS NOT NULL THEN 0 ELSE 1 END,
 	wake_at = NULL, wait_topic = NULL, wait_any = NULL`
 }
+
+// handOnQueue is the condition on a queue (q) whose finishing runs may
+// hand their slots to its next runs (FinishHandOn): its limits are a
+// global or per-executor concurrency only, and it is not paused. The
+// running count is unchanged by such a swap, so a concurrent dispatch
+// pass (whose counts see both halves or neither) cannot overfill it.
+// Rates, limits per key and fair sharing go through the pass.
+const handOnQueue = `NOT q.paused AND q.rate_limit = 0 AND NOT q.fair_share
+			AND q.partition_concurrency = 0 AND q.partition_rate_limit = 0
+			AND (q.global_concurrency > 0 OR q.worker_concurrency > 0)
+			AND NOT EXISTS (SELECT 1 FROM {{schema}}.queue_partitions p WHERE p.queue_name = q.name)`
 
 // running counts the runs of the queue named by the SQL expression name
 // that hold a slot: pending ones and stopping ones, each from its own
@@ -158,36 +168,6 @@ RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.que
 		claimIDs: r(`UPDATE {{schema}}.workflows w
 ` + claimSet("$2", "$3", "$4::bool") + `
 WHERE w.id = ANY($1::text[]) AND w.status = 'enqueued'
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at, w.cancel_requested IS TRUE`),
-
-		// Hands the slots of runs just finished (in this transaction) to
-		// the next ready runs of their queues, for executor $4: per queue
-		// $1, at most $2 runs (those finished), and no more than its limits
-		// leave now ($3: the runs of the queue still executing here). Only
-		// a queue whose limits are a global or per-executor concurrency
-		// qualifies, not paused: its running count is unchanged by the
-		// swap, so a concurrent dispatch pass (whose counts see either
-		// both halves or neither) cannot overfill it; a lowered limit takes
-		// only what it leaves. Rates, partition limits and fair share go
-		// through the dispatch pass. Columns as claimSimple.
-		// $1 queues, $2 finished, $3 executing here, $4 executor,
-		// $5 app_version, $6 names.
-		transfer: r(`UPDATE {{schema}}.workflows w
-` + claimSet("$4", "$5", "false") + `
-WHERE w.id = ANY(ARRAY(SELECT c.id
-	FROM unnest($1::text[], $2::int[], $3::int[]) AS t(queue, finished, here)
-	JOIN {{schema}}.queues q ON q.name = t.queue AND NOT q.paused AND q.rate_limit = 0 AND NOT q.fair_share
-		AND q.partition_concurrency = 0 AND q.partition_rate_limit = 0
-		AND (q.global_concurrency > 0 OR q.worker_concurrency > 0)
-		AND NOT EXISTS (SELECT 1 FROM {{schema}}.queue_partitions p WHERE p.queue_name = q.name)
-	CROSS JOIN LATERAL (SELECT least(t.finished,
-		CASE WHEN q.global_concurrency > 0 THEN q.global_concurrency - (` + running("q.name") + `) ELSE t.finished END,
-		CASE WHEN q.worker_concurrency > 0 THEN q.worker_concurrency - t.here ELSE t.finished END) AS n) k
-	CROSS JOIN LATERAL (SELECT id FROM {{schema}}.workflows
-		WHERE queue_name = q.name AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
-			AND name = ANY($6::text[]) AND (epoch = 0 OR app_version = $5)
-		ORDER BY priority, created_at, id LIMIT greatest(k.n, 0) FOR UPDATE SKIP LOCKED) c))
 RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
 	clock_timestamp() - w.created_at, w.cancel_requested IS TRUE`),
 
@@ -490,26 +470,6 @@ type ClaimIDsParams struct {
 // p.ExecutorID.
 func (q *QueueQueries) ClaimIDs(ctx context.Context, tx DBTX, p ClaimIDsParams) ([]ClaimedRow, error) {
 	return collectClaimed(tx.Query(ctx, q.claimIDs, oneShotPlan, p.IDs, p.ExecutorID, p.AppVersion, p.Rated))
-}
-
-// TransferParams hand the slots of runs just finished to the next runs of
-// their queues.
-type TransferParams struct {
-	Queues     []string
-	Finished   []int // per queue: its runs finished
-	Executing  []int // per queue: its runs still executing here
-	ExecutorID string
-	AppVersion string
-	Workflows  []string // the workflows the executor runs
-}
-
-// Transfer claims, in the transaction of a finish, the next ready runs of
-// the queues of p for executor p.ExecutorID: per queue at most the runs
-// it finished, within its limits (see the statement). It claims nothing
-// of a queue whose limits are not only concurrency ones.
-func (q *QueueQueries) Transfer(ctx context.Context, tx DBTX, p TransferParams) ([]ClaimedRow, error) {
-	return collectClaimed(tx.Query(ctx, q.transfer, oneShotPlan, p.Queues, p.Finished, p.Executing, p.ExecutorID,
-		p.AppVersion, p.Workflows))
 }
 
 // RequeueParams say whose queued runs go back to their queue.

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,39 +12,62 @@ import (
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
-// handOn finishes the runs ids (owned here) and hands their slots on in
-// one transaction, as the engine's finish does, committing it if commit;
-// it returns what the transfer claimed in the transaction.
-func (f *fix) handOn(commit bool, ids ...string) []string {
+// handOn finishes the runs finish (claimed here at epoch 1) and hands
+// their slots on in one statement, as the engine's batch finish does, in
+// a transaction it commits if commit; it returns the runs claimed.
+func (f *fix) handOn(commit bool, finish ...string) []string {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second) // a wait for a lock ends
-	defer cancel()
-	tx, err := f.pool.Begin(ctx)
-	require.NoError(f.t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	tag, err := tx.Exec(ctx, sysdb.Render(`UPDATE {{schema}}.workflows SET status = 'success'
-		WHERE id = ANY($1) AND status = 'pending'`, f.schema), ids)
-	require.NoError(f.t, err)
-	require.EqualValues(f.t, len(ids), tag.RowsAffected())
-	after, err := f.d.Transfer(ctx, tx, map[string]int{"q": len(ids)})
-	require.NoError(f.t, err)
-	var claimed []string
-	rows, err := tx.Query(ctx, sysdb.Render(`SELECT id FROM {{schema}}.workflows
-		WHERE status = 'pending' AND updated_at = now() ORDER BY id`, f.schema))
-	require.NoError(f.t, err)
-	claimed, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(f.t, err)
-	if commit {
-		require.NoError(f.t, tx.Commit(ctx))
-	} else {
-		require.NoError(f.t, tx.Rollback(ctx))
+	var runs []*sysdb.FinishOneParams
+	for _, id := range finish {
+		runs = append(runs, &sysdb.FinishOneParams{ID: id, Epoch: 1, Status: "success"})
 	}
-	after(commit)
+	written, claimed := f.handOnRuns(commit, runs, finish)
+	for i, w := range written {
+		require.True(f.t, w, finish[i])
+	}
 	return claimed
 }
 
-// running returns the runs of the queue that hold a slot.
-func (f *fix) running() []string {
+// handOnRuns is handOn with the finishes runs, of which the runs named may
+// hand their slots on; it returns which runs it finished, and the runs
+// claimed.
+func (f *fix) handOnRuns(commit bool, runs []*sysdb.FinishOneParams, named []string) (written []bool, claimed []string) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second) // a wait for a lock ends
+	defer cancel()
+	p, after, ok := f.d.HandOn(ctx, map[string]bool{"q": true})
+	if !ok {
+		return nil, nil
+	}
+	p.IDs = named
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(f.t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	written, _, got, err := sysdb.New(f.schema, false).FinishHandOn(ctx, tx, runs, nil, p)
+	if err == nil && commit {
+		err = tx.Commit(ctx)
+	}
+	after(got, err == nil && commit) // before any check: it ends the hand-on, which Stop waits for
+	require.NoError(f.t, err)
+	claimed = ids(got)
+	slices.Sort(claimed)
+	return written, claimed
+}
+
+// running returns a started fix of a queue with settings s and n runs,
+// whose first pass claimed and launched the first k.
+func running(t *testing.T, s sysdb.QueueSettings, n, k int) *fix {
+	t.Helper()
+	f := newFix(t, s)
+	f.enqueue(n)
+	f.start()
+	require.Equal(t, k, f.pass().Claimed)
+	require.Len(t, f.launch(), k)
+	return f
+}
+
+// pending returns the runs of the queue that hold a slot.
+func (f *fix) pending() []string {
 	f.t.Helper()
 	rows, err := f.pool.Query(f.ctx, sysdb.Render(`SELECT id FROM {{schema}}.workflows
 		WHERE status = 'pending' ORDER BY id`, f.schema))
@@ -53,13 +77,13 @@ func (f *fix) running() []string {
 	return ids
 }
 
-// TestTransfer: a finish hands its run's slot to the queue's next ready
+// TestHandOn: a finish hands its run's slot to the queue's next ready
 // run in its own transaction, launched as a pass's claim is, when the
 // queue's limits are concurrency limits only; never beyond what those
 // limits leave (a limit lowered meanwhile, the runs of other executors),
 // and never for a paused queue or one with a rate, partition or fair
 // dispatch, which go through the pass.
-func TestTransfer(t *testing.T) {
+func TestHandOn(t *testing.T) {
 	t.Run("global", func(t *testing.T) {
 		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 2})
 		f.enqueue(5)
@@ -73,7 +97,7 @@ func TestTransfer(t *testing.T) {
 		require.Equal(t, []string{"r0002"}, ids(got), "launched after the commit")
 		require.Equal(t, int64(1), got[0].Epoch)
 		require.Equal(t, 3, f.q.Running(), "taken here; the finished run's release gives its own back")
-		require.Equal(t, []string{"r0001", "r0002"}, f.running())
+		require.Equal(t, []string{"r0001", "r0002"}, f.pending())
 		require.Zero(t, f.trouble.Load())
 
 		// Another executor's run takes a slot: two finishes hand on one.
@@ -82,24 +106,34 @@ func TestTransfer(t *testing.T) {
 		require.Equal(t, []string{"r0003"}, f.handOn(true, "r0001", "r0002"))
 		require.Equal(t, []string{"r0003"}, ids(f.launch()))
 	})
-	t.Run("lowered", func(t *testing.T) {
-		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 3})
-		f.enqueue(6)
-		f.start()
-		require.Equal(t, 3, f.pass().Claimed)
+	t.Run("finished-only", func(t *testing.T) {
+		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 2}, 6, 2)
+		written, claimed := f.handOnRuns(true, []*sysdb.FinishOneParams{
+			{ID: "r0000", Epoch: 9, Status: "success"}, // fenced: not finished
+			{ID: "r0001", Epoch: 1, Status: "success"},
+		}, []string{"r0000", "r0001"})
+		require.Equal(t, []bool{false, true}, written)
+		require.Equal(t, []string{"r0002"}, claimed, "only the run finished hands its slot on")
 		f.launch()
+		// A run finished but not named (its queue did not hand on when it
+		// ended) frees its slot for the pass.
+		written, claimed = f.handOnRuns(true, []*sysdb.FinishOneParams{
+			{ID: "r0000", Epoch: 1, Status: "success"},
+			{ID: "r0002", Epoch: 1, Status: "success"},
+		}, []string{"r0002"})
+		require.Equal(t, []bool{true, true}, written)
+		require.Equal(t, []string{"r0003"}, claimed)
+	})
+	t.Run("lowered", func(t *testing.T) {
+		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 3}, 6, 3)
 		f.exec(`UPDATE {{schema}}.queues SET global_concurrency = 1`)
 		require.Empty(t, f.handOn(true, "r0000"), "2 still run: over the new limit")
 		require.Empty(t, f.handOn(true, "r0001"), "1 still runs: the new limit is full")
 		require.Equal(t, []string{"r0003"}, f.handOn(true, "r0002"))
-		require.Equal(t, []string{"r0003"}, f.running())
+		require.Equal(t, []string{"r0003"}, f.pending())
 	})
 	t.Run("worker", func(t *testing.T) {
-		f := newFix(t, sysdb.QueueSettings{WorkerConcurrency: 2})
-		f.enqueue(5)
-		f.start()
-		require.Equal(t, 2, f.pass().Claimed)
-		f.launch()
+		f := running(t, sysdb.QueueSettings{WorkerConcurrency: 2}, 5, 2)
 		require.True(t, f.q.HandsOn())
 		require.Equal(t, []string{"r0002"}, f.handOn(true, "r0000"))
 		f.launch()
@@ -113,26 +147,18 @@ func TestTransfer(t *testing.T) {
 		require.Equal(t, Pass{Queue: "q", Wait: never}, f.pass(), "woken; and r0002 fills the new limit")
 	})
 	t.Run("stopped", func(t *testing.T) {
-		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
-		f.enqueue(3)
-		f.start()
-		require.Equal(t, 1, f.pass().Claimed)
-		f.launch()
+		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 1}, 3, 1)
 		require.NoError(t, f.d.Stop(f.ctx))
 		require.Empty(t, f.handOn(true, "r0000"), "a stopped dispatcher launches no run, by pass or hand-on")
 		require.NoError(t, f.d.Start(f.ctx))
 	})
 	t.Run("uncommitted", func(t *testing.T) {
-		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
-		f.enqueue(3)
-		f.start()
-		require.Equal(t, 1, f.pass().Claimed)
-		f.launch()
+		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 1}, 3, 1)
 		require.Equal(t, []string{"r0001"}, f.handOn(false, "r0000"))
 		require.Equal(t, int32(1), f.trouble.Load(), "a claim that may have committed unseen is trouble")
 		require.Empty(t, f.launched, "nothing launched")
 		require.Equal(t, 1, f.q.Running())
-		require.Equal(t, []string{"r0000"}, f.running())
+		require.Equal(t, []string{"r0000"}, f.pending())
 	})
 	for _, c := range []struct {
 		name, set string
@@ -144,11 +170,7 @@ func TestTransfer(t *testing.T) {
 		{"fair", `fair_share = true`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
-			f.enqueue(3)
-			f.start()
-			require.Equal(t, 1, f.pass().Claimed)
-			f.launch()
+			f := running(t, sysdb.QueueSettings{GlobalConcurrency: 1}, 3, 1)
 			require.Zero(t, f.pass().Claimed) // the queue is full
 			// Set behind the passes' back: the statement reads the live
 			// settings.
@@ -160,20 +182,12 @@ func TestTransfer(t *testing.T) {
 		})
 	}
 	t.Run("partition-limits", func(t *testing.T) {
-		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
-		f.enqueue(3)
-		f.start()
-		require.Equal(t, 1, f.pass().Claimed)
-		f.launch()
+		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 1}, 3, 1)
 		f.exec(`INSERT INTO {{schema}}.queue_partitions (queue_name, partition_key, concurrency) VALUES ('q', 'k', 1)`)
 		require.Empty(t, f.handOn(true, "r0000"))
 	})
 	t.Run("locked", func(t *testing.T) {
-		f := newFix(t, sysdb.QueueSettings{GlobalConcurrency: 1})
-		f.enqueue(3)
-		f.start()
-		require.Equal(t, 1, f.pass().Claimed)
-		f.launch()
+		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 1}, 3, 1)
 		lock, err := f.pool.Begin(f.ctx)
 		require.NoError(t, err)
 		defer func() { _ = lock.Rollback(context.Background()) }()
