@@ -92,9 +92,9 @@ func (qs *queueSet) newDispatcher() *dispatch.Dispatcher {
 
 // handOn prepares the hand-on of a finish batch's queue slots
 // (dispatch.Dispatcher.HandOn).
-func (qs *queueSet) handOn(ctx context.Context, queues map[string]bool) (sysdb.HandOnParams, func([]sysdb.ClaimedRow, bool), bool) {
+func (qs *queueSet) handOn(ctx context.Context, queues map[string]bool) (context.Context, sysdb.HandOnParams, func([]sysdb.ClaimedRow, bool), bool) {
 	if qs.dispatcher == nil {
-		return sysdb.HandOnParams{}, nil, false
+		return ctx, sysdb.HandOnParams{}, nil, false
 	}
 	return qs.dispatcher.HandOn(ctx, queues)
 }

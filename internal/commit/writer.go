@@ -34,9 +34,9 @@ type Config struct {
 	// batch's runs of queues (those that name one in HandOn) to the next
 	// runs of those queues, in the finish statement
 	// (dispatch.Dispatcher.HandOn): ok false when none qualifies, else
-	// after is called once the statement ended. Defaults to nil: no
-	// hand-on.
-	HandOn func(ctx context.Context, queues map[string]bool) (p sysdb.HandOnParams,
+	// the statement runs in stmtCtx and after is called once it ended.
+	// Defaults to nil: no hand-on.
+	HandOn func(ctx context.Context, queues map[string]bool) (stmtCtx context.Context, p sysdb.HandOnParams,
 		after func(claimed []sysdb.ClaimedRow, committed bool), ok bool)
 	// OnBatch, if not nil, is told the size of each batch a flush writes
 	// (1: a write that went alone), with its kind (Starts, Steps or
@@ -211,7 +211,7 @@ func (w *Writer) finishHandingOn(ctx context.Context, items []*Item[*sysdb.Finis
 			ids = append(ids, it.V.ID)
 		}
 	}
-	p, after, ok := w.cfg.HandOn(ctx, queues)
+	stmtCtx, p, after, ok := w.cfg.HandOn(ctx, queues)
 	if !ok {
 		return false
 	}
@@ -222,7 +222,7 @@ func (w *Writer) finishHandingOn(ctx context.Context, items []*Item[*sysdb.Finis
 		runs[i] = &it.V.FinishOneParams
 		steps = append(steps, it.V.Steps...)
 	}
-	written, watched, claimed, err := w.cfg.Queries.FinishHandOn(ctx, w.cfg.DB, runs, steps, p)
+	written, watched, claimed, err := w.cfg.Queries.FinishHandOn(stmtCtx, w.cfg.DB, runs, steps, p)
 	after(claimed, err == nil)
 	if err != nil {
 		return false

@@ -303,9 +303,9 @@ func TestFinishHandsOn(t *testing.T) {
 	var asked map[string]bool
 	var ended []bool
 	queue := "q"
-	w.cfg.HandOn = func(_ context.Context, queues map[string]bool) (sysdb.HandOnParams, func([]sysdb.ClaimedRow, bool), bool) {
+	w.cfg.HandOn = func(ctx context.Context, queues map[string]bool) (context.Context, sysdb.HandOnParams, func([]sysdb.ClaimedRow, bool), bool) {
 		asked = queues
-		return sysdb.HandOnParams{Queues: []string{queue}, Running: []int{2}, ExecutorID: "me", AppVersion: "test"},
+		return ctx, sysdb.HandOnParams{Queues: []string{queue}, Running: []int{2}, ExecutorID: "me", AppVersion: "test"},
 			func(claimed []sysdb.ClaimedRow, committed bool) {
 				if len(claimed) != 0 {
 					t.Errorf("claimed %v from a queue that does not exist", claimed)

@@ -81,11 +81,16 @@ type Dispatcher struct {
 	byName  map[string]*Queue
 	signals Signals
 
-	// handOns is held (read) by each Transfer from its claim until its
-	// runs are launched, and (write) by Stop to set stopped: no hand-on
-	// launches runs once Stop returned, as no pass does.
-	handOns sync.RWMutex
-	stopped bool // not started, or stopped: Transfer claims nothing
+	// handOns is held (read) by each hand-on (HandOn) from its claim
+	// until its runs are launched, and (write) by Stop to set stopped: no
+	// hand-on launches runs once Stop returned, as no pass does. Stop
+	// first cancels handOnCtx, which ends the statements of the hand-ons
+	// in flight (their finishes are then written without one), so it
+	// never waits for a statement stuck in an outage.
+	handOns       sync.RWMutex
+	stopped       bool // not started, or stopped: HandOn claims nothing
+	handOnCtx     context.Context
+	cancelHandOns context.CancelFunc
 }
 
 // Signals tell tests what a Dispatcher did.
@@ -128,6 +133,7 @@ func New(cfg Config) *Dispatcher {
 func (d *Dispatcher) Start(ctx context.Context) error {
 	d.handOns.Lock()
 	d.stopped = false
+	d.handOnCtx, d.cancelHandOns = context.WithCancel(context.Background())
 	d.handOns.Unlock()
 	return d.StartLoop(ctx, func(ctx context.Context) {
 		var wg sync.WaitGroup
@@ -140,9 +146,14 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 
 // Stop stops every loop and waits for them to end: a pass in flight is
 // cancelled, and its claimed runs, if any, are handed to Launch first. A
-// hand-on in flight (Transfer) launches its runs before Stop returns;
-// later ones claim nothing.
+// hand-on in flight (HandOn) is cancelled, or launches its runs before
+// Stop returns; later ones claim nothing.
 func (d *Dispatcher) Stop(ctx context.Context) error {
+	d.handOns.RLock()
+	if d.cancelHandOns != nil {
+		d.cancelHandOns()
+	}
+	d.handOns.RUnlock()
 	err := d.Loop.Stop(ctx)
 	d.handOns.Lock()
 	d.stopped = true
@@ -304,7 +315,8 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 
 // HandOn prepares the hand-on of the slots of a finish batch's runs of
 // queues to the next ready runs of those queues (sysdb's FinishHandOn):
-// it returns the statement's parameters but the runs' IDs, and ok false
+// it returns the statement's parameters but the runs' IDs, the context
+// to run the statement in (ctx, also cancelled by Stop), and ok false
 // when no queue qualifies. A queue qualifies when the last pass found its
 // limits to be concurrency limits only (the statement checks the live
 // settings again): the swap leaves its running count as it was, so no
@@ -312,7 +324,7 @@ func (d *Dispatcher) pass(ctx context.Context, q *Queue, batch int) (wait time.D
 // statement ended: committed, it launches the claimed runs as a pass
 // would, holding their slots; else it marks the database trouble (the
 // statement may have committed unseen).
-func (d *Dispatcher) HandOn(ctx context.Context, queues map[string]bool) (p sysdb.HandOnParams,
+func (d *Dispatcher) HandOn(ctx context.Context, queues map[string]bool) (stmtCtx context.Context, p sysdb.HandOnParams,
 	after func(claimed []sysdb.ClaimedRow, committed bool), ok bool) {
 	p = sysdb.HandOnParams{ExecutorID: d.cfg.ExecutorID, AppVersion: d.cfg.AppVersion, Workflows: d.cfg.Workflows}
 	for name := range queues {
@@ -322,15 +334,19 @@ func (d *Dispatcher) HandOn(ctx context.Context, queues map[string]bool) (p sysd
 		}
 	}
 	if p.Queues == nil {
-		return p, nil, false
+		return ctx, p, nil, false
 	}
 	d.handOns.RLock()
 	if d.stopped {
 		d.handOns.RUnlock()
-		return p, nil, false
+		return ctx, p, nil, false
 	}
 	done := d.cfg.Launching()
-	return p, func(got []sysdb.ClaimedRow, committed bool) {
+	stmtCtx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(d.handOnCtx, cancel)
+	return stmtCtx, p, func(got []sysdb.ClaimedRow, committed bool) {
+		unhook()
+		cancel()
 		defer d.handOns.RUnlock()
 		defer done()
 		if !committed {

@@ -35,7 +35,7 @@ func (f *fix) handOnRuns(commit bool, runs []*sysdb.FinishOneParams, named []str
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second) // a wait for a lock ends
 	defer cancel()
-	p, after, ok := f.d.HandOn(ctx, map[string]bool{"q": true})
+	stmtCtx, p, after, ok := f.d.HandOn(ctx, map[string]bool{"q": true})
 	if !ok {
 		return nil, nil
 	}
@@ -43,7 +43,7 @@ func (f *fix) handOnRuns(commit bool, runs []*sysdb.FinishOneParams, named []str
 	tx, err := f.pool.Begin(ctx)
 	require.NoError(f.t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	written, _, got, err := sysdb.New(f.schema, false).FinishHandOn(ctx, tx, runs, nil, p)
+	written, _, got, err := sysdb.New(f.schema, false).FinishHandOn(stmtCtx, tx, runs, nil, p)
 	if err == nil && commit {
 		err = tx.Commit(ctx)
 	}
@@ -150,6 +150,37 @@ func TestHandOn(t *testing.T) {
 		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 1}, 3, 1)
 		require.NoError(t, f.d.Stop(f.ctx))
 		require.Empty(t, f.handOn(true, "r0000"), "a stopped dispatcher launches no run, by pass or hand-on")
+		require.NoError(t, f.d.Start(f.ctx))
+	})
+	t.Run("stop-cancels", func(t *testing.T) {
+		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 1}, 3, 1)
+		// The finishing run is locked elsewhere: the statement waits.
+		lock, err := f.pool.Begin(f.ctx)
+		require.NoError(t, err)
+		defer func() { _ = lock.Rollback(context.Background()) }()
+		_, err = lock.Exec(f.ctx, sysdb.Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'r0000' FOR UPDATE`, f.schema))
+		require.NoError(t, err)
+		stmtCtx, p, after, ok := f.d.HandOn(f.ctx, map[string]bool{"q": true})
+		require.True(t, ok)
+		p.IDs = []string{"r0000"}
+		ended := make(chan error, 1)
+		go func() {
+			_, _, got, err := sysdb.New(f.schema, false).FinishHandOn(stmtCtx, f.pool,
+				[]*sysdb.FinishOneParams{{ID: "r0000", Epoch: 1, Status: "success"}}, nil, p)
+			after(got, err == nil)
+			ended <- err
+		}()
+		stopped := make(chan error, 1)
+		go func() { stopped <- f.d.Stop(context.Background()) }()
+		select {
+		case err := <-stopped:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second): // the lock is held until the test ends
+			t.Fatal("Stop waits for a hand-on's statement instead of cancelling it")
+		}
+		require.ErrorIs(t, <-ended, context.Canceled)
+		require.Equal(t, []string{"r0000"}, f.pending(), "nothing written: the finish goes again without a hand-on")
+		require.NoError(t, lock.Rollback(f.ctx))
 		require.NoError(t, f.d.Start(f.ctx))
 	})
 	t.Run("uncommitted", func(t *testing.T) {

@@ -85,6 +85,14 @@ func init() {
 			Pkg: "./internal/dispatch", Tests: "^TestHandOn$",
 		},
 		Mutant{
+			Name:      "queue/hand-on-stop-cancels",
+			Mechanism: "Stop cancels the statement of a hand-on in flight instead of waiting for it (Shutdown never waits on a statement stuck in an outage)",
+			Edits: []Edit{{File: "internal/dispatch/dispatch.go",
+				Find:    "\tif d.cancelHandOns != nil {\n\t\td.cancelHandOns()\n\t}\n",
+				Replace: "\n"}},
+			Pkg: "./internal/dispatch", Tests: "^TestHandOn$",
+		},
+		Mutant{
 			Name:      "queue/hand-on-committed",
 			Mechanism: "the runs a hand-on claimed are launched only once the finish statement committed",
 			Edits: []Edit{{File: "internal/dispatch/dispatch.go",

@@ -722,13 +722,18 @@ func (c *coreDB) sleepIn(event, table, cond string) {
 }
 
 // awaitHeld waits until a statement on this schema sleeps in a sleepIn
-// trigger, or a transaction that wrote to it idles before its commit.
+// trigger, or a transaction that wrote to it idles before its commit. A
+// transaction idles with the statement's text as its query as soon as
+// the statement is prepared (pgx prepares it in a round trip of its own
+// the first time a connection sends it), before it ran: only the xid that
+// its first write takes tells that it wrote.
 func (c *coreDB) awaitHeld() {
 	c.t.Helper()
 	require.Eventually(c.t, func() bool {
 		var n int
 		require.NoError(c.t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE (wait_event = 'PgSleep' OR state = 'idle in transaction') AND position($1 in query) > 0`,
+			WHERE (wait_event = 'PgSleep' OR (state = 'idle in transaction' AND backend_xid IS NOT NULL))
+				AND position($1 in query) > 0`,
 			pgx.Identifier{c.schema}.Sanitize()).Scan(&n))
 		return n > 0
 	}, 10*time.Second, 2*time.Millisecond)
