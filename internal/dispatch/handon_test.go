@@ -66,6 +66,19 @@ func running(t *testing.T, s sysdb.QueueSettings, n, k int) *fix {
 	return f
 }
 
+// lock holds run id's row in a transaction of its own until the returned
+// func or the test's end.
+func (f *fix) lock(id string) (unlock func()) {
+	f.t.Helper()
+	tx, err := f.pool.Begin(f.ctx)
+	require.NoError(f.t, err)
+	unlock = func() { _ = tx.Rollback(context.Background()) }
+	f.t.Cleanup(unlock)
+	_, err = tx.Exec(f.ctx, sysdb.Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = $1 FOR UPDATE`, f.schema), id)
+	require.NoError(f.t, err)
+	return unlock
+}
+
 // pending returns the runs of the queue that hold a slot.
 func (f *fix) pending() []string {
 	f.t.Helper()
@@ -154,12 +167,7 @@ func TestHandOn(t *testing.T) {
 	})
 	t.Run("stop-cancels", func(t *testing.T) {
 		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 1}, 3, 1)
-		// The finishing run is locked elsewhere: the statement waits.
-		lock, err := f.pool.Begin(f.ctx)
-		require.NoError(t, err)
-		defer func() { _ = lock.Rollback(context.Background()) }()
-		_, err = lock.Exec(f.ctx, sysdb.Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'r0000' FOR UPDATE`, f.schema))
-		require.NoError(t, err)
+		unlock := f.lock("r0000") // the finishing run: the statement waits
 		stmtCtx, p, after, ok := f.d.HandOn(f.ctx, map[string]bool{"q": true})
 		require.True(t, ok)
 		p.IDs = []string{"r0000"}
@@ -180,7 +188,7 @@ func TestHandOn(t *testing.T) {
 		}
 		require.ErrorIs(t, <-ended, context.Canceled)
 		require.Equal(t, []string{"r0000"}, f.pending(), "nothing written: the finish goes again without a hand-on")
-		require.NoError(t, lock.Rollback(f.ctx))
+		unlock()
 		require.NoError(t, f.d.Start(f.ctx))
 	})
 	t.Run("uncommitted", func(t *testing.T) {
@@ -219,11 +227,7 @@ func TestHandOn(t *testing.T) {
 	})
 	t.Run("locked", func(t *testing.T) {
 		f := running(t, sysdb.QueueSettings{GlobalConcurrency: 1}, 3, 1)
-		lock, err := f.pool.Begin(f.ctx)
-		require.NoError(t, err)
-		defer func() { _ = lock.Rollback(context.Background()) }()
-		_, err = lock.Exec(f.ctx, sysdb.Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'r0001' FOR UPDATE`, f.schema))
-		require.NoError(t, err)
+		f.lock("r0001")
 		require.Equal(t, []string{"r0002"}, f.handOn(true, "r0000"), "a run locked elsewhere is skipped, not waited for")
 	})
 }
