@@ -152,10 +152,8 @@ func (w *Writer) flushFinishes(items []*Item[*sysdb.FinishOneStepsParams]) {
 	if w.cfg.OnBatch != nil {
 		w.cfg.OnBatch(Finishes, len(items))
 	}
-	if w.cfg.HandOn != nil && handsOn(items) && w.finishHandingOn(ctx, items) {
-		return
-	}
-	if len(items) == 1 {
+	handOn := w.handOnQueues(items)
+	if len(items) == 1 && handOn == nil {
 		items[0].OK, items[0].Err = w.finishOne(ctx, items[0].V)
 		return
 	}
@@ -168,9 +166,15 @@ func (w *Writer) flushFinishes(items []*Item[*sysdb.FinishOneStepsParams]) {
 	var written []bool
 	var watched []string
 	var err error
-	if steps == nil {
+	handedOn := false
+	if handOn != nil {
+		written, watched, handedOn = w.finishHandingOn(ctx, items, handOn, runs, steps)
+	}
+	switch {
+	case handedOn:
+	case steps == nil:
 		written, watched, err = w.cfg.Queries.FinishWorkflows(ctx, w.cfg.DB, runs)
-	} else {
+	default:
 		written, watched, err = w.cfg.Queries.FinishStepsMany(ctx, w.cfg.DB, sysdb.FinishStepsManyParams{Runs: runs, Steps: steps})
 	}
 	SetWritten(items, written)
@@ -190,53 +194,42 @@ func (w *Writer) flushFinishes(items []*Item[*sysdb.FinishOneStepsParams]) {
 	}
 }
 
-func handsOn(items []*Item[*sysdb.FinishOneStepsParams]) bool {
+// handOnQueues returns the queues named by the items that may hand their
+// slots on (HandOn), or nil: none, or no Config.HandOn.
+func (w *Writer) handOnQueues(items []*Item[*sysdb.FinishOneStepsParams]) map[string]bool {
+	if w.cfg.HandOn == nil {
+		return nil
+	}
+	var queues map[string]bool
 	for _, it := range items {
 		if it.V.HandOn != "" {
-			return true
+			if queues == nil {
+				queues = map[string]bool{}
+			}
+			queues[it.V.HandOn] = true
 		}
 	}
-	return false
+	return queues
 }
 
-// finishHandingOn writes the finishes of items with the hand-on of their
-// queue slots (Config.HandOn) in one statement, and reports whether it
-// did; on an error it did not, and the caller writes them without one.
-func (w *Writer) finishHandingOn(ctx context.Context, items []*Item[*sysdb.FinishOneStepsParams]) bool {
-	queues := map[string]bool{}
-	var ids []string
-	for _, it := range items {
-		if it.V.HandOn != "" {
-			queues[it.V.HandOn] = true
-			ids = append(ids, it.V.ID)
-		}
-	}
+// finishHandingOn writes the finishes runs (with steps) of items with the
+// hand-on of the slots of queues (Config.HandOn) in one statement, and
+// reports whether it did; on an error it did not, and the caller writes
+// them without one.
+func (w *Writer) finishHandingOn(ctx context.Context, items []*Item[*sysdb.FinishOneStepsParams], queues map[string]bool,
+	runs []*sysdb.FinishOneParams, steps []*sysdb.InsertStepParams) (written []bool, watched []string, ok bool) {
 	stmtCtx, p, after, ok := w.cfg.HandOn(ctx, queues)
 	if !ok {
-		return false
+		return nil, nil, false
 	}
-	p.IDs = ids
-	runs := make([]*sysdb.FinishOneParams, len(items))
-	var steps []*sysdb.InsertStepParams
-	for i, it := range items {
-		runs[i] = &it.V.FinishOneParams
-		steps = append(steps, it.V.Steps...)
+	for _, it := range items {
+		if it.V.HandOn != "" {
+			p.IDs = append(p.IDs, it.V.ID)
+		}
 	}
 	written, watched, claimed, err := w.cfg.Queries.FinishHandOn(stmtCtx, w.cfg.DB, runs, steps, p)
 	after(claimed, err == nil)
-	if err != nil {
-		return false
-	}
-	SetWritten(items, written)
-	for _, it := range items {
-		if !it.OK {
-			w.cfg.WakeParentOfFinished(ctx, it.V.ID)
-		}
-	}
-	if watched != nil {
-		w.wakeWatchers(ctx, watched)
-	}
-	return true
+	return written, watched, err == nil
 }
 
 // wakeWatchers wakes the runs parked in a Select on the finish of runs

@@ -14,14 +14,14 @@ type Queue struct {
 	mu      sync.Mutex
 	running int // runs of the queue claimed here and not ended
 	// handedOn counts the slots that finishes handed on here
-	// (Dispatcher.Transfer) and whose runs have not yet released them:
+	// (Dispatcher.HandOn) and whose runs have not yet released them:
 	// such a release leaves no free slot, so it wakes nothing.
 	handedOn int
 	kick     chan struct{}
 
 	// handsOn: the last pass found the queue's limits to be concurrency
 	// limits only, so a finish may hand its slot to the next run
-	// (Dispatcher.Transfer).
+	// (Dispatcher.HandOn).
 	handsOn atomic.Bool
 }
 
@@ -64,7 +64,7 @@ func (q *Queue) Running() int {
 }
 
 // HandsOn reports whether a finish of one of the queue's runs may hand its
-// slot to the next run (see Dispatcher.Transfer), as the last pass found
+// slot to the next run (see Dispatcher.HandOn), as the last pass found
 // the queue's settings.
 func (q *Queue) HandsOn() bool { return q.handsOn.Load() }
 

@@ -53,14 +53,6 @@ func init() {
 			Pkg: "./internal/dispatch", Tests: "^TestHandOn$",
 		},
 		Mutant{
-			Name:      "queue/hand-on-skips-locked",
-			Mechanism: "a hand-on skips runs another transaction holds instead of waiting for them",
-			Edits: []Edit{{File: "internal/sysdb/queries.go",
-				Find:    "ORDER BY priority, created_at, id LIMIT greatest(k.n, 0) FOR UPDATE SKIP LOCKED) c))",
-				Replace: "ORDER BY priority, created_at, id LIMIT greatest(k.n, 0) FOR UPDATE) c))"}},
-			Pkg: "./internal/dispatch", Tests: "^TestHandOn$",
-		},
-		Mutant{
 			Name:      "queue/hand-on-finished-only",
 			Mechanism: "only the runs a finish statement finished hand their slots on (not a fenced or already finished one)",
 			Edits: []Edit{{File: "internal/sysdb/queries.go",
@@ -110,10 +102,10 @@ func init() {
 		},
 		Mutant{
 			Name:      "queue/claim-skips-locked",
-			Mechanism: "a queue's claim skips runs another transaction holds instead of waiting for them (ClaimSimple)",
+			Mechanism: "a queue's claim, by a pass or by a finish's hand-on, skips runs another transaction holds instead of waiting for them (readyRuns)",
 			Edits: []Edit{{File: "internal/sysdb/queue_queries.go",
-				Find:    "ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED))",
-				Replace: "ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE))"}},
+				Find:    "ORDER BY priority, created_at, id LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED`",
+				Replace: "ORDER BY priority, created_at, id LIMIT ` + limit + ` FOR UPDATE`"}},
 			Pkg: "./internal/sysdb", Tests: "^TestQueueClaimSimple$",
 		},
 		Mutant{

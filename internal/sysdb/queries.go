@@ -399,12 +399,8 @@ handon AS (
 		CROSS JOIN LATERAL (SELECT least(fin.finished,
 			CASE WHEN q.global_concurrency > 0 THEN q.global_concurrency - ((` + running("q.name") + `) - fin.finished) ELSE fin.finished END,
 			CASE WHEN q.worker_concurrency > 0 THEN q.worker_concurrency - (t.here - fin.finished) ELSE fin.finished END) AS n) k
-		CROSS JOIN LATERAL (SELECT id FROM {{schema}}.workflows
-			WHERE queue_name = q.name AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
-				AND name = ANY(` + p(5) + `::text[]) AND (epoch = 0 OR app_version = ` + p(4) + `)
-			ORDER BY priority, created_at, id LIMIT greatest(k.n, 0) FOR UPDATE SKIP LOCKED) c))
-	RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-		clock_timestamp() - w.created_at, w.cancel_requested IS TRUE)
+		CROSS JOIN LATERAL (` + readyRuns("q.name", p(5), p(4), "greatest(k.n, 0)") + `) c))
+	RETURNING ` + claimedColumns + `)
 SELECT id, (CASE WHEN notify THEN ` + n(`'d:' || id`) + ` END)::text, notify` + none + ` FROM upd
 UNION ALL
 SELECT '', ` + n(`'n:' || id`) + `::text, false` + none + ` FROM parents WHERE wake

@@ -41,6 +41,25 @@ func claimSet(exec, version, rated string) string {
 	wake_at = NULL, wait_topic = NULL, wait_any = NULL`
 }
 
+// readyRuns is the subquery of the IDs of the next ready runs of the
+// queue named by queue, in dispatch order, at most limit, for an executor
+// of application version version that runs the workflows names (a run
+// that never started may run on any version, a re-queued one only on its
+// own); each is locked, and one another transaction holds is skipped.
+// The order is that of workflows_queue_claim_idx: the scan stops after
+// limit entries.
+func readyRuns(queue, names, version, limit string) string {
+	return `SELECT id FROM {{schema}}.workflows
+	WHERE queue_name = ` + queue + ` AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
+		AND name = ANY(` + names + `::text[]) AND (epoch = 0 OR app_version = ` + version + `)
+	ORDER BY priority, created_at, id LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED`
+}
+
+// claimedColumns are what a claim returns of each run it claimed
+// (ClaimedRow, collectClaimed).
+const claimedColumns = `w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
+	clock_timestamp() - w.created_at, w.cancel_requested IS TRUE`
+
 // handOnQueue is the condition on a queue (q) whose finishing runs may
 // hand their slots to its next runs (FinishHandOn): its limits are a
 // global or per-executor concurrency only, and it is not paused. The
@@ -157,19 +176,14 @@ FROM {{schema}}.queues q WHERE q.name = $1`),
 		// $6 rate limited (bool: record rate_start).
 		claimSimple: r(`UPDATE {{schema}}.workflows w
 ` + claimSet("$2", "$3", "$6::bool") + `
-WHERE w.id = ANY(ARRAY(SELECT id FROM {{schema}}.workflows
-	WHERE queue_name = $1 AND status = 'enqueued' AND (not_before IS NULL OR not_before <= now())
-		AND name = ANY($4::text[]) AND (epoch = 0 OR app_version = $3)
-	ORDER BY priority, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED))
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at, w.cancel_requested IS TRUE`),
+WHERE w.id = ANY(ARRAY(` + readyRuns("$1", "$4", "$3", "$5") + `))
+RETURNING ` + claimedColumns),
 
 		// $1 ids, $2 executor, $3 app_version, $4 rate limited.
 		claimIDs: r(`UPDATE {{schema}}.workflows w
 ` + claimSet("$2", "$3", "$4::bool") + `
 WHERE w.id = ANY($1::text[]) AND w.status = 'enqueued'
-RETURNING w.id, w.name, w.input, w.epoch, w.recovery_attempts, w.deadline, w.queue_name, w.trace_context,
-	clock_timestamp() - w.created_at, w.cancel_requested IS TRUE`),
+RETURNING ` + claimedColumns),
 
 		// Queued runs whose executor died (or, at boot, this executor's own
 		// previous incarnation) go back to their queue, keeping their place
