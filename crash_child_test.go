@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/hooks"
 	"github.com/durable-go/durable/internal/proctest"
 )
 
@@ -63,7 +64,7 @@ func runChild(mode string) error {
 	maxRec, _ := strconv.Atoi(os.Getenv("DURABLE_MAXREC"))
 	park, _ := time.ParseDuration(os.Getenv("DURABLE_PARK"))
 	poll, _ := time.ParseDuration(os.Getenv("DURABLE_POLL"))
-	e, err := durable.New(pool, forPooler(&durable.Config{
+	cfg := forPooler(&durable.Config{
 		Schema:               schema,
 		AppVersion:           "crash",
 		ExecutorID:           os.Getenv("DURABLE_EXEC_ID"),
@@ -75,7 +76,13 @@ func runChild(mode string) error {
 		Logger:               slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		TracerProvider:       tp,
 		DeferStepCheckpoints: os.Getenv("DURABLE_DEFER") != "",
-	}))
+	})
+	if os.Getenv("DURABLE_CRASH") == "handon" {
+		// Killed once a finish that handed queue slots on has committed,
+		// before the runs it claimed are launched.
+		hooks.Set(cfg, hooks.Knobs{OnHandOn: func(int) { killSelf() }})
+	}
+	e, err := durable.New(pool, cfg)
 	if err != nil {
 		return err
 	}

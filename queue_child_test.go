@@ -243,6 +243,56 @@ func TestQueueClaimedRunsSurviveExecutorKill(t *testing.T) {
 	require.NoError(t, b.Stdin.Close())
 }
 
+// TestQueueHandOnSurvivesExecutorKill: an executor is SIGKILLed the
+// moment a finish statement that handed its queue slots on has committed,
+// before it launches the runs that statement claimed for it. Those runs
+// are its, pending, with no step run: once its lease expires the other
+// executor takes them over, and every run finishes once, within the
+// queue's limits.
+func TestQueueHandOnSurvivesExecutorKill(t *testing.T) {
+	t.Parallel()
+	pool, schema, q := queueSchema(t)
+	ctx := ctxT(t)
+	a := startReady(t, "queue", schema, "A", "DURABLE_LEASE=1s", "DURABLE_CRASH=handon")
+	client, job := queueClient(t, pool, schema)
+	const n = 8
+	for i := 0; i < n; i++ {
+		_, err := job.Enqueue(ctx, client.QueueRef("global"), jobIn{Queue: "global", Hold: 100}, &durable.EnqueueOpts{ID: fmt.Sprintf("job-%d", i)})
+		require.NoError(t, err)
+	}
+	// A claims two runs (its per-executor limit), finishes them, and the
+	// finish hands their slots to the next two: A dies there.
+	require.True(t, proctest.KilledBySIGKILL(a.Wait(t)), "A was killed at its first hand-on")
+	// The runs A held and had not started: the hand-on's.
+	var handed []string
+	var doneByA int
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT coalesce(array_agg(id), '{}') FROM @workflows w
+		WHERE executor_id = 'A' AND status = 'pending'
+		AND NOT EXISTS (SELECT 1 FROM @intervals i WHERE i.workflow_id = w.id)`)).Scan(&handed))
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT count(*) FROM @workflows WHERE executor_id = 'A' AND status = 'success'`)).Scan(&doneByA))
+	require.NotEmpty(t, handed, "the hand-on committed runs for A that A never started")
+
+	b := startReady(t, "queue", schema, "B", "DURABLE_LEASE=1s")
+	require.Eventually(t, func() bool {
+		var done int
+		_ = pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE status = 'success'")).Scan(&done)
+		return done == n
+	}, 60*time.Second, 10*time.Millisecond)
+	var byB, maxRuns, checkpoints, handedOnB int
+	require.NoError(t, pool.QueryRow(ctx, q("SELECT count(*) FROM @workflows WHERE executor_id = 'B'")).Scan(&byB))
+	require.Equal(t, n-doneByA, byB, "the handed-on runs and the rest finished on B")
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT count(*) FROM @intervals WHERE workflow_id = ANY($1) AND pid = $2`),
+		handed, b.Cmd.Process.Pid).Scan(&handedOnB))
+	require.Equal(t, len(handed), handedOnB, "each handed-on run ran its step once, on B")
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT max(c) FROM (SELECT count(*) c FROM @intervals GROUP BY workflow_id) x`)).Scan(&maxRuns))
+	require.LessOrEqual(t, maxRuns, 2, "a step runs again at most once, when it was in flight at the kill")
+	require.NoError(t, pool.QueryRow(ctx, q(`SELECT count(*) FROM @steps`)).Scan(&checkpoints))
+	require.Equal(t, n, checkpoints, "one checkpoint per run")
+	require.LessOrEqual(t, maxOverlap(t, pool, q, "j.queue = 'global' AND i.queue = 'global'"), 4)
+	t.Logf("A finished %d runs and held %d handed-on runs at the kill", doneByA, len(handed))
+	require.NoError(t, b.Stdin.Close())
+}
+
 // TestQueueCancelledSlotOfKilledExecutor: a queued run cancelled while its
 // step ignores its context holds the queue's only slot until its code
 // stops; its executor is SIGKILLed first, and once that executor's lease

@@ -96,7 +96,23 @@ func (qs *queueSet) handOn(ctx context.Context, queues map[string]bool) (context
 	if qs.dispatcher == nil {
 		return ctx, sysdb.HandOnParams{}, nil, false
 	}
-	return qs.dispatcher.HandOn(ctx, queues)
+	stmtCtx, p, after, ok := qs.dispatcher.HandOn(ctx, queues)
+	if on := qs.e.knobs.OnHandOn; ok && on != nil {
+		launch := after
+		after = func(claimed []sysdb.ClaimedRow, committed bool) {
+			n := 0
+			for _, c := range claimed {
+				if c.Queue != nil {
+					n++
+				}
+			}
+			if committed && n > 0 {
+				on(n)
+			}
+			launch(claimed, committed)
+		}
+	}
+	return stmtCtx, p, after, ok
 }
 
 // requeue returns queued runs without a live owner to their queues (with

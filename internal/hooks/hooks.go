@@ -55,6 +55,10 @@ type Knobs struct {
 	// OnResumeLoad, when set, is called after each load of claimed runs'
 	// recorded steps with how many runs and bytes it read.
 	OnResumeLoad func(runs, bytes int)
+	// OnHandOn, when set, is called once a finish statement that handed
+	// queue slots on committed, with how many runs it claimed, before they
+	// are launched (a crash test kills the process there).
+	OnHandOn func(claimed int)
 }
 
 var attached sync.Map // config pointer -> Knobs
