@@ -1,58 +1,41 @@
 package durable
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
-// TestBatchFinishPlannedForTheTableAsItIs: the batch finish and the
-// queue's claim are planned at each execution, never kept as a generic
-// plan on their connection. A
+// TestClaimPlannedForTheTableAsItIs: the queue's claim is planned at
+// each execution, never kept as a generic plan on its connection. A
 // generic plan made while the runs table was small (a fresh install, a
 // truncated schema) scans the table, and a connection keeps it while the
 // table grows, until an ANALYZE replans it: in the bench's scale scenario
-// each finish batch then read the whole table (the drain cost the server
-// 3-4x its CPU per run). With batches of 200 on a table of 2,000 runs,
-// Postgres switches a statement prepared by name to a generic plan after
-// five executions; the check reads pg_prepared_statements.
-func TestBatchFinishPlannedForTheTableAsItIs(t *testing.T) {
+// each batch finish, then planned that way, read the whole table (the
+// drain cost the server 3-4x its CPU per run). With claims of 200 on a
+// table of 2,000 queued runs, Postgres switches a statement prepared by
+// name to a generic plan after five executions; the check reads
+// pg_prepared_statements. (The batch finish keeps its plans, made with
+// sequential scans off: TestGenericPlansFromASmallTable.)
+func TestClaimPlannedForTheTableAsItIs(t *testing.T) {
 	t.Parallel()
 	ctx, pool, schema := migratedSchema(t)
 	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
 	execAll(ctx, t, pool, `ALTER TABLE `+wf+` SET (autovacuum_enabled = false)`,
-		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, executor_id, queue_name)
-SELECT 'r' || i, 'w', 'pending', 'v', 2, 'x', 'q' FROM generate_series(0, 1999) i`)
+		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, queue_name)
+SELECT 'e' || i, 'w', 'enqueued', 'v', 0, 'q' FROM generate_series(0, 1999) i`)
 	c, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Release()
-	q := sysdb.New(schema, true)
-	out := json.RawMessage(`1`)
-	for b := 0; b < 10; b++ {
-		var runs []*sysdb.FinishOneParams
-		for i := 200 * b; i < 200*(b+1); i++ {
-			runs = append(runs, &sysdb.FinishOneParams{ID: fmt.Sprintf("r%d", i), Epoch: 2, Status: "success", Output: out})
-		}
-		done, _, err := q.FinishWorkflows(ctx, c, runs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, ok := range done {
-			if !ok {
-				t.Fatalf("run r%d was not finished", 200*b+i)
-			}
-		}
-	}
-	// The queue's claim, the same way: ten claims of 200 queued runs.
-	execAll(ctx, t, pool, `INSERT INTO `+wf+` (id, name, status, app_version, epoch, queue_name)
-SELECT 'e' || i, 'w', 'enqueued', 'v', 0, 'q' FROM generate_series(0, 1999) i`)
-	qq := sysdb.NewQueueQueries(schema, q.Channel)
+	qq := sysdb.NewQueueQueries(schema, sysdb.New(schema, true).Channel)
 	for b := 0; b < 10; b++ {
 		got, err := qq.ClaimSimple(ctx, c, sysdb.ClaimSimpleParams{Queue: "q", ExecutorID: "x", AppVersion: "v", Workflows: []string{"w"}, Limit: 200})
 		if err != nil {
@@ -62,17 +45,112 @@ SELECT 'e' || i, 'w', 'enqueued', 'v', 0, 'q' FROM generate_series(0, 1999) i`)
 			t.Fatalf("claim %d took %d runs, want 200", b, len(got))
 		}
 	}
-	for _, st := range []struct{ name, like string }{
-		{"the batch finish", "%unnest($1::text[], $2::bigint[], $3::text[], $4::json[], $5::json[])%"},
-		{"the queue's claim", "%SET status = 'pending', executor_id = $2%ORDER BY priority, created_at, id LIMIT $5%"},
-	} {
-		var generic int64
-		if err := c.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements
-WHERE statement LIKE $1 AND statement NOT LIKE '%pg_prepared_statements%'`, st.like).Scan(&generic); err != nil {
+	var generic int64
+	if err := c.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements
+WHERE statement LIKE $1 AND statement NOT LIKE '%pg_prepared_statements%'`,
+		"%SET status = 'pending', executor_id = $2%ORDER BY priority, created_at, id LIMIT $5%").Scan(&generic); err != nil {
+		t.Fatal(err)
+	}
+	if generic > 0 {
+		t.Errorf("the queue's claim ran %d times with a generic plan kept on its connection", generic)
+	}
+}
+
+// TestGenericPlansFromASmallTable: the batch finish statements keep their
+// plans on a connection (see queryIndexPlanned in internal/sysdb), and a
+// plan made while the runs table was small must still find each run by
+// its primary key once the table holds thousands: a generic plan that
+// read the table whole had been kept while it grew, and a drain then cost
+// the server 3-4x its CPU per run. Each statement is sent through its
+// typed method on one connection with generic plans forced, first on a
+// table of 5 runs (where the plan is made), then on one of 6,000 with the
+// same plan; the connection's scan counts of workflows
+// (pg_stat_xact_user_tables) must then show no sequential scan.
+func TestGenericPlansFromASmallTable(t *testing.T) {
+	t.Parallel()
+	ctx, pool, schema := migratedSchema(t)
+	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
+	const runs, batch = 3000, 50
+	execAll(ctx, t, pool,
+		// No analyze in between: the plans' shape must not hang on it.
+		`ALTER TABLE `+wf+` SET (autovacuum_enabled = false)`,
+		`INSERT INTO `+pgx.Identifier{schema, "queues"}.Sanitize()+` (name, global_concurrency) VALUES ('q', 100)`,
+		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, executor_id)
+		 SELECT 'r' || i, 'w', 'pending', 'v', 2, 'x' FROM generate_series(1, 5) i`)
+
+	q := sysdb.New(schema, true)
+	ids := make([]string, batch)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("r%d", i+1)
+	}
+	out := json.RawMessage(`1`)
+	now := time.Now()
+	steps := make([]*sysdb.InsertStepParams, batch)
+	finishes := make([]*sysdb.FinishOneParams, batch)
+	for i, id := range ids {
+		steps[i] = &sysdb.InsertStepParams{WorkflowID: id, Pos: 1, Name: "s", Status: "done", Output: out, Attempts: 1, StartedAt: now, Epoch: 2}
+		finishes[i] = &sysdb.FinishOneParams{ID: id, Epoch: 2, Status: "success", Output: out}
+	}
+	hand := sysdb.HandOnParams{IDs: ids, Queues: []string{"q"}, Running: []int{batch}, ExecutorID: "x", AppVersion: "v", Workflows: []string{"w"}}
+	cases := []struct {
+		name string
+		call func(db sysdb.DBTX) error
+	}{
+		{"FinishWorkflows", func(db sysdb.DBTX) error { _, _, err := q.FinishWorkflows(ctx, db, finishes); return err }},
+		{"FinishStepsMany", func(db sysdb.DBTX) error {
+			_, _, err := q.FinishStepsMany(ctx, db, sysdb.FinishStepsManyParams{Runs: finishes, Steps: steps})
+			return err
+		}},
+		{"FinishHandOn", func(db sysdb.DBTX) error { _, _, _, err := q.FinishHandOn(ctx, db, finishes, nil, hand); return err }},
+		{"FinishHandOn with steps", func(db sysdb.DBTX) error { _, _, _, err := q.FinishHandOn(ctx, db, finishes, steps, hand); return err }},
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	c := conn.Conn()
+	if c.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		t.Skip("the pool does not keep prepared statements")
+	}
+	if _, err := c.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = c.Exec(context.Background(), "RESET plan_cache_mode") }()
+	// seqScans runs call in a transaction it rolls back, and returns how
+	// many rows of workflows its sequential scans read.
+	seqScans := func(call func(db sysdb.DBTX) error) (read int64) {
+		t.Helper()
+		tx, err := c.Begin(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if generic > 0 {
-			t.Errorf("%s ran %d times with a generic plan kept on its connection", st.name, generic)
+		defer func() { _ = tx.Rollback(ctx) }()
+		// The counts not yet reported by this connection: read before and
+		// after.
+		count := func() (n int64) {
+			if err := tx.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) FROM pg_stat_xact_user_tables WHERE relid = $1::regclass`, wf).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		before := count()
+		if err := call(tx); err != nil {
+			t.Fatal(err)
+		}
+		return count() - before
+	}
+	for _, cs := range cases {
+		seqScans(cs.call) // the plan is made on 5 runs
+	}
+	execAll(ctx, t, pool,
+		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, executor_id, queue_name)
+		 SELECT 'r' || i, 'w', 'pending', 'v', 2, 'x', CASE WHEN i > 100 THEN 'q' END FROM generate_series(6, `+fmt.Sprint(runs)+`) i`,
+		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, queue_name)
+		 SELECT 'e' || i, 'w', 'enqueued', 'v', 0, 'q' FROM generate_series(1, `+fmt.Sprint(runs)+`) i`)
+	for _, cs := range cases {
+		if read := seqScans(cs.call); read > 0 {
+			t.Errorf("%s: with the plan made on 5 runs, a sequential scan read %d rows of %d", cs.name, read, 2*runs)
 		}
 	}
 }

@@ -140,7 +140,7 @@ type planCase struct {
 // internal/sysdb run on the db it is given, sends.
 func typedCase(t *testing.T, name string, call func(db sysdb.DBTX) error) planCase {
 	t.Helper()
-	var c capture
+	c := capture{batchIndex: -1} // of a batch (queryIndexPlanned), its statement
 	if err := call(&c); !errors.Is(err, errCaptured) {
 		t.Fatalf("%s: the statement was not captured: %v", name, err)
 	}
@@ -163,12 +163,16 @@ func batchCase(t *testing.T, name string, index int, call func(db sysdb.BatchDB)
 type capture struct {
 	sql        string
 	args       []any
-	batchIndex int // of a batch, the statement kept
+	batchIndex int // of a batch, the statement kept (-1: the last)
 }
 
 // SendBatch keeps the batch's statement at c.batchIndex.
 func (c *capture) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
-	q := b.QueuedQueries[c.batchIndex]
+	i := c.batchIndex
+	if i < 0 {
+		i = len(b.QueuedQueries) - 1
+	}
+	q := b.QueuedQueries[i]
 	c.sql, c.args = q.SQL, q.Arguments
 	return capturedBatch{}
 }

@@ -42,22 +42,11 @@ func init() {
 
 func init() {
 	register(Mutant{
-		Name:      "plan/finish-one-shot",
-		Mechanism: "the batch finish is planned at each execution, never kept as a generic plan made on a small table",
-		Edits: []Edit{{File: "internal/sysdb/core_runs.go",
-			Find:    "q.finishWorkflows, oneShotPlan, f.ids",
-			Replace: "q.finishWorkflows, f.ids"}},
-		Pkg: ".", Tests: "TestBatchFinishPlannedForTheTableAsItIs",
-	})
-}
-
-func init() {
-	register(Mutant{
 		Name:      "plan/claim-one-shot",
 		Mechanism: "the queue's claim is planned at each execution, never kept as a generic plan made on a small table",
 		Edits: []Edit{{File: "internal/sysdb/queue_queries.go",
 			Find:    "tx.Query(ctx, q.claimSimple, oneShotPlan, p.Queue,",
 			Replace: "tx.Query(ctx, q.claimSimple, p.Queue,"}},
-		Pkg: ".", Tests: "TestBatchFinishPlannedForTheTableAsItIs",
+		Pkg: ".", Tests: "^TestClaimPlannedForTheTableAsItIs$",
 	})
 }

@@ -261,7 +261,7 @@ func scanFinish(r pgx.Row) (row FinishOneRow, finished bool, err error) {
 // no run is reported finished: the statement failed as a whole.
 func (q *Queries) FinishWorkflows(ctx context.Context, db DBTX, runs []*FinishOneParams) (finished []bool, watched []string, err error) {
 	f := newFinishColumns(runs)
-	rows, err := db.Query(ctx, q.finishWorkflows, oneShotPlan, f.ids, f.epochs, f.statuses, f.outputs, f.errs)
+	rows, err := queryIndexPlanned(ctx, db, q.finishWorkflows, f.ids, f.epochs, f.statuses, f.outputs, f.errs)
 	return f.finished(rows, err)
 }
 
@@ -280,7 +280,7 @@ func (q *Queries) FinishStepsMany(ctx context.Context, db DBTX, p FinishStepsMan
 	for _, s := range p.Steps {
 		c.add(s)
 	}
-	rows, err := db.Query(ctx, q.finishStepsMany, oneShotPlan, f.ids, f.epochs, f.statuses, f.outputs, f.errs,
+	rows, err := queryIndexPlanned(ctx, db, q.finishStepsMany, f.ids, f.epochs, f.statuses, f.outputs, f.errs,
 		c.ids, c.pos, c.names, c.statuses, c.outputs, c.errs, c.attempts, c.started)
 	return f.finished(rows, err)
 }
@@ -308,14 +308,14 @@ func (q *Queries) FinishHandOn(ctx context.Context, db DBTX, runs []*FinishOnePa
 	hand := []any{h.IDs, h.Queues, h.Running, h.ExecutorID, h.AppVersion, h.Workflows}
 	var rows pgx.Rows
 	if steps == nil {
-		rows, err = db.Query(ctx, q.finishHandOn, append([]any{oneShotPlan, f.ids, f.epochs, f.statuses, f.outputs, f.errs}, hand...)...)
+		rows, err = queryIndexPlanned(ctx, db, q.finishHandOn, append([]any{f.ids, f.epochs, f.statuses, f.outputs, f.errs}, hand...)...)
 	} else {
 		var c stepColumns
 		c.make(len(steps))
 		for _, s := range steps {
 			c.add(s)
 		}
-		rows, err = db.Query(ctx, q.finishStepsHandOn, append([]any{oneShotPlan, f.ids, f.epochs, f.statuses, f.outputs, f.errs,
+		rows, err = queryIndexPlanned(ctx, db, q.finishStepsHandOn, append([]any{f.ids, f.epochs, f.statuses, f.outputs, f.errs,
 			c.ids, c.pos, c.names, c.statuses, c.outputs, c.errs, c.attempts, c.started}, hand...)...)
 	}
 	var id, ignored, cid *string // id is NULL on a claimed run's row, cid on the others
@@ -343,16 +343,12 @@ func (q *Queries) FinishHandOn(ctx context.Context, db DBTX, runs []*FinishOnePa
 }
 
 // oneShotPlan makes Postgres plan a statement at each execution, for the
-// table as it is then. The batch statements that update runs by
-// "id = ANY(...)" (the batch finish, the queue's and recovery's claims)
-// go with it: the description is cached (one round trip), the
-// statement is not prepared by name, so no generic plan is kept. A
-// generic plan made while the runs table was small (a fresh install, a
-// schema just truncated) reads the whole table: the batch finish's
-// UPDATE by "id = ANY(...)" was planned as a sequential scan, then kept
-// while the table grew to thousands of runs (a drain then cost the
-// server 3-4x its CPU per run, until an ANALYZE replanned it). Planning
-// a batch statement costs microseconds per batch of hundreds of runs.
+// table as it is then: the description is cached (one round trip), the
+// statement is not prepared by name, so no generic plan is kept. The
+// queue's and recovery's claims go with it, and the wake-up of watchers:
+// a plan kept by the connection would be as good as the table's size when
+// it was made (see queryIndexPlanned, which the batch finish uses instead).
+// Planning a claim costs microseconds per batch of hundreds of runs.
 const oneShotPlan = pgx.QueryExecModeCacheDescribe
 
 // finishColumns are runs' outcomes as the arguments of the batch finish

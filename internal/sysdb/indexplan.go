@@ -1,0 +1,79 @@
+package sysdb
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// noSeqScan goes before a statement sent by queryIndexPlanned, in its
+// transaction: the planner then reads every table of the statement
+// through an index wherever one serves.
+const noSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`
+
+// queryIndexPlanned runs sql with args on db, in one round trip after
+// noSeqScan, which lasts for the transaction: db's if it is one, else the
+// implicit one of the batch (sql is then committed when the rows are
+// read).
+//
+// It serves the batch statements that update runs by "id = ANY(...)" (the
+// batch finish; see finishMany). They used to be planned at each
+// execution (oneShotPlan) because a plan kept by the connection was only
+// as good as the table's size when it was made: a generic plan made while
+// the runs table was small reads the whole table, and it was kept while
+// the table grew to thousands of runs (a drain then cost the server 3-4x
+// its CPU per run). Planned with sequential scans off, the statement's
+// plan finds each run by its primary key whatever the table's size and
+// statistics (TestGenericPlansFromASmallTable), so the connection keeps
+// it (pgx's statement cache, the generic plan after five custom ones):
+// planning the hand-on's finish had cost its server a quarter of its CPU
+// per run.
+func queryIndexPlanned(ctx context.Context, db DBTX, sql string, args ...any) (pgx.Rows, error) {
+	b := &pgx.Batch{}
+	b.Queue(noSeqScan)
+	b.Queue(sql, args...)
+	br := db.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// batchRows are the rows of the last statement of a batch: closing them
+// (which Next does once the rows are read) closes the batch, and its
+// error (the implicit transaction's commit among them) is the rows'.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if !r.closed {
+		r.closed = true
+		r.err = r.br.Close()
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
