@@ -12,59 +12,16 @@ import (
 	"github.com/durable-go/durable/internal/sysdb"
 )
 
-// TestClaimPlannedForTheTableAsItIs: the queue's claim is planned at
-// each execution, never kept as a generic plan on its connection. A
-// generic plan made while the runs table was small (a fresh install, a
-// truncated schema) scans the table, and a connection keeps it while the
-// table grows, until an ANALYZE replans it: in the bench's scale scenario
-// each batch finish, then planned that way, read the whole table (the
-// drain cost the server 3-4x its CPU per run). With claims of 200 on a
-// table of 2,000 queued runs, Postgres switches a statement prepared by
-// name to a generic plan after five executions; the check reads
-// pg_prepared_statements. (The batch finish keeps its plans, made with
-// sequential scans off: TestGenericPlansFromASmallTable.)
-func TestClaimPlannedForTheTableAsItIs(t *testing.T) {
-	t.Parallel()
-	ctx, pool, schema := migratedSchema(t)
-	wf := pgx.Identifier{schema, "workflows"}.Sanitize()
-	execAll(ctx, t, pool, `ALTER TABLE `+wf+` SET (autovacuum_enabled = false)`,
-		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, queue_name)
-SELECT 'e' || i, 'w', 'enqueued', 'v', 0, 'q' FROM generate_series(0, 1999) i`)
-	c, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
-	qq := sysdb.NewQueueQueries(schema, sysdb.New(schema, true).Channel)
-	for b := 0; b < 10; b++ {
-		got, err := qq.ClaimSimple(ctx, c, sysdb.ClaimSimpleParams{Queue: "q", ExecutorID: "x", AppVersion: "v", Workflows: []string{"w"}, Limit: 200})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != 200 {
-			t.Fatalf("claim %d took %d runs, want 200", b, len(got))
-		}
-	}
-	var generic int64
-	if err := c.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements
-WHERE statement LIKE $1 AND statement NOT LIKE '%pg_prepared_statements%'`,
-		"%SET status = 'pending', executor_id = $2%ORDER BY priority, created_at, id LIMIT $5%").Scan(&generic); err != nil {
-		t.Fatal(err)
-	}
-	if generic > 0 {
-		t.Errorf("the queue's claim ran %d times with a generic plan kept on its connection", generic)
-	}
-}
-
-// TestGenericPlansFromASmallTable: the batch finish statements keep their
-// plans on a connection (see queryIndexPlanned in internal/sysdb), and a
-// plan made while the runs table was small must still find each run by
-// its primary key once the table holds thousands: a generic plan that
-// read the table whole had been kept while it grew, and a drain then cost
-// the server 3-4x its CPU per run. Each statement is sent through its
-// typed method on one connection with generic plans forced, first on a
-// table of 5 runs (where the plan is made), then on one of 6,000 with the
-// same plan; the connection's scan counts of workflows
+// TestGenericPlansFromASmallTable: the batch statements that update runs
+// by key (the batch finishes, the queue's and recovery's claims) keep
+// their plans on a connection (see queryIndexPlanned in internal/sysdb),
+// and a plan made while the runs table was small must still find its
+// runs through an index once the table holds thousands: a generic plan
+// that read the table whole had been kept while it grew, and a drain then
+// cost the server 3-4x its CPU per run. Each statement is sent through
+// its typed method on one connection with generic plans forced, first on
+// a table of 10 runs (where the plan is made), then on one of 6,000
+// with the same plan; the connection's scan counts of workflows
 // (pg_stat_xact_user_tables) must then show no sequential scan.
 func TestGenericPlansFromASmallTable(t *testing.T) {
 	t.Parallel()
@@ -76,7 +33,9 @@ func TestGenericPlansFromASmallTable(t *testing.T) {
 		`ALTER TABLE `+wf+` SET (autovacuum_enabled = false)`,
 		`INSERT INTO `+pgx.Identifier{schema, "queues"}.Sanitize()+` (name, global_concurrency) VALUES ('q', 100)`,
 		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, executor_id)
-		 SELECT 'r' || i, 'w', 'pending', 'v', 2, 'x' FROM generate_series(1, 5) i`)
+		 SELECT 'r' || i, 'w', 'pending', 'v', 2, 'x' FROM generate_series(1, 5) i`,
+		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, queue_name)
+		 SELECT 'e' || i, 'w', 'enqueued', 'v', 0, 'q' FROM generate_series(1, 5) i`)
 
 	q := sysdb.New(schema, true)
 	ids := make([]string, batch)
@@ -91,6 +50,12 @@ func TestGenericPlansFromASmallTable(t *testing.T) {
 		steps[i] = &sysdb.InsertStepParams{WorkflowID: id, Pos: 1, Name: "s", Status: "done", Output: out, Attempts: 1, StartedAt: now, Epoch: 2}
 		finishes[i] = &sysdb.FinishOneParams{ID: id, Epoch: 2, Status: "success", Output: out}
 	}
+	qq := sysdb.NewQueueQueries(schema, q.Channel)
+	rq := sysdb.NewRecoveryQueries(schema, q.Channel)
+	queued := make([]string, batch)
+	for i := range queued {
+		queued[i] = fmt.Sprintf("e%d", i+1)
+	}
 	hand := sysdb.HandOnParams{IDs: ids, Queues: []string{"q"}, Running: []int{batch}, ExecutorID: "x", AppVersion: "v", Workflows: []string{"w"}}
 	cases := []struct {
 		name string
@@ -103,6 +68,22 @@ func TestGenericPlansFromASmallTable(t *testing.T) {
 		}},
 		{"FinishHandOn", func(db sysdb.DBTX) error { _, _, _, err := q.FinishHandOn(ctx, db, finishes, nil, hand); return err }},
 		{"FinishHandOn with steps", func(db sysdb.DBTX) error { _, _, _, err := q.FinishHandOn(ctx, db, finishes, steps, hand); return err }},
+		{"ClaimSimple", func(db sysdb.DBTX) error {
+			_, err := qq.ClaimSimple(ctx, db, sysdb.ClaimSimpleParams{Queue: "q", ExecutorID: "y", AppVersion: "v", Workflows: []string{"w"}, Limit: batch})
+			return err
+		}},
+		{"ClaimIDs", func(db sysdb.DBTX) error {
+			_, err := qq.ClaimIDs(ctx, db, sysdb.ClaimIDsParams{IDs: queued, ExecutorID: "y", AppVersion: "v"})
+			return err
+		}},
+		{"ClaimOwn", func(db sysdb.DBTX) error {
+			_, err := rq.ClaimOwn(ctx, db, sysdb.ClaimOwnParams{ExecutorID: "x", AppVersion: "v", Names: []string{"w"}, Limit: batch})
+			return err
+		}},
+		{"ClaimOrphans", func(db sysdb.DBTX) error {
+			_, err := rq.ClaimOrphans(ctx, db, sysdb.ClaimOrphansParams{ExecutorID: "y", AppVersion: "v", Names: []string{"w"}, Limit: batch, TakeExpired: true})
+			return err
+		}},
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -147,10 +128,10 @@ func TestGenericPlansFromASmallTable(t *testing.T) {
 		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, executor_id, queue_name)
 		 SELECT 'r' || i, 'w', 'pending', 'v', 2, 'x', CASE WHEN i > 100 THEN 'q' END FROM generate_series(6, `+fmt.Sprint(runs)+`) i`,
 		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, queue_name)
-		 SELECT 'e' || i, 'w', 'enqueued', 'v', 0, 'q' FROM generate_series(1, `+fmt.Sprint(runs)+`) i`)
+		 SELECT 'e' || i, 'w', 'enqueued', 'v', 0, 'q' FROM generate_series(6, `+fmt.Sprint(runs)+`) i`)
 	for _, cs := range cases {
 		if read := seqScans(cs.call); read > 0 {
-			t.Errorf("%s: with the plan made on 5 runs, a sequential scan read %d rows of %d", cs.name, read, 2*runs)
+			t.Errorf("%s: with the plan made on 10 runs, a sequential scan read %d rows of %d", cs.name, read, 2*runs)
 		}
 	}
 }

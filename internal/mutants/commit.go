@@ -7,14 +7,6 @@ package main
 func init() {
 	register(
 		Mutant{
-			Name:      "commit/finish-index-planned",
-			Mechanism: "the batch finish is planned with sequential scans off, so the plan its connection keeps finds runs by key at any table size",
-			Edits: []Edit{{File: "internal/sysdb/indexplan.go",
-				Find:    "const noSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`",
-				Replace: "const noSeqScan = `SELECT 1`"}},
-			Pkg: ".", Tests: "^TestGenericPlansFromASmallTable$",
-		},
-		Mutant{
 			Name:      "commit/coalesce",
 			Mechanism: "writes that come while a flush is in flight wait and go together in the next one",
 			Edits: []Edit{{File: "internal/commit/batcher.go",

@@ -42,11 +42,12 @@ func init() {
 
 func init() {
 	register(Mutant{
-		Name:      "plan/claim-one-shot",
-		Mechanism: "the queue's claim is planned at each execution, never kept as a generic plan made on a small table",
-		Edits: []Edit{{File: "internal/sysdb/queue_queries.go",
-			Find:    "tx.Query(ctx, q.claimSimple, oneShotPlan, p.Queue,",
-			Replace: "tx.Query(ctx, q.claimSimple, p.Queue,"}},
-		Pkg: ".", Tests: "^TestClaimPlannedForTheTableAsItIs$",
+		Name: "plan/index-planned",
+		Mechanism: "the batch statements that update runs by key (finishes, claims) are planned with sequential scans off, " +
+			"so the plans their connections keep find runs through an index at any table size",
+		Edits: []Edit{{File: "internal/sysdb/indexplan.go",
+			Find:    "const noSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`",
+			Replace: "const noSeqScan = `SELECT 1`"}},
+		Pkg: ".", Tests: "^TestGenericPlansFromASmallTable$",
 	})
 }

@@ -345,10 +345,8 @@ func (q *Queries) FinishHandOn(ctx context.Context, db DBTX, runs []*FinishOnePa
 // oneShotPlan makes Postgres plan a statement at each execution, for the
 // table as it is then: the description is cached (one round trip), the
 // statement is not prepared by name, so no generic plan is kept. The
-// queue's and recovery's claims go with it, and the wake-up of watchers:
-// a plan kept by the connection would be as good as the table's size when
-// it was made (see queryIndexPlanned, which the batch finish uses instead).
-// Planning a claim costs microseconds per batch of hundreds of runs.
+// wake-up of watchers (a Select's rare batch) goes with it; the batch
+// statements of the hot paths keep their plans (queryIndexPlanned).
 const oneShotPlan = pgx.QueryExecModeCacheDescribe
 
 // finishColumns are runs' outcomes as the arguments of the batch finish

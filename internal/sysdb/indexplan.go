@@ -16,18 +16,20 @@ const noSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`
 // implicit one of the batch (sql is then committed when the rows are
 // read).
 //
-// It serves the batch statements that update runs by "id = ANY(...)" (the
-// batch finish; see finishMany). They used to be planned at each
-// execution (oneShotPlan) because a plan kept by the connection was only
-// as good as the table's size when it was made: a generic plan made while
-// the runs table was small reads the whole table, and it was kept while
-// the table grew to thousands of runs (a drain then cost the server 3-4x
-// its CPU per run). Planned with sequential scans off, the statement's
-// plan finds each run by its primary key whatever the table's size and
-// statistics (TestGenericPlansFromASmallTable), so the connection keeps
-// it (pgx's statement cache, the generic plan after five custom ones):
-// planning the hand-on's finish had cost its server a quarter of its CPU
-// per run.
+// It serves the batch statements that update runs by "id = ANY(...)": the
+// batch finish (see finishMany), the queue's claims and recovery's. They
+// used to be planned at each execution (oneShotPlan) because a plan kept
+// by the connection was only as good as the table's size when it was
+// made: a generic plan made while the runs table was small reads the
+// whole table, and it was kept while the table grew to thousands of runs
+// (a drain then cost the server 3-4x its CPU per run). Planned with
+// sequential scans off, each plan finds its runs through an index
+// whatever the table's size and statistics
+// (TestGenericPlansFromASmallTable), so the connection keeps it (pgx's
+// statement cache, the generic plan after five custom ones): planning the
+// hand-on's finish had cost its server a quarter of its CPU per run, and
+// a claim planned inside the dispatch pass held the queue's row lock
+// while it was planned.
 func queryIndexPlanned(ctx context.Context, db DBTX, sql string, args ...any) (pgx.Rows, error) {
 	b := &pgx.Batch{}
 	b.Queue(noSeqScan)

@@ -469,7 +469,7 @@ type ClaimSimpleParams struct {
 // never started may run on any application version, a re-queued one only
 // on its own.
 func (q *QueueQueries) ClaimSimple(ctx context.Context, tx DBTX, p ClaimSimpleParams) ([]ClaimedRow, error) {
-	return collectClaimed(tx.Query(ctx, q.claimSimple, oneShotPlan, p.Queue, p.ExecutorID, p.AppVersion, p.Workflows, p.Limit, p.Rated))
+	return collectClaimed(queryIndexPlanned(ctx, tx, q.claimSimple, p.Queue, p.ExecutorID, p.AppVersion, p.Workflows, p.Limit, p.Rated))
 }
 
 // ClaimIDsParams claim chosen queued runs.
@@ -483,7 +483,7 @@ type ClaimIDsParams struct {
 // ClaimIDs claims the runs of p.IDs that are still queued, for executor
 // p.ExecutorID.
 func (q *QueueQueries) ClaimIDs(ctx context.Context, tx DBTX, p ClaimIDsParams) ([]ClaimedRow, error) {
-	return collectClaimed(tx.Query(ctx, q.claimIDs, oneShotPlan, p.IDs, p.ExecutorID, p.AppVersion, p.Rated))
+	return collectClaimed(queryIndexPlanned(ctx, tx, q.claimIDs, p.IDs, p.ExecutorID, p.AppVersion, p.Rated))
 }
 
 // RequeueParams say whose queued runs go back to their queue.

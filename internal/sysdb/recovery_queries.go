@@ -185,7 +185,7 @@ type ClaimOwnRow struct {
 // that this binary can run and that are not queued, in (created_at, id)
 // order after the position of p.
 func (q *RecoveryQueries) ClaimOwn(ctx context.Context, db DBTX, p ClaimOwnParams) ([]ClaimOwnRow, error) {
-	rows, err := db.Query(ctx, q.claimOwn, oneShotPlan, p.ExecutorID, p.AppVersion, p.Names, p.Limit, p.AfterCreated, p.AfterID)
+	rows, err := queryIndexPlanned(ctx, db, q.claimOwn, p.ExecutorID, p.AppVersion, p.Names, p.Limit, p.AfterCreated, p.AfterID)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ type ClaimOrphansParams struct {
 // Recovered is set on the runs whose claim counted a recovery attempt
 // (their executor died).
 func (q *RecoveryQueries) ClaimOrphans(ctx context.Context, db DBTX, p ClaimOrphansParams) ([]ClaimedRow, error) {
-	rows, err := db.Query(ctx, q.claimOrphans, oneShotPlan, p.ExecutorID, p.AppVersion, p.Names, p.Limit, p.TakeExpired)
+	rows, err := queryIndexPlanned(ctx, db, q.claimOrphans, p.ExecutorID, p.AppVersion, p.Names, p.Limit, p.TakeExpired)
 	if err != nil {
 		return nil, err
 	}
