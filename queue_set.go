@@ -100,14 +100,8 @@ func (qs *queueSet) handOn(ctx context.Context, queues map[string]bool) (context
 	if on := qs.e.knobs.OnHandOn; ok && on != nil {
 		launch := after
 		after = func(claimed []sysdb.ClaimedRow, committed bool) {
-			n := 0
-			for _, c := range claimed {
-				if c.Queue != nil {
-					n++
-				}
-			}
-			if committed && n > 0 {
-				on(n)
+			if committed && len(claimed) > 0 {
+				on(len(claimed))
 			}
 			launch(claimed, committed)
 		}

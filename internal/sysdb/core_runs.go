@@ -229,11 +229,7 @@ type FinishOneStepsParams struct {
 // FinishOneSteps is FinishOne that also records the run's last step
 // checkpoints, only when it finishes the run.
 func (q *Queries) FinishOneSteps(ctx context.Context, db DBTX, p FinishOneStepsParams) (row FinishOneRow, finished bool, err error) {
-	var c stepColumns
-	c.make(len(p.Steps))
-	for _, s := range p.Steps {
-		c.add(s)
-	}
+	c := stepColumnsOf(p.Steps)
 	return scanFinish(db.QueryRow(ctx, q.finishOneSteps, p.ID, p.Epoch, p.Status, p.Output, p.Error,
 		c.pos, c.names, c.statuses, c.outputs, c.errs, c.attempts, c.started))
 }
@@ -261,7 +257,7 @@ func scanFinish(r pgx.Row) (row FinishOneRow, finished bool, err error) {
 // no run is reported finished: the statement failed as a whole.
 func (q *Queries) FinishWorkflows(ctx context.Context, db DBTX, runs []*FinishOneParams) (finished []bool, watched []string, err error) {
 	f := newFinishColumns(runs)
-	rows, err := queryIndexPlanned(ctx, db, q.finishWorkflows, f.ids, f.epochs, f.statuses, f.outputs, f.errs)
+	rows, err := queryIndexPlanned(ctx, db, q.finishWorkflows, f.args()...)
 	return f.finished(rows, err)
 }
 
@@ -275,13 +271,7 @@ type FinishStepsManyParams struct {
 // step checkpoints, for the runs it finishes.
 func (q *Queries) FinishStepsMany(ctx context.Context, db DBTX, p FinishStepsManyParams) (finished []bool, watched []string, err error) {
 	f := newFinishColumns(p.Runs)
-	var c stepColumns
-	c.make(len(p.Steps))
-	for _, s := range p.Steps {
-		c.add(s)
-	}
-	rows, err := queryIndexPlanned(ctx, db, q.finishStepsMany, f.ids, f.epochs, f.statuses, f.outputs, f.errs,
-		c.ids, c.pos, c.names, c.statuses, c.outputs, c.errs, c.attempts, c.started)
+	rows, err := queryIndexPlanned(ctx, db, q.finishStepsMany, append(f.args(), stepColumnsOf(p.Steps).finishArgs()...)...)
 	return f.finished(rows, err)
 }
 
@@ -305,19 +295,11 @@ type HandOnParams struct {
 func (q *Queries) FinishHandOn(ctx context.Context, db DBTX, runs []*FinishOneParams, steps []*InsertStepParams,
 	h HandOnParams) (finished []bool, watched []string, claimed []ClaimedRow, err error) {
 	f := newFinishColumns(runs)
-	hand := []any{h.IDs, h.Queues, h.Running, h.ExecutorID, h.AppVersion, h.Workflows}
-	var rows pgx.Rows
-	if steps == nil {
-		rows, err = queryIndexPlanned(ctx, db, q.finishHandOn, append([]any{f.ids, f.epochs, f.statuses, f.outputs, f.errs}, hand...)...)
-	} else {
-		var c stepColumns
-		c.make(len(steps))
-		for _, s := range steps {
-			c.add(s)
-		}
-		rows, err = queryIndexPlanned(ctx, db, q.finishStepsHandOn, append([]any{f.ids, f.epochs, f.statuses, f.outputs, f.errs,
-			c.ids, c.pos, c.names, c.statuses, c.outputs, c.errs, c.attempts, c.started}, hand...)...)
+	sql, args := q.finishHandOn, f.args()
+	if steps != nil {
+		sql, args = q.finishStepsHandOn, append(args, stepColumnsOf(steps).finishArgs()...)
 	}
+	rows, err := queryIndexPlanned(ctx, db, sql, append(args, h.IDs, h.Queues, h.Running, h.ExecutorID, h.AppVersion, h.Workflows)...)
 	var id, ignored, cid *string // id is NULL on a claimed run's row, cid on the others
 	var w bool
 	var c ClaimedRow
@@ -357,6 +339,9 @@ type finishColumns struct {
 	outputs, errs jsonArray
 	index         map[string]int
 }
+
+// args are the columns as the batch finishes' arguments $1-$5.
+func (f *finishColumns) args() []any { return []any{f.ids, f.epochs, f.statuses, f.outputs, f.errs} }
 
 func newFinishColumns(runs []*FinishOneParams) *finishColumns {
 	n := len(runs)

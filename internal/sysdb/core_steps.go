@@ -177,6 +177,22 @@ func (c *stepColumns) make(n int) {
 		errs: make(jsonArray, 0, n), started: make(timeArray, 0, n)}
 }
 
+// stepColumnsOf returns steps as columns.
+func stepColumnsOf(steps []*InsertStepParams) *stepColumns {
+	var c stepColumns
+	c.make(len(steps))
+	for _, s := range steps {
+		c.add(s)
+	}
+	return &c
+}
+
+// finishArgs are the columns as the steps' arguments of the batch
+// finishes that record steps ($6-$13).
+func (c *stepColumns) finishArgs() []any {
+	return []any{c.ids, c.pos, c.names, c.statuses, c.outputs, c.errs, c.attempts, c.started}
+}
+
 func (c *stepColumns) add(s *InsertStepParams) {
 	c.ids, c.names, c.statuses = append(c.ids, s.WorkflowID), append(c.names, s.Name), append(c.statuses, s.Status)
 	c.pos, c.attempts = append(c.pos, int32(s.Pos)), append(c.attempts, int32(s.Attempts))
