@@ -149,6 +149,14 @@ func init() {
 			Pkg: ".", Tests: "TestSeenOutcomeSurvivesPostgresCrash/.*/8$",
 		},
 		Mutant{
+			Name:      "finish/batch-commit-error",
+			Mechanism: "a batch finish sent with its planner setting reports the error of its commit (at the batch's end), not only its rows' (queryIndexPlanned)",
+			Edits: []Edit{{File: "internal/sysdb/indexplan.go",
+				Find:    "\t\tr.err = r.br.Close()\n",
+				Replace: "\t\t_ = r.br.Close()\n"}},
+			Pkg: "./internal/sysdb", Tests: "^TestIndexPlannedReportsCommitError$",
+		},
+		Mutant{
 			Name:      "shutdown/hand-back",
 			Mechanism: "a run stopped by Shutdown is handed back without counting a recovery attempt",
 			Edits: []Edit{{File: "runner.go",
