@@ -122,7 +122,7 @@ func TestGenericPlansFromASmallTable(t *testing.T) {
 		return count() - before
 	}
 	for _, cs := range cases {
-		seqScans(cs.call) // the plan is made on 5 runs
+		seqScans(cs.call) // the plan is made on 10 runs
 	}
 	execAll(ctx, t, pool,
 		`INSERT INTO `+wf+` (id, name, status, app_version, epoch, executor_id, queue_name)
