@@ -215,10 +215,14 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("scale.rows: got %d, want %d", len(rows), len(o.ScaleProcs))
 	} else {
 		for i, r := range rows {
-			for _, k := range []string{"per_s", "tput_per_s", "server_share"} {
+			for _, k := range []string{"per_s", "tput_per_s", "server_share", "drain_write_xacts_per_run"} {
 				if v, _ := r.(map[string]any)[k].(float64); v <= 0 {
 					t.Errorf("scale.rows[%d].%s = %v, want a positive figure", i, k, v)
 				}
+			}
+			// -1 when pg_stat_statements is not available
+			if v, _ := r.(map[string]any)["drain_statements_per_run"].(float64); v <= 0 && v != -1 {
+				t.Errorf("scale.rows[%d].drain_statements_per_run = %v, want a positive figure or -1", i, v)
 			}
 		}
 	}

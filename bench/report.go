@@ -608,14 +608,19 @@ func (r *Result) scaleMarkdown(sb *strings.Builder) {
 		"%d goroutines, all at once (%d in all); then, after an untimed drain of %d runs per process, they drain %d "+
 		"pre-enqueued runs of one queue (EnqueueMany; the queue paused, filled, timed from its resume until no run is left). "+
 		"CPU per run: every server process, and the executor processes together; CPU share: of the whole machine "+
-		"(%d cores) over the timed phase. Share per process: the fewest and the most drained runs one process finished.\n\n"+
-		"| executor processes | drain runs/s | against 1 process | server CPU per run | executors' CPU per run | CPU share server / executors | share per process |\n|---|---|---|---|---|---|---|\n",
+		"(%d cores) over the timed phase. Share per process: the fewest and the most drained runs one process finished. "+
+		"Statements (pg_stat_statements, this database) and write transactions per drained run: those of the same round.\n\n"+
+		"| executor processes | drain runs/s | against 1 process | server CPU per run | executors' CPU per run | CPU share server / executors | share per process | statements / write transactions per run |\n|---|---|---|---|---|---|---|---|\n",
 		strings.Join(procs, ", "), sc.Repeats, sc.IdleS, sc.TputN/max(len(sc.Rows), 1), sc.TputPer, sc.TputN, sc.WarmPer, sc.N,
 		r.Env.NumCPU)
 	base := sc.Rows[0]
 	for _, row := range sc.Rows {
-		fmt.Fprintf(sb, "| %d | %.0f | %.2fx | %.0f µs | %.0f µs | %.0f%% / %.0f%% | %.2f-%.2f |\n", row.Processes, row.PerS, row.PerS/base.PerS,
-			row.ServerCPU, row.ExecCPU, 100*row.ServerShare, 100*row.ExecShare, row.MinShare, row.MaxShare)
+		stmts := "n/a"
+		if row.StmtsPerRun >= 0 {
+			stmts = fmt.Sprintf("%.3f", row.StmtsPerRun)
+		}
+		fmt.Fprintf(sb, "| %d | %.0f | %.2fx | %.0f µs | %.0f µs | %.0f%% / %.0f%% | %.2f-%.2f | %s / %.3f |\n", row.Processes, row.PerS, row.PerS/base.PerS,
+			row.ServerCPU, row.ExecCPU, 100*row.ServerShare, 100*row.ExecShare, row.MinShare, row.MaxShare, stmts, row.XactsPerRun)
 	}
 	sb.WriteString("\n| executor processes | 1-step workflows/s | against 1 process | server CPU per workflow | executors' CPU per workflow | CPU share server / executors | idle: statements per executor and s | idle: write transactions per executor and s |\n|---|---|---|---|---|---|---|---|\n")
 	for _, row := range sc.Rows {

@@ -61,6 +61,11 @@ type ScaleRow struct {
 	// pg_stat_statements.
 	IdleStmtsPerS float64 `json:"idle_statements_per_executor_s"`
 	IdleXactsPerS float64 `json:"idle_write_xacts_per_executor_s"`
+	// The drain's statements and write transactions per run (the round of
+	// the median rate; statements -1 without pg_stat_statements): a drain
+	// whose batches broke up into single-row writes shows here.
+	StmtsPerRun float64 `json:"drain_statements_per_run"`
+	XactsPerRun float64 `json:"drain_write_xacts_per_run"`
 }
 
 const (
@@ -200,9 +205,9 @@ func (b *bench) scale(ctx context.Context) (*Scale, error) {
 				return nil, fmt.Errorf("%d processes: %w", k, err)
 			}
 			got[k] = append(got[k], s)
-			b.o.logf("scale: %d executor process(es) drained %d runs: %.0f /s (server %.0f µs, executors %.0f µs per run; shares %.2f-%.2f); "+
-				"1-step workflows %.0f /s; idle %.1f statements/s per executor",
-				k, sc.N, s.perS, s.server, s.exec, s.minShare, s.maxShare, s.tput.perS, s.idleStmts)
+			b.o.logf("scale: %d executor process(es) drained %d runs: %.0f /s (server %.0f µs, executors %.0f µs per run; shares %.2f-%.2f; "+
+				"%.3f statements, %.3f write transactions per run); 1-step workflows %.0f /s; idle %.1f statements/s per executor",
+				k, sc.N, s.perS, s.server, s.exec, s.minShare, s.maxShare, s.stmts, s.xacts, s.tput.perS, s.idleStmts)
 		}
 	}
 	for _, k := range b.o.ScaleProcs {
@@ -223,7 +228,7 @@ func (b *bench) scale(ctx context.Context) (*Scale, error) {
 		sc.Rows = append(sc.Rows, ScaleRow{Processes: k, PerS: med.perS, ServerCPU: med.server, ExecCPU: med.exec,
 			MinShare: med.minShare, MaxShare: med.maxShare, ServerShare: med.serverShare, ExecShare: med.execShare,
 			TputPerS: tm.perS, TputServerCPU: tm.server, TputExecCPU: tm.exec, TputServerShare: tm.serverShare, TputExecShare: tm.execShare,
-			IdleStmtsPerS: idle.idleStmts, IdleXactsPerS: idle.idleXacts})
+			IdleStmtsPerS: idle.idleStmts, IdleXactsPerS: idle.idleXacts, StmtsPerRun: med.stmts, XactsPerRun: med.xacts})
 	}
 	return sc, nil
 }
@@ -235,6 +240,7 @@ func (b *bench) scale(ctx context.Context) (*Scale, error) {
 type scaleSample struct {
 	perS, server, exec, minShare, maxShare float64
 	serverShare, execShare                 float64
+	stmts, xacts                           float64 // the drain's, per run (stmts -1: not counted)
 	tput                                   scaleLoad
 	idleStmts, idleXacts                   float64
 }
@@ -318,6 +324,10 @@ func (b *bench) scaleDrain(ctx context.Context, k int, warm, fill, resume func()
 		return s, err
 	}
 	b.quiesce(ctx)
+	wal0, xid0, err := b.startCosts(ctx)
+	if err != nil {
+		return s, err
+	}
 	cpu0 := sampleCPU()
 	kid0 := b.kidsCPU(kids)
 	t0 := time.Now()
@@ -331,9 +341,18 @@ func (b *bench) scaleDrain(ctx context.Context, k int, warm, fill, resume func()
 	n := float64(b.o.DrainN)
 	s.perS = n / done.Sub(t0).Seconds()
 	by := sampleCPU().server(cpu0)
+	kid1 := b.kidsCPU(kids)
+	c, err := b.endCosts(ctx, wal0, xid0)
+	if err != nil {
+		return s, err
+	}
+	s.stmts, s.xacts = -1, float64(c.xids)/n
+	if c.calls >= 0 {
+		s.stmts = float64(c.calls) / n
+	}
 	s.server = us(by["backend"]+by["autovacuum"]+by["background"]) / n
 	b.o.logf("scale: server CPU per run: backends %.0f µs, autovacuum %.0f µs, background %.0f µs", us(by["backend"])/n, us(by["autovacuum"])/n, us(by["background"])/n)
-	s.exec = us(b.kidsCPU(kids)-kid0) / n
+	s.exec = us(kid1-kid0) / n
 	s.serverShare, s.execShare = cpuShare(s.server*n, done.Sub(t0)), cpuShare(s.exec*n, done.Sub(t0))
 	rows, err := b.conn.Query(ctx, "SELECT count(*) FROM "+scaleSchema+".workflows WHERE queue_name = $1 AND status = 'success' GROUP BY executor_id", drainQueue)
 	if err != nil {
