@@ -248,8 +248,8 @@ func gracefulStops(t *testing.T, queued bool) {
 			release <- struct{}{}
 			require.NoError(t, <-stopped)
 			status, owned, parked := state()
-			require.False(t, owned, "deploy %d: the stopped run is handed back", d)
-			require.True(t, parked, "deploy %d: the stopped run is due at once", d)
+			require.False(t, owned, "deploy %d: the stopped run is handed back (status %s); logs:\n%s", d, status, b.logs.String())
+			require.True(t, parked, "deploy %d: the stopped run is due at once (status %s); logs:\n%s", d, status, b.logs.String())
 			if queued {
 				require.Equal(t, "enqueued", status, "deploy %d: the stopped run is back in its queue", d)
 			} else {
