@@ -202,10 +202,18 @@ func gracefulStops(t *testing.T, queued bool) {
 		}, &durable.WorkflowOpts{MaxRecoveryAttempts: 1})
 		return wf, durable.RegisterQueue(e, "deploys", &durable.QueueOpts{WorkerConcurrency: 1})
 	}
-	state := func() (status string, owned, parked bool) {
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT status, executor_id IS NOT NULL, wake_at IS NOT NULL FROM "+
-			b.schema+".workflows WHERE id = 'long-run'").Scan(&status, &owned, &parked))
-		return status, owned, parked
+	// state also says who owns the run and at which epoch, for the
+	// messages: a failure then tells whose claim kept the run owned.
+	state := func() (status string, owned, parked bool, who string) {
+		var owner *string
+		var epoch int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT status, executor_id, epoch, wake_at IS NOT NULL FROM "+
+			b.schema+".workflows WHERE id = 'long-run'").Scan(&status, &owner, &epoch, &parked))
+		who = fmt.Sprintf("status %s, epoch %d, owner %v", status, epoch, owner != nil)
+		if owner != nil {
+			who = fmt.Sprintf("status %s, epoch %d, owner %s", status, epoch, *owner)
+		}
+		return status, owner != nil, parked, who
 	}
 
 	type result struct {
@@ -247,9 +255,9 @@ func gracefulStops(t *testing.T, queued bool) {
 			require.Eventually(t, e.IsStopping, time.Minute, time.Millisecond)
 			release <- struct{}{}
 			require.NoError(t, <-stopped)
-			status, owned, parked := state()
-			require.False(t, owned, "deploy %d: the stopped run is handed back (status %s); logs:\n%s", d, status, b.logs.String())
-			require.True(t, parked, "deploy %d: the stopped run is due at once (status %s); logs:\n%s", d, status, b.logs.String())
+			status, owned, parked, who := state()
+			require.False(t, owned, "deploy %d: the stopped run is handed back (%s); logs:\n%s", d, who, b.logs.String())
+			require.True(t, parked, "deploy %d: the stopped run is due at once (%s); logs:\n%s", d, who, b.logs.String())
 			if queued {
 				require.Equal(t, "enqueued", status, "deploy %d: the stopped run is back in its queue", d)
 			} else {
