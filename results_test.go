@@ -205,15 +205,11 @@ func gracefulStops(t *testing.T, queued bool) {
 	// state also says who owns the run and at which epoch, for the
 	// messages: a failure then tells whose claim kept the run owned.
 	state := func() (status string, owned, parked bool, who string) {
-		var owner *string
+		var owner string
 		var epoch int64
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT status, executor_id, epoch, wake_at IS NOT NULL FROM "+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT status, coalesce(executor_id, ''), epoch, wake_at IS NOT NULL FROM "+
 			b.schema+".workflows WHERE id = 'long-run'").Scan(&status, &owner, &epoch, &parked))
-		who = fmt.Sprintf("status %s, epoch %d, owner %v", status, epoch, owner != nil)
-		if owner != nil {
-			who = fmt.Sprintf("status %s, epoch %d, owner %s", status, epoch, *owner)
-		}
-		return status, owner != nil, parked, who
+		return status, owner != "", parked, fmt.Sprintf("status %s, epoch %d, owner %q", status, epoch, owner)
 	}
 
 	type result struct {
