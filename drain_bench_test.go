@@ -12,31 +12,40 @@ import (
 	"github.com/durable-go/durable/internal/proccpu"
 )
 
-// BenchmarkDrain drains b.N queued one-step runs on one engine: what the
+// BenchmarkDrain drains b.N queued one-step runs (plain-0-steps: runs
+// without a step) on one engine: what the
 // engine allocates per drained run (allocs/op) is the client-side lever
 // of the queue drain that bench/ measures against River.
 func BenchmarkDrain(b *testing.B) {
 	for _, c := range []struct {
-		name string
-		opts *durable.QueueOpts
-		keys int
+		name  string
+		opts  *durable.QueueOpts
+		keys  int
+		steps int
 	}{
-		{"plain", nil, 0},
-		{"global-100", &durable.QueueOpts{GlobalConcurrency: 100}, 0},
-		{"worker-100", &durable.QueueOpts{WorkerConcurrency: 100}, 0},
-		{"fair-100-keys", &durable.QueueOpts{FairShare: true}, 100},
+		{"plain", nil, 0, 1},
+		// What the step costs a drain: the same runs without it.
+		{"plain-0-steps", nil, 0, 0},
+		{"global-100", &durable.QueueOpts{GlobalConcurrency: 100}, 0, 1},
+		{"worker-100", &durable.QueueOpts{WorkerConcurrency: 100}, 0, 1},
+		{"fair-100-keys", &durable.QueueOpts{FairShare: true}, 100, 1},
 	} {
-		b.Run(c.name, func(b *testing.B) { benchDrain(b, c.opts, c.keys) })
+		b.Run(c.name, func(b *testing.B) { benchDrain(b, c.opts, c.keys, c.steps) })
 	}
 }
 
-func benchDrain(b *testing.B, opts *durable.QueueOpts, keys int) {
+func benchDrain(b *testing.B, opts *durable.QueueOpts, keys, steps int) {
 	var returned atomic.Int64
 	var wf *durable.Workflow[int, int]
 	var q *durable.Queue
 	setup(b).engine(b, func(c *durable.Config) { c.Logger = slog.New(slog.DiscardHandler) }, func(e *durable.Engine) {
 		wf = durable.Register(e, "drain1", func(wctx durable.Context, i int) (int, error) {
-			_, err := durable.Step(wctx, "s", func(context.Context) (string, error) { return "ok", nil }, nil)
+			var err error
+			for range steps {
+				if _, err = durable.Step(wctx, "s", func(context.Context) (string, error) { return "ok", nil }, nil); err != nil {
+					break
+				}
+			}
 			returned.Add(1)
 			return i, err
 		}, nil)
