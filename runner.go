@@ -377,10 +377,17 @@ func finishWrite(r *run, o *outcome, steps []*sysdb.InsertStepParams) *sysdb.Fin
 // Shutdown up.
 func (rn *runner) handBack(r *run) {
 	if rn.e.hardCtx.Err() != nil {
+		r.log().Debug("durable: a run stopped by a hard stop stays owned; its next resume counts as a recovery")
 		return
 	}
-	if _, err := rn.e.wq.HandBack(rn.e.hardCtx, rn.e.pool, sysdb.HandBackParams{ID: r.id, Epoch: r.epoch}); err != nil {
+	handed, err := rn.e.wq.HandBack(rn.e.hardCtx, rn.e.pool, sysdb.HandBackParams{ID: r.id, Epoch: r.epoch})
+	switch {
+	case err != nil:
 		r.log().Warn("durable: hand back a run stopped by shutdown; its next resume counts as a recovery", "err", err)
+	case !handed:
+		// Another owner or a final status: nothing of this execution's
+		// is left to hand back.
+		r.log().Info("durable: a run stopped by shutdown was not pending at its epoch; not handed back", "epoch", r.epoch)
 	}
 }
 

@@ -160,8 +160,8 @@ func init() {
 			Name:      "shutdown/hand-back",
 			Mechanism: "a run stopped by Shutdown is handed back without counting a recovery attempt",
 			Edits: []Edit{{File: "runner.go",
-				Find:    "\tif rn.e.hardCtx.Err() != nil {\n\t\treturn\n\t}\n\tif _, err := rn.e.wq.HandBack(",
-				Replace: "\tif true {\n\t\treturn\n\t}\n\tif _, err := rn.e.wq.HandBack("}},
+				Find:    "\t\treturn\n\t}\n\thanded, err := rn.e.wq.HandBack(",
+				Replace: "\t\treturn\n\t}\n\tif true {\n\t\treturn\n\t}\n\thanded, err := rn.e.wq.HandBack("}},
 			Pkg: ".", Tests: "TestGracefulStopsDoNotCount",
 		},
 		Mutant{
