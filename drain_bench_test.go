@@ -10,6 +10,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/internal/proccpu"
+	"github.com/durable-go/durable/internal/sysdbtest"
 )
 
 // BenchmarkDrain drains b.N queued one-step runs (plain-0-steps: runs
@@ -30,15 +31,44 @@ func BenchmarkDrain(b *testing.B) {
 		{"worker-100", &durable.QueueOpts{WorkerConcurrency: 100}, 0, 1},
 		{"fair-100-keys", &durable.QueueOpts{FairShare: true}, 100, 1},
 	} {
-		b.Run(c.name, func(b *testing.B) { benchDrain(b, c.opts, c.keys, c.steps) })
+		b.Run(c.name, func(b *testing.B) { benchDrain(b, c.opts, c.keys, c.steps, nil) })
 	}
 }
 
-func benchDrain(b *testing.B, opts *durable.QueueOpts, keys, steps int) {
+// BenchmarkDrainLevers drains b.N queued one-step runs of a plain queue
+// as BenchmarkDrain/plain does, on a schema changed as no release may
+// change it: what an index the claim or the finish of every run writes
+// costs the drain. Run it beside BenchmarkDrain/plain, in alternation
+// (-count), to compare.
+func BenchmarkDrainLevers(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		stmts []string
+	}{
+		// The listing index that migration 026 replaced with the creation
+		// log: the claim and the finish each entered the run's new row
+		// version in it.
+		{"with-created-idx", []string{"CREATE INDEX workflows_created_idx ON {{schema}}.workflows (created_at, id)"}},
+		// The index of finished runs by finish time (retention, metrics):
+		// the finish enters the run's new row version in it.
+		{"without-finished-at-idx", []string{"DROP INDEX {{schema}}.workflows_finished_at_idx"}},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchDrain(b, nil, 0, 1, c.stmts) })
+	}
+}
+
+// benchDrain drains b.N queued runs of steps steps each, over keys
+// partition keys (0: none), on a queue of opts, after running stmts on the
+// schema (BenchmarkDrainLevers).
+func benchDrain(b *testing.B, opts *durable.QueueOpts, keys, steps int, stmts []string) {
 	var returned atomic.Int64
 	var wf *durable.Workflow[int, int]
 	var q *durable.Queue
-	setup(b).engine(b, func(c *durable.Config) { c.Logger = slog.New(slog.DiscardHandler) }, func(e *durable.Engine) {
+	bu := setup(b)
+	for _, stmt := range stmts {
+		sysdbtest.Exec(b, bu.pool, bu.schema, stmt)
+	}
+	bu.engine(b, func(c *durable.Config) { c.Logger = slog.New(slog.DiscardHandler) }, func(e *durable.Engine) {
 		wf = durable.Register(e, "drain1", func(wctx durable.Context, i int) (int, error) {
 			var err error
 			for range steps {
@@ -105,4 +135,41 @@ func cpuNow() (client, server time.Duration) {
 		server += p.CPU
 	}
 	return proccpu.Self(), server
+}
+
+// BenchmarkEnqueueMany enqueues b.N runs in batches of 1,000 from one
+// goroutine (EnqueueMany, one statement per batch): what writing a run
+// costs the engine and the server, the other side of what its drain
+// costs.
+func BenchmarkEnqueueMany(b *testing.B) {
+	var wf *durable.Workflow[int, int]
+	var q *durable.Queue
+	setup(b).engine(b, func(c *durable.Config) { c.Logger = slog.New(slog.DiscardHandler) }, func(e *durable.Engine) {
+		wf = durable.Register(e, "enq", func(wctx durable.Context, i int) (int, error) { return i, nil }, nil)
+		q = durable.RegisterQueue(e, "enq", nil)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := q.Pause(ctx); err != nil {
+		b.Fatal(err)
+	}
+	items := make([]durable.EnqueueItem[int], 0, 1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	client, server := cpuNow()
+	for i := 0; i < b.N; i++ {
+		items = append(items, durable.EnqueueItem[int]{Input: i})
+		if len(items) == cap(items) || i == b.N-1 {
+			if _, err := wf.EnqueueMany(ctx, q, items); err != nil {
+				b.Fatal(err)
+			}
+			items = items[:0]
+		}
+	}
+	b.StopTimer()
+	client2, server2 := cpuNow()
+	b.ReportMetric(float64((client2-client).Microseconds())/float64(b.N), "client-cpu-µs/op")
+	if server > 0 {
+		b.ReportMetric(float64((server2-server).Microseconds())/float64(b.N), "server-cpu-µs/op")
+	}
 }

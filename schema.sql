@@ -49,7 +49,8 @@ INSERT INTO {{schema}}.schema_migrations (version, name) VALUES
     (22, 'select_waits'),
     (23, 'cancel_compensate'),
     (24, 'tags'),
-    (25, 'nudged');
+    (25, 'nudged'),
+    (26, 'creation_log');
 
 -- ---------------------------------------------------------------------------
 -- Executors: one row per live or recently live process. Its lease
@@ -162,8 +163,7 @@ CREATE TABLE {{schema}}.workflows (
     nudged            boolean
 );
 
--- The indexes below on workflows are all partial but the primary key and
--- workflows_created_idx. Each one's predicate holds a condition on a
+-- The indexes below on workflows are all partial but the primary key. Each one's predicate holds a condition on a
 -- column that its own queries test and a lookup by ID does not, so an
 -- UPDATE ... WHERE id = $1 AND status = 'pending' can only use the
 -- primary key, whatever the statistics say about how few runs match.
@@ -174,10 +174,6 @@ CREATE INDEX workflows_owned_idx
 -- Child runs of a run.
 CREATE INDEX workflows_parent_idx
     ON {{schema}}.workflows (parent_id) WHERE parent_id IS NOT NULL;
--- Listing: newest first, keyset paging on (created_at, id); the other
--- filters are applied along this scan.
-CREATE INDEX workflows_created_idx
-    ON {{schema}}.workflows (created_at, id);
 -- Listing of failed, cancelled and dead runs, without walking every
 -- successful run; a successful finish never enters it.
 CREATE INDEX workflows_failed_idx
@@ -240,6 +236,37 @@ CREATE INDEX workflows_queue_partition_rate_idx
 CREATE UNIQUE INDEX workflows_queue_debounce_idx
     ON {{schema}}.workflows (queue_name, debounce_key)
     WHERE debounce_key IS NOT NULL AND status = 'enqueued';
+
+-- The runs in creation order, for listings: one row per run, written by
+-- the statement that writes the run's row (the trigger below) and never
+-- updated. An index of workflows on (created_at, id) would get an entry
+-- at every change of a run's status (a claim and a finish are not HOT
+-- updates): this table gets one per run. A listing walks
+-- workflows_created_at_idx newest first (keyset paging on (at, run_id)) and
+-- finds each run by its primary key, the other filters applied along the
+-- walk; one that reads a rare status from its partial index finds the
+-- run's entry here by run_id.
+CREATE TABLE {{schema}}.workflows_created (
+    run_id text COLLATE "C" PRIMARY KEY,
+    at     timestamptz NOT NULL
+);
+CREATE INDEX workflows_created_at_idx
+    ON {{schema}}.workflows_created (at, run_id);
+
+CREATE FUNCTION {{schema}}.workflows_created_log() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {{schema}}.workflows_created (at, run_id)
+    SELECT created_at, id FROM created_runs
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END
+$$;
+
+-- One INSERT per statement that wrote runs, however many.
+CREATE TRIGGER workflows_created_log AFTER INSERT ON {{schema}}.workflows
+    REFERENCING NEW TABLE AS created_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.workflows_created_log();
 
 -- ---------------------------------------------------------------------------
 -- Steps: one row per recorded step, keyed by the step's position in its run.

@@ -101,6 +101,14 @@ func init() {
 			Pkg: "internal/sysdb", Tests: "TestPruneBatchDeletesAttempts$",
 		},
 		Mutant{
+			Name:      "retention/creation-log",
+			Mechanism: "retention deletes the creation log entries of the runs it deletes",
+			Edits: []Edit{{File: retention,
+				Find:    "c AS (DELETE FROM {{schema}}.workflows_created WHERE run_id IN (SELECT id FROM victims)),",
+				Replace: "c AS (SELECT 1),"}},
+			Pkg: "internal/sysdb", Tests: "TestPruneBatch$",
+		},
+		Mutant{
 			Name:      "install/apt-get",
 			Mechanism: "scripts/install-postgres installs the server with apt-get as root on Debian/Ubuntu",
 			Edits: []Edit{{File: "scripts/install-postgres",

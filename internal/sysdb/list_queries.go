@@ -124,37 +124,32 @@ func listSQL(schema string, f ListFilter) (string, []any) {
 		where = append(where, "tags @> "+arg(string(b))+"::jsonb")
 	}
 	if !f.From.IsZero() {
-		where = append(where, "created_at >= "+arg(f.From))
+		where = append(where, "c.at >= "+arg(f.From))
 	}
 	if !f.To.IsZero() {
-		where = append(where, "created_at < "+arg(f.To))
+		where = append(where, "c.at < "+arg(f.To))
 	}
 	if f.HasAfter {
-		where = append(where, "(created_at, id) < ("+arg(f.AfterAt)+"::timestamptz, "+arg(f.AfterID)+"::text)")
+		where = append(where, "(c.at, c.run_id) < ("+arg(f.AfterAt)+"::timestamptz, "+arg(f.AfterID)+"::text)")
 	}
 	payloads := "NULL::json, NULL::json"
 	if f.Payloads {
 		payloads = "input, output"
 	}
 	var b strings.Builder
-	// Two kinds of listing are planned in a CTE of their own, which is
-	// planned for all its rows (the outer LIMIT would reach into a
-	// subquery), and ordered after it:
-	//   - by IDs: the runs are found by primary key first. Under the LIMIT
-	//     the planner would otherwise walk the listing index from the
-	//     newest run, testing each against the IDs (the whole table when
-	//     they are old). At most len(f.IDs) rows are materialized.
-	//   - by status, awaited topic (which implies a status), ID prefix or
-	//     tags, for a page smaller than a default one: it is planned for a
-	//     default page. Under a LIMIT of a few rows the planner bets that
-	//     the listing index soon yields matching runs, and loses the whole
-	//     history when they are rare and old; for a page of a hundred it
-	//     reads them from their partial indexes (see statusArms), an ID
-	//     prefix from the primary key (with IDs in the C collation,
-	//     migration 015), tags from workflows_tags_idx. Execution still
-	//     stops after the rows asked for.
-	byIDs := f.IDs != nil
-	cte := byIDs || ((len(f.Statuses) > 0 || f.WaitTopicPrefix != "" || f.IDPrefix != "" || len(f.Tags) > 0) && f.Limit < minStatusPlanRows)
+	// A listing by status, awaited topic (which implies a status), ID
+	// prefix or tags, for a page smaller than a default one, is planned in
+	// a CTE of its own, for a default page (the outer LIMIT would reach
+	// into a subquery), and ordered after it. Under a LIMIT of a few rows
+	// the planner bets that the walk of the creation log soon yields
+	// matching runs, and loses the whole history when they are rare and
+	// old; for a page of a hundred it reads them from their partial
+	// indexes (see statusArms), an ID prefix from the primary key (with IDs
+	// in the C collation, migration 015), tags from workflows_tags_idx.
+	// Execution still stops after the rows asked for. (A listing by IDs
+	// needs no CTE: a walk of the log costs a lookup of the run per entry,
+	// which the planner weighs against finding the few runs by key.)
+	cte := (len(f.Statuses) > 0 || f.WaitTopicPrefix != "" || f.IDPrefix != "" || len(f.Tags) > 0) && f.Limit < minStatusPlanRows
 	if cte {
 		b.WriteString("WITH r AS MATERIALIZED (\n")
 	}
@@ -162,15 +157,13 @@ func listSQL(schema string, f ListFilter) (string, []any) {
 	recovery_attempts, coalesce(retries, 0), deadline, error, started_at, ` + payloads + `,
 	CASE WHEN status IN ('pending', 'enqueued') THEN coalesce(` + waitTopic + `) END, trace_context,
 	CASE WHEN status = 'success' THEN continued_as END, tags
-FROM {{schema}}.workflows`)
+FROM {{schema}}.workflows JOIN {{schema}}.workflows_created c ON c.run_id = id`)
 	if len(where) > 0 {
 		b.WriteString("\nWHERE ")
 		b.WriteString(strings.Join(where, " AND "))
 	}
 	if cte {
-		if !byIDs {
-			b.WriteString("\nORDER BY created_at DESC, id DESC LIMIT " + strconv.Itoa(minStatusPlanRows))
-		}
+		b.WriteString("\nORDER BY c.at DESC, c.run_id DESC LIMIT " + strconv.Itoa(minStatusPlanRows))
 		b.WriteString(")\nSELECT * FROM r")
 	}
 	// The page size is written into the statement, not passed: with it a
@@ -178,7 +171,11 @@ FROM {{schema}}.workflows`)
 	// on a tenth of the table, so once the table held some 20,000 runs
 	// Postgres planned the listing anew at each call (~0.1 ms, more than
 	// its execution). Known, the statement is planned once per connection.
-	b.WriteString("\nORDER BY created_at DESC, id DESC LIMIT " + strconv.Itoa(f.Limit))
+	order := "c.at DESC, c.run_id DESC" // the creation log's primary key, walked backward
+	if cte {
+		order = "created_at DESC, id DESC" // the same values, as r has them
+	}
+	b.WriteString("\nORDER BY " + order + " LIMIT " + strconv.Itoa(f.Limit))
 	return Render(b.String(), schema), args
 }
 

@@ -22,7 +22,8 @@ func NewRetentionQueries(schema string) *RetentionQueries {
 		// held back stays behind the walk instead of being read again by
 		// every batch; lock them, skipping rows locked by anyone else (a
 		// Resume in flight), and delete them with everything keyed by their
-		// ID (the failed attempts of their steps too: not counted). Runs
+		// ID (the failed attempts of their steps too: not counted; their
+		// entries of the creation log too). Runs
 		// held back:
 		//   - a child whose parent exists and is not itself finished before
 		//     $1: a pending parent may still await it (and a resumed parent
@@ -49,6 +50,7 @@ m AS (DELETE FROM {{schema}}.messages WHERE workflow_id IN (SELECT id FROM victi
 e AS (DELETE FROM {{schema}}.events WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
 st AS (DELETE FROM {{schema}}.streams WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
 w AS (DELETE FROM {{schema}}.workflows WHERE id IN (SELECT id FROM victims) RETURNING 1),
+c AS (DELETE FROM {{schema}}.workflows_created WHERE run_id IN (SELECT id FROM victims)),
 last AS (SELECT updated_at, id FROM victims ORDER BY updated_at DESC, id DESC LIMIT 1)
 SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM s), (SELECT count(*) FROM m),
 	(SELECT count(*) FROM e), (SELECT count(*) FROM st),

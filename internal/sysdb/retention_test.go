@@ -80,6 +80,11 @@ func TestPruneBatch(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, Render(`SELECT (SELECT count(*) FROM {{schema}}.steps) + (SELECT count(*) FROM {{schema}}.messages)
 	+ (SELECT count(*) FROM {{schema}}.events) + (SELECT count(*) FROM {{schema}}.streams)`, schema)).Scan(&left))
 	require.Equal(t, 2, left, "the rows of recent-parent stay")
+	var logged []string
+	require.NoError(t, pool.QueryRow(ctx, Render(`SELECT coalesce(array_agg(run_id ORDER BY run_id), '{}') FROM {{schema}}.workflows_created`,
+		schema)).Scan(&logged))
+	require.Equal(t, []string{"child-of-pending", "child-of-recent", "locked", "pending-parent", "rate-counted", "recent-parent"}, logged,
+		"the creation log keeps the entries of the runs left")
 }
 
 // TestRetentionTryLock: one transaction at a time holds the retention
