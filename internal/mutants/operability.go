@@ -104,9 +104,17 @@ func init() {
 			Name:      "retention/creation-log",
 			Mechanism: "retention deletes the creation log entries of the runs it deletes",
 			Edits: []Edit{{File: retention,
-				Find:    "c AS (DELETE FROM {{schema}}.workflows_created WHERE run_id IN (SELECT id FROM victims)),",
+				Find:    "c AS (DELETE FROM {{schema}}.workflows_created WHERE run_id = ANY(ARRAY(SELECT id FROM victims))),",
 				Replace: "c AS (SELECT 1),"}},
 			Pkg: "internal/sysdb", Tests: "TestPruneBatch$",
+		},
+		Mutant{
+			Name:      "retention/finish-time-index",
+			Mechanism: "retention's batches and the dashboard's activity find finished runs by finish time in an index (migration 027)",
+			Edits: []Edit{{File: "migrations/027_finish_time_index.sql",
+				Find:    "    ON {{schema}}.workflows (updated_at)\n",
+				Replace: "    ON {{schema}}.workflows (app_version)\n"}},
+			Pkg: "internal/sysdb", Tests: "TestFinishTimeReadersReadFewRows$",
 		},
 		Mutant{
 			Name:      "install/apt-get",

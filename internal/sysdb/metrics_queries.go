@@ -26,14 +26,14 @@ func NewMetricsQueries(schema string) *MetricsQueries {
 WHERE status = 'pending' AND executor_id IS NULL AND wake_at IS NOT NULL`),
 
 		// Runs finished since $1, per minute and final status, from
-		// workflows_finished_at_idx (a finish sets updated_at). $1 since.
+		// workflows_finish_time_idx (a finish sets updated_at). $1 since.
 		finishedPerMinute: r(`SELECT date_trunc('minute', updated_at), status, count(*) FROM {{schema}}.workflows
 WHERE status IN ('success', 'error', 'cancelled', 'dead') AND updated_at IS NOT NULL AND updated_at >= $1
 GROUP BY 1, 2 ORDER BY 1, 2`),
 
 		// The median and 99th percentile of the duration of the steps of
 		// the last $2 runs that finished since $1 (the newest of
-		// workflows_finished_at_idx, then their steps by primary key), with
+		// workflows_finish_time_idx, then their steps by primary key), with
 		// how many steps they are. A step's duration runs from its first
 		// attempt's start to its record. $1 since, $2 runs.
 		stepLatency: r(`SELECT count(*),

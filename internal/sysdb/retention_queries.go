@@ -31,13 +31,16 @@ func NewRetentionQueries(schema string) *RetentionQueries {
 		//   - a queued run whose start still counts toward its queue's rate
 		//     limit (rate_start within the period): the limit counts
 		//     recent starts from these rows.
+		// The runs and their creation log entries are deleted by key (an
+		// array, not a join: a join may scan either table whole while it
+		// is small enough to hash).
 		// Returns the counts per table and the last (updated_at, id) picked.
 		pruneBatch: r(`WITH victims AS (
 	SELECT w.id, w.updated_at FROM {{schema}}.workflows w
 	LEFT JOIN {{schema}}.workflows p ON p.id = w.parent_id
 	WHERE w.status IN ('success', 'error', 'cancelled', 'dead')
 		AND w.updated_at < $1
-		AND (w.updated_at, w.id) > ($2::timestamptz, $3::text)
+		AND w.updated_at >= $2::timestamptz AND (w.updated_at, w.id) > ($2::timestamptz, $3::text)
 		AND (p.id IS NULL OR (p.status IN ('success', 'error', 'cancelled', 'dead') AND p.updated_at < $1))
 		AND (w.rate_start IS NULL OR w.rate_start <= now() - coalesce(
 			(SELECT q.rate_period_ms FROM {{schema}}.queues q WHERE q.name = w.queue_name), 0) * interval '1 millisecond')
@@ -49,8 +52,8 @@ sa AS (DELETE FROM {{schema}}.step_attempts WHERE workflow_id IN (SELECT id FROM
 m AS (DELETE FROM {{schema}}.messages WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
 e AS (DELETE FROM {{schema}}.events WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
 st AS (DELETE FROM {{schema}}.streams WHERE workflow_id IN (SELECT id FROM victims) RETURNING 1),
-w AS (DELETE FROM {{schema}}.workflows WHERE id IN (SELECT id FROM victims) RETURNING 1),
-c AS (DELETE FROM {{schema}}.workflows_created WHERE run_id IN (SELECT id FROM victims)),
+w AS (DELETE FROM {{schema}}.workflows WHERE id = ANY(ARRAY(SELECT id FROM victims)) RETURNING 1),
+c AS (DELETE FROM {{schema}}.workflows_created WHERE run_id = ANY(ARRAY(SELECT id FROM victims))),
 last AS (SELECT updated_at, id FROM victims ORDER BY updated_at DESC, id DESC LIMIT 1)
 SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM s), (SELECT count(*) FROM m),
 	(SELECT count(*) FROM e), (SELECT count(*) FROM st),

@@ -29,7 +29,7 @@ func TestPruneBatch(t *testing.T) {
 	('recent-parent', 'w', 'success', 'v', NULL, NULL, NULL, now()),
 	('child-of-recent', 'w', 'success', 'v', 'recent-parent', NULL, NULL, now() - interval '3 hours'),
 	('rate-counted', 'w', 'success', 'v', NULL, 'rated', now() - interval '30 minutes', now() - interval '3 hours'),
-	('locked', 'w', 'success', 'v', NULL, NULL, NULL, now() - interval '3 hours')`)
+	('a-locked', 'w', 'success', 'v', NULL, NULL, NULL, now() - interval '3 hours' + interval '1 second')`)
 	on(t, pool, schema, `INSERT INTO {{schema}}.steps (workflow_id, pos, name, status) VALUES ('a-old', 0, 's', 'done'), ('a-old', 1, 's', 'done'), ('recent-parent', 0, 's', 'done')`)
 	on(t, pool, schema, `INSERT INTO {{schema}}.messages (workflow_id, topic) VALUES ('a-old', 't'), ('b-old-error', 't'), ('recent-parent', 't')`)
 	on(t, pool, schema, `INSERT INTO {{schema}}.events (workflow_id, key) VALUES ('a-old', 'k')`)
@@ -40,7 +40,7 @@ func TestPruneBatch(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'locked' FOR UPDATE`, schema))
+	_, err = tx.Exec(ctx, Render(`SELECT 1 FROM {{schema}}.workflows WHERE id = 'a-locked' FOR UPDATE`, schema))
 	require.NoError(t, err)
 
 	q := NewRetentionQueries(schema)
@@ -58,7 +58,9 @@ func TestPruneBatch(t *testing.T) {
 	require.NotNil(t, b.LastID)
 	require.Equal(t, "b-old-error", *b.LastID, "oldest first, past the locked run")
 	// The locked run, held back, stays behind the walk: later batches do
-	// not read it again, even once it is free.
+	// not read it again, even once it is free, though it finished at the
+	// same time as the last run picked (the walk's position is the time and
+	// the ID).
 	require.NoError(t, tx.Rollback(ctx))
 	p.AfterAt, p.AfterID = *b.LastAt, *b.LastID
 	b, err = q.PruneBatch(ctx, pool, p)
@@ -73,7 +75,7 @@ func TestPruneBatch(t *testing.T) {
 	for _, id := range []string{"a-old", "b-old-error", "c-child-of-old", "d-old-dead"} {
 		require.Equal(t, "none", runState(t, pool, schema, id), id)
 	}
-	for _, id := range []string{"pending-parent", "child-of-pending", "recent-parent", "child-of-recent", "rate-counted", "locked"} {
+	for _, id := range []string{"pending-parent", "child-of-pending", "recent-parent", "child-of-recent", "rate-counted", "a-locked"} {
 		require.NotEqual(t, "none", runState(t, pool, schema, id), id)
 	}
 	var left int
@@ -83,7 +85,7 @@ func TestPruneBatch(t *testing.T) {
 	var logged []string
 	require.NoError(t, pool.QueryRow(ctx, Render(`SELECT coalesce(array_agg(run_id ORDER BY run_id), '{}') FROM {{schema}}.workflows_created`,
 		schema)).Scan(&logged))
-	require.Equal(t, []string{"child-of-pending", "child-of-recent", "locked", "pending-parent", "rate-counted", "recent-parent"}, logged,
+	require.Equal(t, []string{"a-locked", "child-of-pending", "child-of-recent", "pending-parent", "rate-counted", "recent-parent"}, logged,
 		"the creation log keeps the entries of the runs left")
 }
 
