@@ -552,7 +552,8 @@ func hintIDCollation(log *slog.Logger, schema, column, dbCollate string, provide
 	}
 	log.Info(`durable: run IDs and keys compare in the database's default collation, not "C"; `+
 		`each run's writes cost the server 20-40% more: apply the ALTER TABLE statements of migration 015 `+
-		`(015_identifiers_collate_c.sql) in a maintenance window, after dropping the views of migration 018 `+
+		`(015_identifiers_collate_c.sql) and the same change of workflows_created.run_id (migration 026) `+
+		`in a maintenance window, after dropping the views of migration 018 `+
 		`(018_views_v1.sql), which it then creates again`, "schema", schema, "datcollate", dbCollate)
 }
 

@@ -113,7 +113,7 @@ func TestMigrate(t *testing.T) {
 			"workflows.partition_key", "workflows.dedup_id", "steps.workflow_id",
 			"messages.workflow_id", "messages.topic", "messages.idem_key",
 			"events.workflow_id", "events.key", "streams.workflow_id", "streams.key",
-			"executors.id", "queues.name",
+			"executors.id", "queues.name", "workflows_created.run_id",
 		}
 		collations := func(schema string) map[string]string {
 			got := queryMap[string, string](t, pool, `SELECT table_name || '.' || column_name, coalesce(collation_name, '')
