@@ -92,20 +92,7 @@ func benchDrain(b *testing.B, opts *durable.QueueOpts, keys, steps int, stmts []
 	if err := q.Pause(ctx); err != nil {
 		b.Fatal(err)
 	}
-	items := make([]durable.EnqueueItem[int], 0, 1000)
-	for i := 0; i < b.N; i++ {
-		it := durable.EnqueueItem[int]{Input: i}
-		if keys > 0 {
-			it.Opts = &durable.EnqueueOpts{PartitionKey: fmt.Sprint("k", i%keys)}
-		}
-		items = append(items, it)
-		if len(items) == cap(items) || i == b.N-1 {
-			if _, err := wf.EnqueueMany(ctx, q, items); err != nil {
-				b.Fatal(err)
-			}
-			items = items[:0]
-		}
-	}
+	enqueueAll(ctx, b, wf, q, keys)
 	b.ReportAllocs()
 	b.ResetTimer()
 	client, server := cpuNow()
@@ -126,6 +113,31 @@ func benchDrain(b *testing.B, opts *durable.QueueOpts, keys, steps int, stmts []
 		time.Sleep(time.Millisecond)
 	}
 	b.StopTimer()
+	reportCPU(b, client, server)
+}
+
+// enqueueAll enqueues b.N runs of wf on q in batches of 1,000
+// (EnqueueMany), inputs 0 to b.N-1, over keys partition keys (0: none).
+func enqueueAll(ctx context.Context, b *testing.B, wf *durable.Workflow[int, int], q *durable.Queue, keys int) {
+	items := make([]durable.EnqueueItem[int], 0, 1000)
+	for i := 0; i < b.N; i++ {
+		it := durable.EnqueueItem[int]{Input: i}
+		if keys > 0 {
+			it.Opts = &durable.EnqueueOpts{PartitionKey: fmt.Sprint("k", i%keys)}
+		}
+		items = append(items, it)
+		if len(items) == cap(items) || i == b.N-1 {
+			if _, err := wf.EnqueueMany(ctx, q, items); err != nil {
+				b.Fatal(err)
+			}
+			items = items[:0]
+		}
+	}
+}
+
+// reportCPU reports the CPU this process and the server used per op since
+// cpuNow returned client and server.
+func reportCPU(b *testing.B, client, server time.Duration) {
 	client2, server2 := cpuNow()
 	b.ReportMetric(float64((client2-client).Microseconds())/float64(b.N), "client-cpu-µs/op")
 	if server > 0 {
@@ -159,23 +171,10 @@ func BenchmarkEnqueueMany(b *testing.B) {
 	if err := q.Pause(ctx); err != nil {
 		b.Fatal(err)
 	}
-	items := make([]durable.EnqueueItem[int], 0, 1000)
 	b.ReportAllocs()
 	b.ResetTimer()
 	client, server := cpuNow()
-	for i := 0; i < b.N; i++ {
-		items = append(items, durable.EnqueueItem[int]{Input: i})
-		if len(items) == cap(items) || i == b.N-1 {
-			if _, err := wf.EnqueueMany(ctx, q, items); err != nil {
-				b.Fatal(err)
-			}
-			items = items[:0]
-		}
-	}
+	enqueueAll(ctx, b, wf, q, 0)
 	b.StopTimer()
-	client2, server2 := cpuNow()
-	b.ReportMetric(float64((client2-client).Microseconds())/float64(b.N), "client-cpu-µs/op")
-	if server > 0 {
-		b.ReportMetric(float64((server2-server).Microseconds())/float64(b.N), "server-cpu-µs/op")
-	}
+	reportCPU(b, client, server)
 }

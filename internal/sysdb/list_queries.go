@@ -171,7 +171,7 @@ FROM {{schema}}.workflows JOIN {{schema}}.workflows_created c ON c.run_id = id`)
 	// on a tenth of the table, so once the table held some 20,000 runs
 	// Postgres planned the listing anew at each call (~0.1 ms, more than
 	// its execution). Known, the statement is planned once per connection.
-	order := "c.at DESC, c.run_id DESC" // the creation log's primary key, walked backward
+	order := "c.at DESC, c.run_id DESC" // workflows_created_at_idx, walked backward
 	if cte {
 		order = "created_at DESC, id DESC" // the same values, as r has them
 	}
