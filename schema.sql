@@ -262,7 +262,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO {{schema}}.workflows_created (at, run_id)
     SELECT created_at, id FROM created_runs
-    ON CONFLICT DO NOTHING;
+    ON CONFLICT (run_id) DO UPDATE SET at = excluded.at;
     RETURN NULL;
 END
 $$;

@@ -32,13 +32,15 @@ END
 $$;
 
 -- A statement-level trigger: one INSERT per statement that wrote runs,
--- however many (EnqueueMany, StartMany), from the rows it wrote.
+-- however many (EnqueueMany, StartMany), from the rows it wrote. A run
+-- written again under the ID of one deleted by hand (not by retention,
+-- which deletes its entry too) takes its own creation time.
 CREATE OR REPLACE FUNCTION {{schema}}.workflows_created_log() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO {{schema}}.workflows_created (at, run_id)
     SELECT created_at, id FROM created_runs
-    ON CONFLICT DO NOTHING;
+    ON CONFLICT (run_id) DO UPDATE SET at = excluded.at;
     RETURN NULL;
 END
 $$;

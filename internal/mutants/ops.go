@@ -127,6 +127,14 @@ func init() {
 			Pkg: "internal/sysdb", Tests: "TestList$",
 		},
 		Mutant{
+			Name:      "list/creation-log-recreated",
+			Mechanism: "a run written under the ID of one deleted by hand takes its own creation time in the creation log",
+			Edits: []Edit{{File: "migrations/026_creation_log.sql",
+				Find:    "    ON CONFLICT (run_id) DO UPDATE SET at = excluded.at;\n",
+				Replace: "    ON CONFLICT DO NOTHING;\n"}},
+			Pkg: "internal/sysdb", Tests: "TestListRecreatedRun$",
+		},
+		Mutant{
 			Name:      "list/wait-topic-live",
 			Mechanism: "a listing by awaited topic keeps only pending or queued runs",
 			Edits: []Edit{{File: list,

@@ -157,6 +157,26 @@ func TestList(t *testing.T) {
 	require.Nil(t, rows[0].Error)
 }
 
+// TestListRecreatedRun: a run written under the ID of one deleted by hand
+// (its creation log entry left behind) is listed at its own creation
+// time, not the deleted run's.
+func TestListRecreatedRun(t *testing.T) {
+	t.Parallel()
+	pool, schema := migrated(t)
+	ctx := context.Background()
+	base := time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i, id := range []string{"x", "y"} {
+		opsExec(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, status, name, app_version, created_at)
+			VALUES ($1, 'success', 'w', 'v', $2)`, id, base.Add(time.Duration(i)*time.Second))
+	}
+	opsExec(t, pool, schema, `DELETE FROM {{schema}}.workflows WHERE id = 'x'`)
+	opsExec(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, status, name, app_version, created_at)
+		VALUES ('x', 'success', 'w', 'v', $1)`, base.Add(time.Minute))
+	got, err := NewInspectQueries(schema).List(ctx, pool, ListFilter{Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, []string{"x", "y"}, listIDs(got), "newest first, by the new run's creation time")
+}
+
 // opsPtr returns a pointer to a copy of v.
 func opsPtr[T any](v T) *T { return &v }
 
