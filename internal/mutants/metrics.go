@@ -187,5 +187,13 @@ func init() {
 				Replace: "\t\ttotals[f.Status] = f.Count\n"}},
 			Pkg: "./dashboard", Tests: "TestActivityChart|TestActivityPage",
 		},
+		Mutant{
+			Name:      "metrics/step-latency-by-run",
+			Mechanism: "the activity's step latency reads the newest runs once, then each run's steps by key, whatever the steps table's statistics say",
+			Edits: []Edit{{File: "internal/sysdb/metrics_queries.go",
+				Find:    " AND s.status <> 'intent' OFFSET 0) s`),",
+				Replace: " AND s.status <> 'intent') s`),"}},
+			Pkg: "./internal/sysdb", Tests: "TestFinishTimeReadersReadFewRows$",
+		},
 	)
 }
