@@ -164,8 +164,9 @@ CREATE TABLE {{schema}}.workflows (
     nudged            boolean
 );
 
--- The indexes below on workflows are all partial but the primary key. Each one's predicate holds a condition on a
--- column that its own queries test and a lookup by ID does not, so an
+-- The indexes below on workflows are all partial but the primary key.
+-- Each one's predicate holds a condition on a column that its own queries
+-- test and a lookup by ID does not, so an
 -- UPDATE ... WHERE id = $1 AND status = 'pending' can only use the
 -- primary key, whatever the statistics say about how few runs match.
 

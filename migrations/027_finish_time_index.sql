@@ -4,7 +4,8 @@
 -- their entries collapse into one key's list of rows; keyed by
 -- (updated_at, id) instead (workflows_finished_at_idx, dropped below),
 -- each finish wrote a key of its own, and a queue drain of 1-step runs
--- took ~10% more time per run (BenchmarkDrainLevers, 2026-12-04). The
+-- took ~6% more time per run (BenchmarkDrain/plain on either schema,
+-- medians of eight alternating pairs, 2026-12-04; a noisy measure). The
 -- readers order runs of one finish time by ID after the index.
 --
 -- Built without CONCURRENTLY (a migration runs in a transaction): writes

@@ -31,6 +31,10 @@ func NewRetentionQueries(schema string) *RetentionQueries {
 		//   - a queued run whose start still counts toward its queue's rate
 		//     limit (rate_start within the period): the limit counts
 		//     recent starts from these rows.
+		// The walk's position is bound twice: updated_at >= $2 gives
+		// workflows_finish_time_idx (keyed by the time alone) the start
+		// of its range, the row comparison skips the runs of that time up
+		// to the cursor's ID.
 		// The runs and their creation log entries are deleted by key (an
 		// array, not a join: a join may scan either table whole while it
 		// is small enough to hash).
