@@ -46,8 +46,15 @@ func init() {
 		Mechanism: "the batch statements that update runs by key (finishes, claims) are planned with sequential scans off, " +
 			"so the plans their connections keep find runs through an index at any table size",
 		Edits: []Edit{{File: "internal/sysdb/indexplan.go",
-			Find:    "const noSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`",
-			Replace: "const noSeqScan = `SELECT 1`"}},
+			Find:    "const planSettings = `SELECT set_config('enable_seqscan', 'off', true), ",
+			Replace: "const planSettings = `SELECT "}},
 		Pkg: ".", Tests: "^TestGenericPlansFromASmallTable$",
+	}, Mutant{
+		Name:      "plan/generic-at-once",
+		Mechanism: "the batch statements that update runs by key get their generic plan at their first execution on a connection, with no custom plans before it",
+		Edits: []Edit{{File: "internal/sysdb/indexplan.go",
+			Find:    ", set_config('plan_cache_mode', 'force_generic_plan', true)`",
+			Replace: "`"}},
+		Pkg: "internal/sysdb", Tests: "^TestIndexPlannedOncePerConnection$",
 	})
 }
