@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/internal/pgtest"
 )
 
 // TestIndexPlannedReportsCommitError: a batch statement sent with its
@@ -41,6 +43,7 @@ DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {{schema}}.refuse()`
 // of its connections ran a statement only a few times.
 func TestIndexPlannedOncePerConnection(t *testing.T) {
 	t.Parallel()
+	pgtest.SkipIfPooled(t, "the prepared statements it reads are those of one server connection")
 	pool, schema := migrated(t)
 	ctx := context.Background()
 	on(t, pool, schema, `INSERT INTO {{schema}}.workflows (id, name, status, app_version, epoch, executor_id)
