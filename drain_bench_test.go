@@ -149,10 +149,7 @@ func reportCPU(b *testing.B, client, server time.Duration) {
 // on this machine (0 if none) have used so far: the drain is CPU-bound on
 // a small machine, so its CPU per run is steadier than its time per run.
 func cpuNow() (client, server time.Duration) {
-	for _, p := range proccpu.Postgres() {
-		server += p.CPU
-	}
-	return proccpu.Self(), server
+	return proccpu.Self(), proccpu.PostgresTotal()
 }
 
 // BenchmarkEnqueueMany enqueues b.N runs in batches of 1,000 from one

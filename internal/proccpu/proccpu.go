@@ -64,3 +64,12 @@ func Postgres() map[int]Proc {
 	}
 	return out
 }
+
+// PostgresTotal is the CPU time all of Postgres's processes on this
+// machine have used so far (0 when the server runs elsewhere).
+func PostgresTotal() (d time.Duration) {
+	for _, p := range Postgres() {
+		d += p.CPU
+	}
+	return d
+}

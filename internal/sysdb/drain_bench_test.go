@@ -63,9 +63,9 @@ func benchDrainStatements(b *testing.B, pipelined bool) {
 	defer conn.Release()
 	var claim, step, finish time.Duration
 	phase := func(into *time.Duration, f func() error) {
-		t0 := serverCPU()
+		t0 := proccpu.PostgresTotal()
 		require.NoError(b, f())
-		*into += serverCPU() - t0
+		*into += proccpu.PostgresTotal() - t0
 	}
 	for done := 0; done < b.N; {
 		var claimed []ClaimedRow
@@ -108,7 +108,12 @@ func (d *drainReplay) finish(ctx context.Context, db DBTX, claimed []ClaimedRow)
 	for i, r := range claimed {
 		fins[i] = &FinishOneParams{ID: r.ID, Epoch: r.Epoch, Status: "success", Output: json.RawMessage(`1`)}
 	}
-	_, _, err := d.q.FinishWorkflows(ctx, db, fins)
+	finished, _, err := d.q.FinishWorkflows(ctx, db, fins)
+	for _, f := range finished {
+		if !f {
+			return fmt.Errorf("a run was not finished")
+		}
+	}
 	return err
 }
 
@@ -119,7 +124,7 @@ func (d *drainReplay) pipelined(b *testing.B) {
 	ctx := context.Background()
 	toStep, toFinish := make(chan []ClaimedRow, 4), make(chan []ClaimedRow, 4)
 	errs := make(chan error, 3)
-	t0 := serverCPU()
+	t0 := proccpu.PostgresTotal()
 	go func() {
 		defer close(toStep)
 		for done := 0; done < b.N; {
@@ -159,14 +164,5 @@ func (d *drainReplay) pipelined(b *testing.B) {
 		require.NoError(b, <-errs)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((serverCPU()-t0).Nanoseconds())/1e3/float64(b.N), "server-µs/run")
-}
-
-// serverCPU is the CPU time the Postgres server processes on this
-// machine have used so far.
-func serverCPU() (d time.Duration) {
-	for _, p := range proccpu.Postgres() {
-		d += p.CPU
-	}
-	return d
+	b.ReportMetric(float64((proccpu.PostgresTotal()-t0).Nanoseconds())/1e3/float64(b.N), "server-µs/run")
 }

@@ -33,8 +33,8 @@ const planSettings = `SELECT set_config('enable_seqscan', 'off', true), set_conf
 // is made at once (plan_cache_mode): by default a connection first plans
 // five custom ones, and as a drain's 40 connections each run a batch
 // statement only a few times, most of its finishes and claims were
-// planned (~0.5-0.7 ms each, ~1.2 µs of server CPU per drained run; the
-// executions cost about the same with either plan;
+// planned (~0.5-0.7 ms each, ~1.4 µs of server CPU per drained run, now
+// ~0.2; the executions cost about the same with either plan;
 // TestIndexPlannedOncePerConnection).
 func queryIndexPlanned(ctx context.Context, db DBTX, sql string, args ...any) (pgx.Rows, error) {
 	b := &pgx.Batch{}
